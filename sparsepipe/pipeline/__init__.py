@@ -1,0 +1,1 @@
+"""Everything that runs on devices: sharded embeddings, the pipelined step, ZeRO."""
