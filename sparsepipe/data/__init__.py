@@ -1,0 +1,3 @@
+"""Examples on disk: schema, record codec, ArrayRecord writers and converters."""
+
+from sparsepipe.data.ragged import RaggedBatch

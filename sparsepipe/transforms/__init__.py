@@ -11,3 +11,7 @@ from sparsepipe.transforms.specs import TableSettingInStack
 from sparsepipe.transforms.specs import TableSpec
 from sparsepipe.transforms.specs import TruncatedNormalInitializer
 from sparsepipe.transforms.specs import UniformInitializer
+from sparsepipe.transforms.batch import TrainBatch
+from sparsepipe.transforms.coo_types import PreprocessedInput
+from sparsepipe.transforms.coo_types import SparseDenseMatmulInput
+from sparsepipe.transforms.coo_types import SparseDenseMatmulInputStats
