@@ -1,0 +1,27 @@
+"""Orbax checkpoints of the whole training state, exact resume, preemption."""
+
+from sparsepipe.checkpointing.errors import CheckpointError
+from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.manager import ARRAY_ITEMS
+from sparsepipe.checkpointing.manager import DEFAULT_RELAYOUTS
+from sparsepipe.checkpointing.manager import ITEM_NAMES
+from sparsepipe.checkpointing.manager import RestoredState
+from sparsepipe.checkpointing.manager import RestoreTargets
+from sparsepipe.checkpointing.manager import TrainingCheckpointManager
+from sparsepipe.checkpointing.manager import TrainingState
+from sparsepipe.checkpointing.metadata import CheckpointMetadata
+from sparsepipe.checkpointing.metadata import FORMAT_VERSION
+from sparsepipe.checkpointing.metadata import Progress
+from sparsepipe.checkpointing.metadata import RunInfo
+from sparsepipe.checkpointing.metadata import feature_limits
+from sparsepipe.checkpointing.preemption import PREEMPTED_EXIT_CODE
+from sparsepipe.checkpointing.preemption import PreemptionWatcher
+from sparsepipe.checkpointing.preemption import checkpoint_and_exit
+from sparsepipe.checkpointing.preemption import ignore_sigterm_in_worker
+from sparsepipe.checkpointing.relayout import Relayout
+from sparsepipe.checkpointing.relayout import RelayoutContext
+from sparsepipe.checkpointing.relayout import embedding_relayout
+from sparsepipe.checkpointing.relayout import resize_zero_padded
+from sparsepipe.checkpointing.targets import abstract_of
+from sparsepipe.checkpointing.targets import on_mesh

@@ -1,0 +1,7 @@
+"""The launcher: `python -m sparsepipe.launch` and the job it runs."""
+
+from sparsepipe.launch.job import JobResult
+from sparsepipe.launch.job import MUTABLE_CONFIG_KEYS
+from sparsepipe.launch.job import train_and_evaluate
+from sparsepipe.launch.schedule import Position
+from sparsepipe.launch.schedule import SegmentSchedule

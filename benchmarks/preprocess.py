@@ -1,0 +1,196 @@
+"""Benchmark of the per-host COO preprocessing (sparsepipe vs reference).
+
+Workload: 4096 samples x 26 ragged features (1..20 ids each, ~1.1M ids),
+vocabularies 1e3..1e7 log-spaced, id = floor(V*u^3); 8 global devices x 4
+SparseCores, 8 local devices (one host); every table its own stack; limits
+FDO-tuned (one run, update_preprocessing_parameters, then timed runs).
+
+Timed: sparsepipe on ragged object arrays (the reference's input), on the
+columnar RaggedBatch form, and jax-tpu-embedding 0.1.0 when importable,
+single-threaded (SPARSECORE_INPUT_PREPROCESSING_THREADS=1, set before its
+import; its thread pool reads it once). Reports the minimum and median over
+repetitions. The outputs of both are compared before timing.
+
+    python benchmarks/preprocess.py [--reps 20] [--json out.json] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+
+os.environ.setdefault("SPARSECORE_INPUT_PREPROCESSING_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.data.ragged import RaggedBatch  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+BATCH, FEATURES, MAX_IDS = 4096, 26, 20
+GLOBAL_DEVICES, LOCAL_DEVICES, SC_PER_DEVICE = 8, 8, 4
+
+
+def make_workload(seed: int = 0):
+  """(vocab sizes, ragged object arrays, RaggedBatches)."""
+  rng = np.random.default_rng(seed)
+  vocabs = np.round(np.logspace(3, 7, FEATURES)).astype(np.int64)
+  ragged, columnar = [], []
+  for vocab in vocabs:
+    lengths = rng.integers(1, MAX_IDS + 1, BATCH)
+    ids = np.floor(vocab * rng.random(int(lengths.sum())) ** 3).astype(np.int32)
+    rows = np.empty(BATCH, object)
+    rows[:] = [r.copy() for r in np.split(ids, np.cumsum(lengths)[:-1])]
+    ragged.append(rows)
+    columnar.append(RaggedBatch(ids, lengths.astype(np.int32)))
+  return vocabs, ragged, columnar
+
+
+def our_specs(vocabs):
+  specs = [
+      T.FeatureSpec(
+          name=f"f{i:02d}",
+          table_spec=T.TableSpec(
+              name=f"t{i:02d}", vocabulary_size=int(v), embedding_dim=16,
+              combiner="mean", max_ids_per_partition=4096,
+              max_unique_ids_per_partition=4096),
+          input_shape=(BATCH, MAX_IDS), output_shape=(BATCH, 16))
+      for i, v in enumerate(vocabs)
+  ]
+  return T.prepare_feature_specs_for_training(
+      specs, GLOBAL_DEVICES, SC_PER_DEVICE)
+
+
+def reference_specs(vocabs):
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax_tpu_embedding.sparsecore.lib.nn import embedding  # pylint: disable=g-import-not-at-top
+  from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec  # pylint: disable=g-import-not-at-top
+
+  specs = [
+      embedding_spec.FeatureSpec(
+          name=f"f{i:02d}",
+          table_spec=embedding_spec.TableSpec(
+              name=f"t{i:02d}", vocabulary_size=int(v), embedding_dim=16,
+              initializer=jax.nn.initializers.zeros,
+              optimizer=embedding_spec.SGDOptimizerSpec(), combiner="mean",
+              max_ids_per_partition=4096, max_unique_ids_per_partition=4096),
+          input_shape=[BATCH, MAX_IDS], output_shape=[BATCH, 16])
+      for i, v in enumerate(vocabs)
+  ]
+  embedding.prepare_feature_specs_for_training(
+      specs, GLOBAL_DEVICES, SC_PER_DEVICE)
+  return specs
+
+
+def time_it(fn, reps: int) -> tuple[float, float]:
+  """(min, median) seconds over reps calls, after one warm-up."""
+  fn()
+  times = []
+  for _ in range(reps):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return float(np.min(times)), float(np.median(times))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--reps", type=int, default=20)
+  parser.add_argument("--json", default=None, help="write the figures here")
+  parser.add_argument("--profile", action="store_true",
+                      help="print a cProfile of our ragged path")
+  args = parser.parse_args()
+
+  vocabs, ragged, columnar = make_workload()
+  num_ids = int(sum(int(b.row_lengths.sum()) for b in columnar))
+  specs = our_specs(vocabs)
+
+  def ours(features, specs):
+    return T.preprocess_sparse_dense_matmul_input(
+        features, None, specs, LOCAL_DEVICES, GLOBAL_DEVICES,
+        num_sc_per_device=SC_PER_DEVICE)
+
+  _, stats = ours(ragged, specs)
+  specs = T.update_preprocessing_parameters(specs, stats, SC_PER_DEVICE)
+  results = {}
+  results["sparsepipe ragged"] = time_it(lambda: ours(ragged, specs), args.reps)
+  results["sparsepipe RaggedBatch"] = time_it(
+      lambda: ours(columnar, specs), args.reps)
+
+  ref_note = "jax_tpu_embedding not importable"
+  try:
+    from jax_tpu_embedding.sparsecore.lib.nn import embedding  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    embedding = None
+  if embedding is not None:
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.ERROR)
+    rspecs = reference_specs(vocabs)
+
+    def reference():
+      return embedding.preprocess_sparse_dense_matmul_input(
+          ragged, None, rspecs, LOCAL_DEVICES, GLOBAL_DEVICES,
+          num_sc_per_device=SC_PER_DEVICE)
+
+    _, rstats = reference()
+    embedding.update_preprocessing_parameters(rspecs, rstats, SC_PER_DEVICE)
+    _check_same(ours(ragged, specs), reference())
+    results["reference (1 thread)"] = time_it(reference, args.reps)
+    ref_note = ("threads: SPARSECORE_INPUT_PREPROCESSING_THREADS="
+                + os.environ["SPARSECORE_INPUT_PREPROCESSING_THREADS"])
+
+  print(f"{num_ids} ids, {BATCH} samples x {FEATURES} features,"
+        f" G={GLOBAL_DEVICES} L={LOCAL_DEVICES} S={SC_PER_DEVICE};"
+        f" best of {args.reps}; {ref_note}")
+  print(f"{'path':26s} {'ms/batch':>9s} {'median':>8s} {'samples/s':>11s}"
+        f" {'Mids/s':>8s}")
+  figures = {"num_ids": num_ids, "batch": BATCH, "features": FEATURES,
+             "reps": args.reps, "reference_threads": ref_note, "paths": {}}
+  for name, (best, median) in results.items():
+    print(f"{name:26s} {best * 1e3:9.2f} {median * 1e3:8.2f}"
+          f" {BATCH / best:11.0f} {num_ids / best / 1e6:8.2f}")
+    figures["paths"][name] = {"ms_per_batch": best * 1e3,
+                              "median_ms": median * 1e3,
+                              "samples_per_s": BATCH / best,
+                              "ids_per_s": num_ids / best}
+  if "reference (1 thread)" in results:
+    ref = results["reference (1 thread)"][0]
+    for name in ("sparsepipe ragged", "sparsepipe RaggedBatch"):
+      ratio = results[name][0] / ref
+      figures["paths"][name]["ratio_to_reference"] = ratio
+      print(f"{name} / reference: {ratio:.2f}x")
+  if args.profile:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(5):
+      ours(ragged, specs)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+    print(out.getvalue())
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(figures, f, indent=2)
+
+
+def _check_same(ours, reference) -> None:
+  """Same buffers where the reference writes, same statistics."""
+  (o, ostats), (r, rstats) = ours, reference
+  for field in ("max_ids_per_partition", "max_unique_ids_per_partition",
+                "required_buffer_size_per_sc"):
+    for stack, value in getattr(rstats, field).items():
+      np.testing.assert_array_equal(getattr(ostats, field)[stack], value)
+  om, rm = o.sparse_dense_matmul_input, r.sparse_dense_matmul_input
+  for stack, rp in rm.lhs_row_pointers.items():
+    np.testing.assert_array_equal(om.lhs_row_pointers[stack], rp)
+    assert om.lhs_gains[stack].shape == rm.lhs_gains[stack].shape
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,362 @@
+"""Train-step speed: pipelining, the embedding kernels, ZeRO (8 CPU devices).
+
+    python benchmarks/step.py [--json out.json] [--rounds 15] [--steps 10]
+
+On one DLRM-style model (4 tables, ZeRO Adam dense optimizer) it measures
+  (a) the pipelined train step vs the same three stages run sequentially on
+      one batch in one jitted step, twice: "fused", where XLA may share work
+      between the SC fwd and SC bwd of the same batch (the id exchange is
+      computed once), and "same work", where an optimization barrier keeps
+      them apart as they are in the pipelined step (different batches);
+  (b) embedding lookup + SGD update of one table with the COO kernels vs a
+      dense gather / scatter-add baseline (ids [B, k], GSPMD), at each
+      vocabulary size of --baseline_vocab_sizes;
+  (c) ZeRO vs a replicated optax Adam: optimizer bytes per device and the
+      pipelined step time.
+Each variant runs --steps steps per round; rounds interleave the variants.
+Times are medians over rounds; ratios are medians of per-round ratios of
+variants run back to back (the machine may be shared: compare figures from
+one run only). Only steady-state programs are compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+_FLAG = "--xla_force_host_platform_device_count=8"
+if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import optax  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sparsepipe import pipeline as P  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.pipeline import zero  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_BATCH = flags.DEFINE_integer("batch_size", 1024, "Global batch size.")
+_VOCAB = flags.DEFINE_integer("vocab_size", 50_000, "Vocabulary of the model's tables.")
+_BASELINE_VOCABS = flags.DEFINE_list(
+    "baseline_vocab_sizes", ["50000", "1000000"],
+    "Vocabulary sizes for the kernel vs dense baseline comparison.")
+_DIM = flags.DEFINE_integer("dim", 16, "Embedding dim of every table.")
+_TABLES = flags.DEFINE_integer("tables", 4, "Number of tables (one feature each).")
+_IDS = flags.DEFINE_integer("ids_per_sample", 4, "Ids per sample and feature.")
+_SC = flags.DEFINE_integer("num_sc_per_device", 1, "SparseCores per device.")
+_ROUNDS = flags.DEFINE_integer("rounds", 15, "Timing rounds (median taken).")
+_STEPS = flags.DEFINE_integer("steps", 10, "Steps per round.")
+_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+
+_ND = 13
+_SEEDS = (0, 1, 2, 3)
+
+
+def _host_ids(num_tables, vocab, seed):
+  r = np.random.default_rng(seed)
+  return {
+      f"f{i}": r.integers(0, vocab, (_BATCH.value, _IDS.value)).astype(np.int32)
+      for i in range(num_tables)
+  }
+
+
+def _feature_specs(optimizer, num_tables, vocab, limits=None):
+  """One feature per table; limits {table: (max ids, max unique)} or generous."""
+  generous = _BATCH.value * _IDS.value
+  features = {}
+  for i in range(num_tables):
+    max_ids, max_unique = (limits or {}).get(f"t{i}", (generous, generous))
+    table = T.TableSpec(
+        name=f"t{i}", vocabulary_size=vocab, embedding_dim=_DIM.value,
+        combiner="mean", optimizer=optimizer, max_ids_per_partition=max_ids,
+        max_unique_ids_per_partition=max_unique,
+    )
+    features[f"f{i}"] = T.FeatureSpec(
+        f"f{i}", table, (_BATCH.value, _IDS.value), (_BATCH.value, _DIM.value)
+    )
+  return features
+
+
+def _prepared_specs(optimizer, num_tables, vocab, g):
+  """Specs whose limits are the maxima observed on the batches (FDO-like)."""
+  specs = T.prepare_feature_specs_for_training(
+      _feature_specs(optimizer, num_tables, vocab), g, _SC.value
+  )
+  limits = {}
+  for s in _SEEDS:
+    _, stats = T.preprocess_sparse_dense_matmul_input(
+        _host_ids(num_tables, vocab, s), None, specs, g, g,
+        num_sc_per_device=_SC.value,
+    )
+    for name, m in stats.max_ids_per_partition.items():
+      u = stats.max_unique_ids_per_partition[name]
+      old = limits.get(name, (0, 0))
+      limits[name] = (max(old[0], int(m.max())), max(old[1], int(u.max())))
+  specs = T.prepare_feature_specs_for_training(
+      _feature_specs(optimizer, num_tables, vocab, limits), g, _SC.value
+  )
+  return specs, limits
+
+
+def _sparse(specs, num_tables, vocab, g, seed):
+  pre, _ = T.preprocess_sparse_dense_matmul_input(
+      _host_ids(num_tables, vocab, seed), None, specs, g, g,
+      num_sc_per_device=_SC.value,
+  )
+  return pre.sparse_dense_matmul_input
+
+
+def _host_batch(specs, g, seed):
+  r = np.random.default_rng(seed + 1000)
+  return T.TrainBatch(
+      labels=r.integers(0, 2, (_BATCH.value,)).astype(np.float32),
+      dense=r.normal(size=(_BATCH.value, _ND)).astype(np.float32),
+      sparse=_sparse(specs, _TABLES.value, _VOCAB.value, g, seed),
+  )
+
+
+def _round_runner(step, carry, make_inputs):
+  """A function timing one round: seconds per step (inputs made beforehand)."""
+  holder = {"carry": carry}
+
+  def run_round():
+    inputs = [make_inputs(i) for i in range(_STEPS.value)]
+    jax.block_until_ready(inputs)
+    start = time.perf_counter()
+    for x in inputs:
+      holder["carry"] = step(x, holder["carry"])
+    jax.block_until_ready(holder["carry"])
+    return (time.perf_counter() - start) / _STEPS.value
+
+  run_round()  # compile and warm up
+  return run_round, holder
+
+
+def _trainer(mesh, specs, dense_optimizer, example):
+  config = P.DLRMConfig.from_feature_specs(
+      specs, _ND, bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128)
+  )
+  params = P.init_dlrm_params(jax.random.key(0), config)
+  emb = P.init_embedding_variables(
+      jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value
+  )
+  state = P.create_train_state(dense_optimizer, params, mesh, emb)
+  tc = P.make_dlrm_tc_stage(config, dense_optimizer, mesh)
+  trainer = P.make_pipelined_trainer(
+      mesh, state, example, tc, feature_specs=specs,
+      num_sc_per_device=_SC.value,
+  )
+  return trainer, state
+
+
+def _sequential_step(trainer, same_work):
+  """SC fwd -> TC -> SC bwd of one batch in one program (not pipelined)."""
+
+  def step(pipeline_input, train_state):
+    emb = train_state.embedding_variables
+    tc_state = train_state.replace(embedding_variables=None)
+    sparse = pipeline_input.sparse_inputs
+    act, aux = trainer.sc_fwd_function(sparse, emb)
+    grads, _, tc_state, tc_aux = trainer.tc_function(
+        act, pipeline_input.dense_inputs, tc_state, aux
+    )
+    if same_work:
+      sparse = jax.lax.optimization_barrier(sparse)
+    emb, _ = trainer.sc_bwd_function(sparse, grads, emb, tc_aux)
+    return tc_state.replace(embedding_variables=emb)
+
+  return jax.jit(
+      step,
+      donate_argnums=(0, 1),
+      in_shardings=(trainer.input_sharding, trainer.train_state_sharding),
+      out_shardings=trainer.train_state_sharding,
+  )
+
+
+def _pipelined(trainer, state, device_batch):
+  def step(batch, carry):
+    train_state, pipeline_state = carry
+    train_state, pipeline_state, _ = trainer.run_pipeline_step(
+        train_state, pipeline_state, batch, False
+    )
+    return train_state, pipeline_state
+
+  return _round_runner(
+      step, (state, trainer.initial_pipeline_state()), device_batch
+  )
+
+
+def _kernel_vs_baseline(mesh, vocab):
+  """Lookup + SGD update of one table: COO kernels vs dense gather/scatter."""
+  g = mesh.size
+  specs, _ = _prepared_specs(T.SGDOptimizerSpec(0.01), 1, vocab, g)
+  emb = P.init_embedding_variables(
+      jax.random.key(2), specs, mesh, num_sc_per_device=_SC.value
+  )
+  data = P.data_sharding(mesh)
+
+  def kernel_step(sparse, emb):
+    act = P.sparse_dense_matmul(sparse, emb, specs, mesh, num_sc_per_device=_SC.value)
+    return P.sparse_dense_matmul_grad(
+        act, sparse, emb, specs, mesh, num_sc_per_device=_SC.value, step=0
+    )
+
+  table_sharding = P.table_sharding(mesh)
+
+  def baseline_step(inputs, table):
+    ids, weights = inputs
+    act = P.dense_lookup_baseline(table, ids, weights, "mean")
+    return P.dense_sgd_update_baseline(table, ids, weights, "mean", act, 0.01)
+
+  sparse = [_sparse(specs, 1, vocab, g, s) for s in _SEEDS]
+  dense = []
+  for s in _SEEDS:
+    ids = _host_ids(1, vocab, s)["f0"]
+    dense.append((ids, np.ones(ids.shape, np.float32)))
+  table = jax.jit(
+      lambda: jnp.zeros((vocab, _DIM.value), jnp.float32),
+      out_shardings=table_sharding,
+  )()
+  kernel, _ = _round_runner(
+      jax.jit(kernel_step, donate_argnums=(1,)), emb,
+      lambda i: jax.device_put(sparse[i % len(sparse)], data),
+  )
+  baseline, _ = _round_runner(
+      jax.jit(baseline_step, donate_argnums=(1,), out_shardings=table_sharding),
+      table, lambda i: jax.device_put(dense[i % len(dense)], data),
+  )
+  return {f"coo_kernels_v{vocab}": kernel, f"dense_baseline_v{vocab}": baseline}
+
+
+def _median_ratio(times, a, b):
+  return float(np.median(np.asarray(times[a]) / np.asarray(times[b])))
+
+
+def main(argv):
+  del argv
+  t_start = time.perf_counter()
+  mesh = P.make_mesh()
+  g = mesh.size
+  specs, limits = _prepared_specs(
+      T.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g
+  )
+  host = [_host_batch(specs, g, s) for s in _SEEDS]
+  data = P.data_sharding(mesh)
+  device_batch = lambda i: jax.device_put(host[i % len(host)], data)
+
+  zero_opt = P.ZeroOptimizer(optax.adam(1e-3), mesh)
+  trainer, state = _trainer(mesh, specs, zero_opt, host[0])
+  copies = [jax.tree.map(jnp.copy, state) for _ in range(2)]
+  variants = {}
+  variants["pipelined_zero"], zero_holder = _pipelined(trainer, state, device_batch)
+  for name, same_work, s in (
+      ("sequential_fused", False, copies[0]),
+      ("sequential_same_work", True, copies[1]),
+  ):
+    variants[name], _ = _round_runner(
+        _sequential_step(trainer, same_work), s,
+        lambda i: trainer.input_fn(device_batch(i)),
+    )
+  rep_trainer, rep_state = _trainer(mesh, specs, optax.adam(1e-3), host[0])
+  variants["pipelined_replicated"], rep_holder = _pipelined(
+      rep_trainer, rep_state, device_batch
+  )
+  vocabs = [int(v) for v in _BASELINE_VOCABS.value]
+  for vocab in vocabs:
+    variants.update(_kernel_vs_baseline(mesh, vocab))
+  t_compiled = time.perf_counter()
+
+  times = {name: [] for name in variants}
+  for _ in range(_ROUNDS.value):
+    for name, run in variants.items():
+      times[name].append(run())
+
+  zero_bytes = max(zero.bytes_per_device(zero_holder["carry"][0].opt_state).values())
+  rep_bytes = max(zero.bytes_per_device(rep_holder["carry"][0].opt_state).values())
+  params = jax.tree.leaves(zero_holder["carry"][0].params)
+  n_params = sum(int(p.size) for p in params)
+  padded = sum(zero.padded_size(int(p.size), g) for p in params)
+  figures = {
+      "devices": g,
+      "global_batch": _BATCH.value,
+      "tables": _TABLES.value,
+      "vocab_size": _VOCAB.value,
+      "dim": _DIM.value,
+      "ids_per_sample": _IDS.value,
+      "max_ids_per_partition": {k: v[0] for k, v in limits.items()},
+      "dense_params": n_params,
+      "rounds": _ROUNDS.value,
+      "steps_per_round": _STEPS.value,
+      "step_ms_median": {k: float(np.median(v)) * 1e3 for k, v in times.items()},
+      "step_ms_min": {k: float(np.min(v)) * 1e3 for k, v in times.items()},
+      "pipelined_over_sequential_same_work": _median_ratio(
+          times, "pipelined_zero", "sequential_same_work"),
+      "pipelined_over_sequential_fused": _median_ratio(
+          times, "pipelined_zero", "sequential_fused"),
+      "coo_over_dense_baseline": {
+          v: _median_ratio(times, f"coo_kernels_v{v}", f"dense_baseline_v{v}")
+          for v in vocabs
+      },
+      "zero_over_replicated_step": _median_ratio(
+          times, "pipelined_zero", "pipelined_replicated"),
+      "optimizer_bytes_per_device_zero": zero_bytes,
+      "optimizer_bytes_per_device_replicated": rep_bytes,
+      "optimizer_bytes_expected_zero": 2 * padded * 4 // g + 4,
+      "optimizer_bytes_ratio": zero_bytes / rep_bytes,
+      "setup_and_compile_s": t_compiled - t_start,
+  }
+  figures["total_s"] = time.perf_counter() - t_start
+  ms = figures["step_ms_median"]
+  rows = [
+      ("pipelined step (ZeRO Adam)", f"{ms['pipelined_zero']:.2f} ms"),
+      ("sequential step, same work", f"{ms['sequential_same_work']:.2f} ms"),
+      ("sequential step, fused (XLA CSE)", f"{ms['sequential_fused']:.2f} ms"),
+      ("  pipelined / sequential same work",
+       f"{figures['pipelined_over_sequential_same_work']:.3f}"),
+      ("  pipelined / sequential fused",
+       f"{figures['pipelined_over_sequential_fused']:.3f}"),
+  ]
+  for v in vocabs:
+    rows += [
+        (f"lookup+update vocab {v}, COO kernels", f"{ms[f'coo_kernels_v{v}']:.2f} ms"),
+        (f"lookup+update vocab {v}, dense baseline",
+         f"{ms[f'dense_baseline_v{v}']:.2f} ms"),
+        ("  COO / dense baseline", f"{figures['coo_over_dense_baseline'][v]:.3f}"),
+    ]
+  rows += [
+      ("pipelined step (replicated Adam)", f"{ms['pipelined_replicated']:.2f} ms"),
+      ("  ZeRO / replicated step", f"{figures['zero_over_replicated_step']:.3f}"),
+      ("optimizer bytes/device, ZeRO", str(zero_bytes)),
+      ("optimizer bytes/device, replicated", str(rep_bytes)),
+      ("  expected ZeRO (padded/D + count)",
+       str(figures["optimizer_bytes_expected_zero"])),
+      ("  ZeRO / replicated bytes", f"{figures['optimizer_bytes_ratio']:.4f}"),
+  ]
+  print(
+      f"{g} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
+      f" {_VOCAB.value} x {_DIM.value}, {n_params} dense params; median of"
+      f" {_ROUNDS.value} rounds x {_STEPS.value} steps"
+  )
+  width = max(len(r[0]) for r in rows)
+  for name, value in rows:
+    print(f"{name:<{width}}  {value:>12}")
+  print(
+      f"(setup+compile {figures['setup_and_compile_s']:.1f} s, total"
+      f" {figures['total_s']:.1f} s)"
+  )
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump(figures, f, indent=2, sort_keys=True)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,318 @@
+"""The JSON metadata of a checkpoint step and the checks made before restoring.
+
+`RunInfo` is what must match between the run that wrote a checkpoint and the
+run that reads it (config, process count, data worker count, mesh axes);
+`Progress` is where the pipeline stood. A mismatch is refused with an
+`IncompatibleCheckpointError` naming both values, e.g.
+"checkpoint at /x step 40 was written with config.model.embedding_dim=16,
+current run has 32".
+
+A change of the device count alone is allowed: arrays are re-laid out on
+restore (manager.py, relayout.py), except a PipelineState that still buffers
+per-device inputs (`check_pipeline_resumable`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import math
+from typing import Any, Iterable, Mapping
+
+import jax
+import numpy as np
+
+from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+
+# Version of the step layout written by this module; bump on any change that
+# an older reader would misread.
+FORMAT_VERSION = 1
+
+_LIMIT_NAMES = (
+    "max_ids_per_partition",
+    "max_unique_ids_per_partition",
+    "suggested_coo_buffer_size_per_device",
+)
+
+FeatureLimits = Mapping[str, Mapping[str, Any]]
+
+
+def to_json_value(value: Any, name: str = "config") -> Any:
+  """`value` as plain JSON types (dicts with str keys, lists, scalars).
+
+  Accepts ml_collections ConfigDicts, mappings, dataclasses, tuples, numpy
+  scalars and arrays. Anything else (a function, an object) raises a
+  ValueError naming its dotted key: metadata must survive a JSON round trip
+  unchanged, or a resumed run would see spurious config differences.
+  """
+  if hasattr(value, "to_dict") and callable(value.to_dict):
+    value = value.to_dict()  # ml_collections ConfigDict / FrozenConfigDict
+  if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+  if isinstance(value, Mapping):
+    out = {}
+    for key, item in value.items():
+      if not isinstance(key, str):
+        raise ValueError(f"{name} has a non-string key {key!r}")
+      out[key] = to_json_value(item, f"{name}.{key}")
+    return out
+  if isinstance(value, (list, tuple)):
+    return [to_json_value(v, f"{name}[{i}]") for i, v in enumerate(value)]
+  if isinstance(value, np.ndarray):
+    return to_json_value(value.tolist(), name)
+  if isinstance(value, np.generic):
+    return value.item()
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  raise ValueError(
+      f"{name} is a {type(value).__name__} ({value!r}); checkpoint metadata"
+      " holds JSON values only (dicts, lists, str, int, float, bool, None)"
+  )
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "config") -> dict:
+  """{'config.model.dim': 16, ...}: nested dicts flattened to dotted keys."""
+  out = {}
+  for key, value in config.items():
+    name = f"{prefix}.{key}"
+    if isinstance(value, Mapping) and value:
+      out.update(flatten_config(value, name))
+    else:
+      out[name] = value
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+  """What must be equal between the writer and the reader of a checkpoint.
+
+  Attributes:
+    config: the run's config as plain JSON values (see `to_json_value`).
+    mesh_shape: mesh axis name -> size, e.g. {"data": 8}.
+    process_count: JAX processes (one Grain iterator state file each).
+    data_worker_count: Grain worker processes per JAX process (0: none);
+      the iterator state depends on it.
+  """
+
+  config: Mapping[str, Any]
+  mesh_shape: Mapping[str, int]
+  process_count: int
+  data_worker_count: int
+
+  @classmethod
+  def create(
+      cls,
+      config: Any,
+      mesh: jax.sharding.Mesh,
+      *,
+      data_worker_count: int,
+      process_count: int | None = None,
+  ) -> "RunInfo":
+    """RunInfo of the current process (process count from jax by default)."""
+    return cls(
+        config=to_json_value(config),
+        mesh_shape={str(k): int(v) for k, v in mesh.shape.items()},
+        process_count=int(
+            jax.process_count() if process_count is None else process_count
+        ),
+        data_worker_count=int(data_worker_count),
+    )
+
+  @property
+  def device_count(self) -> int:
+    return int(math.prod(self.mesh_shape.values()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+  """Where the training loop stood when the step was saved.
+
+  Attributes:
+    pipeline_step: the pipeline step the loop resumes at.
+    batches_consumed: batches taken from the data iterator so far.
+    pipeline_drained: True when the PipelineState buffers no inputs (before
+      the first step, or after a drain); only then may the device count change.
+  """
+
+  pipeline_step: int
+  batches_consumed: int
+  pipeline_drained: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointMetadata:
+  """Everything in a step's "metadata" item except the integrity section."""
+
+  run: RunInfo
+  progress: Progress
+  feature_limits: FeatureLimits = dataclasses.field(default_factory=dict)
+  format_version: int = FORMAT_VERSION
+
+  def to_json(self) -> dict[str, Any]:
+    return {
+        "format_version": self.format_version,
+        "config": to_json_value(self.run.config),
+        "mesh_shape": dict(self.run.mesh_shape),
+        "process_count": self.run.process_count,
+        "data_worker_count": self.run.data_worker_count,
+        "pipeline_step": self.progress.pipeline_step,
+        "batches_consumed": self.progress.batches_consumed,
+        "pipeline_drained": self.progress.pipeline_drained,
+        "feature_limits": to_json_value(self.feature_limits, "feature_limits"),
+    }
+
+  @classmethod
+  def from_json(cls, data: Any, where: str) -> "CheckpointMetadata":
+    """Parses `to_json` output; a missing or mistyped field is corruption."""
+    if not isinstance(data, Mapping):
+      raise CorruptCheckpointError(f"{where}: metadata is not a JSON object")
+
+    def field(name: str, kind: type | tuple[type, ...]) -> Any:
+      if name not in data:
+        raise CorruptCheckpointError(f"{where}: metadata has no '{name}'")
+      value = data[name]
+      if not isinstance(value, kind) or (
+          kind is int and isinstance(value, bool)
+      ):
+        raise CorruptCheckpointError(
+            f"{where}: metadata '{name}' is {value!r}, not a"
+            f" {getattr(kind, '__name__', kind)}"
+        )
+      return value
+
+    version = field("format_version", int)
+    if version > FORMAT_VERSION:
+      raise IncompatibleCheckpointError(
+          f"{where} has format_version {version}; this sparsepipe reads"
+          f" format_version {FORMAT_VERSION} and older"
+      )
+    return cls(
+        run=RunInfo(
+            config=field("config", dict),
+            mesh_shape=field("mesh_shape", dict),
+            process_count=field("process_count", int),
+            data_worker_count=field("data_worker_count", int),
+        ),
+        progress=Progress(
+            pipeline_step=field("pipeline_step", int),
+            batches_consumed=field("batches_consumed", int),
+            pipeline_drained=field("pipeline_drained", bool),
+        ),
+        feature_limits=field("feature_limits", dict),
+        format_version=version,
+    )
+
+
+def _render(value: Any) -> str:
+  return "(unset)" if value is _UNSET else json.dumps(value)
+
+
+_UNSET = object()
+
+
+def config_differences(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    mutable_keys: Iterable[str] = (),
+) -> list[tuple[str, Any, Any]]:
+  """[(dotted key, saved value, current value)] for keys that differ.
+
+  `mutable_keys` are fnmatch patterns of dotted keys that may change on
+  resume (e.g. "config.num_steps", "config.checkpoint.*"); a missing value
+  is reported as `(unset)`.
+  """
+  patterns = tuple(mutable_keys)
+  flat_saved = flatten_config(to_json_value(saved))
+  flat_current = flatten_config(to_json_value(current))
+  out = []
+  for key in sorted(set(flat_saved) | set(flat_current)):
+    if any(fnmatch.fnmatchcase(key, p) for p in patterns):
+      continue
+    a = flat_saved.get(key, _UNSET)
+    b = flat_current.get(key, _UNSET)
+    if a is _UNSET or b is _UNSET or json.dumps(a) != json.dumps(b):
+      out.append((key, a, b))
+  return out
+
+
+def check_compatible(
+    saved: CheckpointMetadata,
+    current: RunInfo,
+    *,
+    where: str,
+    mutable_config_keys: Iterable[str] = (),
+) -> None:
+  """Raises IncompatibleCheckpointError naming the first kind of difference.
+
+  Checked in order: data worker count, process count, mesh axis names, then
+  every differing config key (all listed). The device count may differ.
+  """
+  run = saved.run
+  if run.data_worker_count != current.data_worker_count:
+    raise IncompatibleCheckpointError(
+        f"{where} was written with {run.data_worker_count} data workers per"
+        f" process, current run has {current.data_worker_count}: the Grain"
+        " iterator state depends on the worker count (resume with"
+        f" {run.data_worker_count} workers)"
+    )
+  if run.process_count != current.process_count:
+    raise IncompatibleCheckpointError(
+        f"{where} was written by {run.process_count} processes, current run"
+        f" has {current.process_count}: the data iterator state is saved per"
+        " process and cannot be split or merged"
+    )
+  if tuple(run.mesh_shape) != tuple(current.mesh_shape):
+    raise IncompatibleCheckpointError(
+        f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
+        f" current mesh has axes {tuple(current.mesh_shape)}"
+    )
+  diffs = config_differences(run.config, current.config, mutable_config_keys)
+  if diffs:
+    raise IncompatibleCheckpointError(
+        f"{where} was written with "
+        + "; ".join(
+            f"{key}={_render(a)}, current run has {_render(b)}"
+            for key, a, b in diffs
+        )
+    )
+
+
+def check_pipeline_resumable(
+    saved: CheckpointMetadata, current: RunInfo, *, where: str
+) -> None:
+  """Refuses a device-count change while the PipelineState buffers inputs.
+
+  The buffered COO inputs of the two previous batches are per-device buffers
+  made for the saved device count (their partitions, capacities and sample
+  split depend on it) and cannot be re-laid out exactly. A drained pipeline
+  buffers nothing, so the caller starts a fresh PipelineState instead.
+  """
+  if saved.run.device_count == current.device_count:
+    return
+  if not saved.progress.pipeline_drained:
+    raise IncompatibleCheckpointError(
+        f"{where} holds a PipelineState with buffered inputs laid out for"
+        f" {saved.run.device_count} devices (pipeline not drained at pipeline"
+        f" step {saved.progress.pipeline_step}); the current mesh has"
+        f" {current.device_count} devices. Buffered per-device COO inputs"
+        " cannot be re-laid out: resume on"
+        f" {saved.run.device_count} devices, or from a checkpoint saved with"
+        " a drained pipeline"
+    )
+
+
+def feature_limits(feature_specs: Any) -> dict[str, dict[str, Any]]:
+  """{stack name: {limit name: value}} of the (FDO-updated) feature specs.
+
+  Prepared specs report their stacked table's limits; unprepared ones the
+  table's own limits under the table name.
+  """
+  out: dict[str, dict[str, Any]] = {}
+  for feature in jax.tree.leaves(feature_specs):
+    table = feature.table_spec
+    source = table.stacked_table_spec or table
+    name = getattr(source, "stack_name", table.name)
+    out[name] = {k: getattr(source, k) for k in _LIMIT_NAMES}
+  return dict(sorted(out.items()))

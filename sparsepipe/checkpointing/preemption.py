@@ -1,0 +1,150 @@
+"""Preemption: save at the next step boundary on every process, then exit.
+
+A preempted process gets SIGTERM and some seconds of grace. The loop asks
+`PreemptionWatcher.should_stop(step)` after every step; when it says yes,
+`checkpoint_and_exit` saves that step (forced, on every process), waits for
+the write and exits with PREEMPTED_EXIT_CODE, so a supervisor can tell a
+preemption (restart me) from success (0) or a crash (anything else).
+
+- Single process (jax.distributed not initialized): the watcher installs a
+  SIGTERM handler that only sets a flag.
+- jax.distributed initialized: JAX's preemption service already catches
+  SIGTERM on the host that receives it and makes all processes agree on a
+  step; should_stop(step) asks CheckpointManager.reached_preemption(step),
+  which is True on every process at that same step. The watcher then does
+  not install its own handler (it would replace JAX's). Call should_stop at
+  every step on every process, starting from the same step.
+- Grain workers (mp_prefetch) are in the same process group and would die
+  on a group SIGTERM before the main process saved: start them with
+  `worker_init_fn=ignore_sigterm_in_worker`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any, NoReturn, Sequence
+
+import jax
+from absl import logging
+
+# Exit status of a process that saved a checkpoint because it was preempted.
+PREEMPTED_EXIT_CODE = 42
+
+
+def ignore_sigterm_in_worker(worker_index: int, worker_count: int) -> None:
+  """Grain `worker_init_fn`: data workers ignore SIGTERM.
+
+  The main process then saves and closes its iterator, which stops them.
+  """
+  del worker_index, worker_count
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class PreemptionWatcher:
+  """Tells the training loop when to save and stop because of preemption.
+
+  Use as a context manager around the loop (restores the previous signal
+  handlers on exit), or call install()/uninstall().
+  """
+
+  def __init__(
+      self,
+      manager: Any = None,
+      *,
+      signals: Sequence[int] = (signal.SIGTERM,),
+      use_jax_preemption: bool | None = None,
+  ):
+    """Args:
+
+    manager: a TrainingCheckpointManager (or anything with
+      reached_preemption(step)); needed for the JAX preemption service.
+    signals: signals that request a stop (handled in single-process mode).
+    use_jax_preemption: ask JAX's preemption sync point instead of handling
+      signals; default: whether jax.distributed is initialized.
+    """
+    if use_jax_preemption is None:
+      use_jax_preemption = jax.distributed.is_initialized()
+    if use_jax_preemption and manager is None:
+      raise ValueError(
+          "PreemptionWatcher with the JAX preemption service needs the"
+          " checkpoint manager (its reached_preemption)"
+      )
+    self._manager = manager
+    self._signals = tuple(signals)
+    self._use_jax = bool(use_jax_preemption)
+    self._requested = threading.Event()
+    self._previous: dict[int, Any] = {}
+    self._signal_seen: int | None = None
+
+  @property
+  def requested(self) -> bool:
+    """True once a stop was requested locally (signal or request())."""
+    return self._requested.is_set()
+
+  @property
+  def uses_jax_preemption(self) -> bool:
+    return self._use_jax
+
+  def request(self) -> None:
+    """Asks for a stop at the next step boundary, as a signal would.
+
+    Single-process mode only: with the JAX preemption service every process
+    must agree on the step, which only reached_preemption provides.
+    """
+    self._requested.set()
+
+  def _handle(self, signum: int, frame: Any) -> None:
+    del frame
+    if not self._requested.is_set():
+      self._signal_seen = signum
+      self._requested.set()
+
+  def install(self) -> "PreemptionWatcher":
+    """Installs the signal handlers (single-process mode; main thread only)."""
+    if not self._use_jax:
+      for signum in self._signals:
+        self._previous[signum] = signal.signal(signum, self._handle)
+    return self
+
+  def uninstall(self) -> None:
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+    self._previous.clear()
+
+  def __enter__(self) -> "PreemptionWatcher":
+    return self.install()
+
+  def __exit__(self, *exc: Any) -> None:
+    self.uninstall()
+
+  def should_stop(self, step: int) -> bool:
+    """Whether to save `step` and exit now. Call after every step."""
+    if self._use_jax:
+      return bool(self._manager.reached_preemption(step))
+    if self.requested and self._signal_seen is not None:
+      logging.warning(
+          "Received signal %d: saving step %d and exiting",
+          self._signal_seen,
+          step,
+      )
+      self._signal_seen = None
+    return self.requested
+
+
+def checkpoint_and_exit(
+    manager: Any, step: int, state: Any, progress: Any, **save_kwargs: Any
+) -> NoReturn:
+  """Saves `step` (forced; no-op if it exists), waits for it, exits 42.
+
+  Call on every process. `save_kwargs` go to manager.save (feature_limits).
+  """
+  manager.save(step, state, progress, force=True, **save_kwargs)
+  manager.close()
+  logging.warning(
+      "Preempted: checkpoint step %d saved; exiting with status %d",
+      step,
+      PREEMPTED_EXIT_CODE,
+  )
+  sys.exit(PREEMPTED_EXIT_CODE)

@@ -1,0 +1,233 @@
+"""Converts a CSV file with a header row into a sharded ArrayRecord dataset.
+
+Command line: `python -m sparsepipe.data.csv` (csv.py).
+
+Columns are named by the header row (quoted fields follow RFC 4180, so a
+title like "Bridges of Madison County, The (1995)" is one field).
+- label: the number, or with `--label_threshold t` 1.0 if value >= t else 0.0.
+- dense columns: the number as float32 (empty -> 0.0); with
+  `--dense_transform log1p`, x -> log(1 + max(x, 0)).
+- sparse columns: one id per field; a multivalent column is split on the
+  separator ("Comedy|Drama" -> 2 ids, empty pieces skipped); an empty field
+  gives no id (an empty row). Values are hashed into the column's vocabulary
+  with the stable 64-bit BLAKE2b hash of sparsepipe.data.hashing
+  (id = h % vocab), except `--integer_id_columns`, whose values are used as
+  ids directly and must lie in [0, vocab).
+- vocab sizes: `--vocab_sizes` is a list of `N` (the default for every
+  column) and `column=N` entries.
+Every input file must have the same header. A malformed line raises
+InputFormatError naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv as _csv
+from typing import Iterator, Mapping, Sequence
+
+from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
+from sparsepipe.data.hashing import CategoryHasher
+from sparsepipe.data.manifest import Manifest
+from sparsepipe.data.progress import Progress
+from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
+from sparsepipe.data.text_input import InputFormatError, log1p_clamped, open_text, parse_float
+from sparsepipe.data.text_input import resolve_delimiter
+from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.writer import ShardedRecordWriter
+
+DENSE_TRANSFORMS = ("none", "log1p")
+_CHUNK = 4096
+
+
+def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
+  """`["1000", "user_id=6041"]` -> {column: size} for every sparse column."""
+  if isinstance(entries, int):
+    entries = [str(entries)]
+  default, sizes = None, {}
+  for entry in entries:
+    entry = str(entry).strip()
+    if "=" in entry:
+      name, value = entry.split("=", 1)
+      if name not in columns:
+        raise ValueError(f"vocab size given for '{name}', which is not a sparse column {list(columns)}")
+      sizes[name] = int(value)
+    else:
+      default = int(entry)
+  for name in columns:
+    if name not in sizes:
+      if default is None:
+        raise ValueError(f"no vocab size for sparse column '{name}' (give N or {name}=N)")
+      sizes[name] = default
+  return sizes
+
+
+class CsvParser:
+  """Turns CSV rows into columnar batches for the chosen columns."""
+
+  def __init__(
+      self,
+      header: Sequence[str],
+      *,
+      label_column: str,
+      dense_columns: Sequence[str] = (),
+      sparse_columns: Sequence[str] = (),
+      multivalent_columns: Sequence[str] = (),
+      separator: str = "|",
+      vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
+      integer_id_columns: Sequence[str] = (),
+      dense_transform: str = "none",
+      label_threshold: float | None = None,
+  ):
+    header = [h.strip() for h in header]
+    self.header = header
+    wanted = [label_column, *dense_columns, *sparse_columns]
+    missing = [c for c in wanted if c not in header]
+    if missing:
+      raise ValueError(f"columns {missing} are not in the header {header}")
+    for what, cols in (("multivalent", multivalent_columns), ("integer id", integer_id_columns)):
+      stray = [c for c in cols if c not in sparse_columns]
+      if stray:
+        raise ValueError(f"{what} columns {stray} are not among the sparse columns {list(sparse_columns)}")
+    if dense_transform not in DENSE_TRANSFORMS:
+      raise ValueError(f"dense_transform={dense_transform!r} is not one of {DENSE_TRANSFORMS}")
+    if multivalent_columns and not separator:
+      raise ValueError("multivalent columns need a non-empty separator")
+    if not isinstance(vocab_sizes, Mapping):
+      vocab_sizes = parse_vocab_sizes(vocab_sizes, sparse_columns)
+    self.schema = ExampleSchema(
+        num_dense=len(dense_columns),
+        sparse=tuple(SparseFeatureSchema(c, vocab_sizes[c]) for c in sparse_columns),
+        dense_names=tuple(dense_columns),
+        label_name=label_column,
+    )
+    self._label = header.index(label_column)
+    self._dense = [header.index(c) for c in dense_columns]
+    self._dense_names = list(dense_columns)
+    self._log1p = dense_transform == "log1p"
+    self._threshold = label_threshold
+    self._sep = separator
+    self._sparse = []
+    for c in sparse_columns:
+      integer = c in integer_id_columns
+      self._sparse.append((
+          header.index(c),
+          c,
+          c in multivalent_columns,
+          None if integer else CategoryHasher(vocab_sizes[c]),
+          vocab_sizes[c],
+      ))
+    self._width = len(header)
+    self._builder = ExampleBatchBuilder(self.schema)
+
+  def add_row(self, row: Sequence[str], path: str, line_no: int) -> None:
+    if len(row) != self._width:
+      raise InputFormatError(path, line_no, f"expected {self._width} fields, got {len(row)}")
+    text = row[self._label]
+    if not text:
+      raise InputFormatError(path, line_no, f"the label column '{self.schema.label_name}' is empty")
+    label = parse_float(text, path, line_no, self.schema.label_name)
+    if self._threshold is not None:
+      label = 1.0 if label >= self._threshold else 0.0
+    dense = []
+    for j, name in zip(self._dense, self._dense_names):
+      x = parse_float(row[j], path, line_no, name)
+      if self._log1p:
+        x = log1p_clamped(x)
+      dense.append(x)
+    ids = []
+    for j, name, multi, hasher, vocab in self._sparse:
+      value = row[j]
+      pieces = [p for p in value.split(self._sep) if p] if multi else ([value] if value else [])
+      if hasher is not None:
+        ids.append([hasher(p) for p in pieces])
+      else:
+        ids.append([self._integer_id(p, name, vocab, path, line_no) for p in pieces])
+    self._builder.add(label, dense, ids)
+
+  @staticmethod
+  def _integer_id(text: str, name: str, vocab: int, path: str, line_no: int) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise InputFormatError(path, line_no, f"column {name} value {text!r} is not an integer id") from None
+    if not 0 <= value < vocab:
+      raise InputFormatError(path, line_no, f"column {name} id {value} out of range [0, {vocab})")
+    return value
+
+  def __len__(self) -> int:
+    return len(self._builder)
+
+  def take(self) -> ExampleBatch:
+    return self._builder.take()
+
+
+def read_csv(
+    paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
+) -> tuple[ExampleSchema, Iterator[ExampleBatch]]:
+  """Opens the inputs; returns the schema and an iterator of columnar batches.
+
+  `columns` are CsvParser's keyword arguments (label_column, ...).
+  """
+  if not paths:
+    raise ValueError("no input files")
+  with open_text(paths[0]) as f:
+    first = f.readline()
+  if not first:
+    raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
+  delim = resolve_delimiter(delimiter, first)
+  header = next(_csv.reader([first], delimiter=delim))
+  parser = CsvParser(header, **columns)
+
+  def batches() -> Iterator[ExampleBatch]:
+    for path in paths:
+      with open_text(path) as f:
+        reader = _csv.reader(f, delimiter=delim)
+        file_header = [h.strip() for h in next(reader, [])]
+        if file_header != parser.header:
+          raise InputFormatError(path, 1, f"header {file_header} differs from {parser.header}")
+        for row in reader:
+          if not row or (len(row) == 1 and not row[0].strip()):
+            continue  # blank line
+          parser.add_row(row, path, reader.line_num)
+          if len(parser) >= chunk_size:
+            yield parser.take()
+    if len(parser):
+      yield parser.take()
+
+  return parser.schema, batches()
+
+
+def convert_csv(
+    inputs: Sequence[str],
+    output_dir: str,
+    *,
+    delimiter: str = ",",
+    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+    overwrite: bool = False,
+    show_progress: bool = False,
+    **columns,
+) -> Manifest:
+  """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest."""
+  schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
+  info = {
+      "converter": "sparsepipe.data.csv",
+      "inputs": list(inputs),
+      "hash": "blake2b-64 little-endian, mod vocab",
+      **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
+  }
+  progress = Progress("csv") if show_progress else None
+  with ShardedRecordWriter(
+      output_dir,
+      schema,
+      examples_per_record=examples_per_record,
+      max_records_per_shard=max_records_per_shard,
+      overwrite=overwrite,
+      info=info,
+  ) as writer:
+    for batch in batches:
+      writer.write_batch(batch)
+      if progress:
+        progress.update(batch.num_examples)
+  if progress:
+    progress.close()
+  return writer.manifest

@@ -1,0 +1,120 @@
+"""From an ml_collections config to feature specs, model and optimizers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+from jax.sharding import Mesh
+
+from sparsepipe import pipeline
+from sparsepipe import transforms
+
+_EMBEDDING_OPTIMIZERS = {
+    "sgd": transforms.SGDOptimizerSpec,
+    "adagrad": transforms.AdagradOptimizerSpec,
+    "adam": transforms.AdamOptimizerSpec,
+}
+_DENSE_OPTIMIZERS = {"sgd": optax.sgd, "adagrad": optax.adagrad, "adam": optax.adam}
+
+
+def _choice(table: dict[str, Any], name: str, what: str) -> Any:
+  if name not in table:
+    raise ValueError(f"{what}.name={name!r} is not one of {sorted(table)}")
+  return table[name]
+
+
+def embedding_optimizer_spec(config: Any) -> Any:
+  """config.embedding_optimizer -> an embedding optimizer spec."""
+  opt = config.embedding_optimizer
+  return _choice(_EMBEDDING_OPTIMIZERS, opt.name, "embedding_optimizer")(
+      learning_rate=float(opt.learning_rate)
+  )
+
+
+def dense_optimizer(config: Any, mesh: Mesh) -> pipeline.ZeroOptimizer:
+  """config.dense_optimizer -> optax optimizer with ZeRO-sharded state."""
+  opt = config.dense_optimizer
+  make = _choice(_DENSE_OPTIMIZERS, opt.name, "dense_optimizer")
+  return pipeline.ZeroOptimizer(make(float(opt.learning_rate)), mesh)
+
+
+def worst_case_ids_per_partition(
+    config: Any, global_batch_size: int, global_device_count: int
+) -> int:
+  """A limit no batch can exceed: every id of one SparseCore in one partition.
+
+  One SC gets global_batch / N samples of every feature (N global SCs), each
+  with at most max_ids ids. It is the starting point when config.limits are
+  0 (automatic); FDO then shrinks the limits to what the data needs.
+  """
+  num_sc = global_device_count * int(config.num_sc_per_device)
+  samples = -(-global_batch_size // num_sc)
+  ids = sum(int(f.max_ids) for f in config.features.values())
+  return max(8, -(-samples * ids // 8) * 8)
+
+
+def build_feature_specs(
+    config: Any, *, global_batch_size: int, global_device_count: int
+) -> dict[str, transforms.FeatureSpec]:
+  """Prepared (and, with config.stacking='auto', stacked) feature specs.
+
+  One table per configured feature, all with model.embedding_dim, initial
+  limits from config.limits, 0 meaning the worst case (FDO tunes them later).
+  """
+  num_sc = int(config.num_sc_per_device)
+  dim = int(config.model.embedding_dim)
+  worst = worst_case_ids_per_partition(config, global_batch_size, global_device_count)
+  max_ids = int(config.limits.max_ids_per_partition) or worst
+  max_unique = int(config.limits.max_unique_ids_per_partition) or worst
+  optimizer = embedding_optimizer_spec(config)
+  specs = {}
+  for name, feature in config.features.items():
+    table = transforms.TableSpec(
+        name=name,
+        vocabulary_size=int(feature.vocab_size),
+        embedding_dim=dim,
+        combiner=str(feature.combiner),
+        max_ids_per_partition=max_ids,
+        max_unique_ids_per_partition=max_unique,
+        optimizer=optimizer,
+    )
+    specs[name] = transforms.FeatureSpec(
+        name=name,
+        table_spec=table,
+        input_shape=(global_batch_size, int(feature.max_ids)),
+        output_shape=(global_batch_size, dim),
+    )
+  if config.stacking == "auto":
+    specs = transforms.auto_stack_tables(
+        specs,
+        global_device_count,
+        num_sc,
+        stack_to_max_ids_per_partition=lambda *_: max_ids,
+        stack_to_max_unique_ids_per_partition=lambda *_: max_unique,
+    )
+  elif config.stacking != "none":
+    raise ValueError(f"stacking={config.stacking!r} is not 'auto' or 'none'")
+  return transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
+
+
+def dlrm_config(config: Any, feature_specs: Any, num_dense: int) -> pipeline.DLRMConfig:
+  return pipeline.DLRMConfig.from_feature_specs(
+      feature_specs,
+      num_dense,
+      bottom_mlp_dims=tuple(int(d) for d in config.model.bottom_mlp_dims),
+      top_mlp_dims=tuple(int(d) for d in config.model.top_mlp_dims),
+  )
+
+
+def input_config(config: Any, data_dir: str) -> transforms.InputConfig:
+  return transforms.InputConfig(
+      data_dir=data_dir,
+      per_host_batch_size=int(config.per_host_batch_size),
+      seed=int(config.seed),
+      shuffle=bool(config.data.shuffle),
+      num_workers=int(config.data.num_workers),
+      skip_corrupt=bool(config.data.skip_corrupt),
+      num_sc_per_device=int(config.num_sc_per_device),
+      allow_id_dropping=bool(config.data.allow_id_dropping),
+  )

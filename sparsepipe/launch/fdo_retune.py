@@ -1,0 +1,99 @@
+"""FDO in the loop: merge every process's statistics and derive new limits.
+
+At a segment boundary (pipeline drained) every process publishes its
+running statistics (element-wise max over all batches it has preprocessed,
+kept in the input iterator's state, so a resumed job publishes the same
+numbers), a barrier waits for all, each loads the merged (max) statistics,
+a second barrier keeps a fast process from publishing the next segment's
+file before a slow one has loaded this one, and the limits follow with
+`headroom`: a later batch may exceed what earlier batches showed, and
+exceeding a limit is an error (or counted drops with allow_id_dropping).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from sparsepipe import transforms
+
+
+def _barrier(name: str) -> None:
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+def scale_stats(
+    stats: transforms.SparseDenseMatmulInputStats, headroom: float
+) -> transforms.SparseDenseMatmulInputStats:
+  """Statistics multiplied by `headroom` (>= 1), rounded up (buffer sizes to 8)."""
+  if not headroom >= 1.0:
+    raise ValueError(f"fdo.headroom={headroom} must be >= 1.0")
+
+  def scale(values: Any, align: int) -> np.ndarray:
+    values = np.asarray(values, np.int64)
+    scaled = np.ceil(values * headroom).astype(np.int64)
+    return ((scaled + align - 1) // align * align).astype(np.int32)
+
+  return transforms.SparseDenseMatmulInputStats(
+      max_ids_per_partition={k: scale(v, 1) for k, v in stats.max_ids_per_partition.items()},
+      max_unique_ids_per_partition={
+          k: scale(v, 1) for k, v in stats.max_unique_ids_per_partition.items()
+      },
+      required_buffer_size_per_sc={
+          k: scale(v, 8) for k, v in stats.required_buffer_size_per_sc.items()
+      },
+      id_drop_counters=dict(stats.id_drop_counters),
+  )
+
+
+def retune_limits(
+    feature_specs: Any,
+    local_stats: transforms.SparseDenseMatmulInputStats,
+    *,
+    stats_dir: str,
+    headroom: float,
+    num_sc_per_device: int,
+    global_device_count: int,
+) -> tuple[Any, transforms.SparseDenseMatmulInputStats]:
+  """Publishes `local_stats`, merges all processes', returns (new specs, merged).
+
+  Call on every process at the same point. `stats_dir` should be specific
+  to this retune (e.g. per segment) so that files of other runs or other
+  segments never take part.
+  """
+  os.makedirs(stats_dir, exist_ok=True)
+  client = transforms.NPZFileFDOClient(stats_dir)
+  client.record(local_stats)
+  client.publish()
+  _barrier(f"sparsepipe:fdo_published:{stats_dir}")
+  merged = client.load()
+  _barrier(f"sparsepipe:fdo_loaded:{stats_dir}")
+  specs = transforms.update_preprocessing_parameters(
+      feature_specs,
+      scale_stats(merged, headroom),
+      num_sc_per_device,
+      global_device_count,
+  )
+  return specs, merged
+
+
+def describe_limits(before: Any, after: Any) -> str:
+  """'stack: max_ids 256->40, ...' for the stacks whose limits changed."""
+  old, new = transforms.get_stack_limits(before), transforms.get_stack_limits(after)
+  parts = []
+  for stack in sorted(new):
+    changes = [
+        f"{name.replace('_per_partition', '').replace('suggested_coo_buffer_size_per_device', 'buffer')}"
+        f" {old[stack][name]}->{new[stack][name]}"
+        for name in transforms.LIMIT_NAMES
+        if old[stack][name] != new[stack][name]
+    ]
+    if changes:
+      parts.append(f"{stack}: " + ", ".join(changes))
+  return "; ".join(parts) if parts else "unchanged"
+

@@ -1,0 +1,134 @@
+"""Training progress for people: a live line, and metrics as JSONL.
+
+The JSONL file (<workdir>/metrics.jsonl) has one record per trained batch
+({"batch", "loss"}) and one per event ({"event": "checkpoint" | "fdo" |
+"resume" | "preempted" | "done", ...}). On resume it is rewritten without the
+records of batches the restored checkpoint had not trained yet, so the file
+of a resumed job equals that of an uninterrupted one, event lines aside.
+Only process 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+
+class MetricsLog:
+  """Appends JSON lines to `path` (flushed per write; process 0 only)."""
+
+  def __init__(self, path: str, *, enabled: bool = True):
+    self._path = path
+    self._enabled = enabled
+    self._file: TextIO | None = None
+
+  @property
+  def path(self) -> str:
+    return self._path
+
+  def truncate_batches(self, first_untrained_batch: int) -> None:
+    """Drops batch records >= first_untrained_batch (atomic rewrite)."""
+    if not self._enabled or not os.path.exists(self._path):
+      return
+    kept = []
+    with open(self._path) as f:
+      for line in f:
+        if not line.strip():
+          continue
+        try:
+          record = json.loads(line)
+        except json.JSONDecodeError:
+          continue  # a line cut by a kill mid-write
+        if record.get("batch", -1) < first_untrained_batch:
+          kept.append(json.dumps(record))
+    tmp = self._path + ".tmp"
+    with open(tmp, "w") as f:
+      f.write("".join(line + "\n" for line in kept))
+    os.replace(tmp, self._path)
+
+  def write(self, record: dict[str, Any]) -> None:
+    if not self._enabled:
+      return
+    if self._file is None:
+      self._file = open(self._path, "a")
+    self._file.write(json.dumps(record) + "\n")
+    self._file.flush()
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+      self._file = None
+
+
+class ProgressLine:
+  """One live status line: step, examples/s, loss, data-wait share, events.
+
+  On a terminal the line is redrawn in place; otherwise (logs, CI) one line
+  is printed per update.
+  """
+
+  def __init__(self, total_batches: int, *, stream: TextIO | None = None, enabled: bool = True):
+    self._total = total_batches
+    self._stream = stream or sys.stderr
+    self._enabled = enabled
+    self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+    self._event = ""
+    self._last_len = 0
+
+  def event(self, text: str) -> None:
+    """An event shown on the next update (e.g. 'saved ckpt 42')."""
+    self._event = text
+
+  def update(self, batch: int, examples_per_second: float, loss: float | None, data_wait: float) -> None:
+    if not self._enabled:
+      return
+    parts = [
+        f"batch {batch}/{self._total}",
+        f"{examples_per_second:,.0f} ex/s",
+        "loss " + ("-" if loss is None else f"{loss:.4f}"),
+        f"data wait {100 * data_wait:.0f}%",
+    ]
+    if self._event:
+      parts.append(self._event)
+      self._event = ""
+    text = " | ".join(parts)
+    if self._tty:
+      pad = " " * max(0, self._last_len - len(text))
+      self._stream.write("\r" + text + pad)
+      self._last_len = len(text)
+    else:
+      self._stream.write(text + "\n")
+    self._stream.flush()
+
+  def message(self, text: str) -> None:
+    """A line of its own (ends the live line first)."""
+    if not self._enabled:
+      return
+    if self._tty and self._last_len:
+      self._stream.write("\n")
+      self._last_len = 0
+    self._stream.write(text + "\n")
+    self._stream.flush()
+
+
+class IntervalMeter:
+  """Examples/s and data-wait share since the last `reset`."""
+
+  def __init__(self):
+    self.reset()
+
+  def reset(self) -> None:
+    self._start = time.perf_counter()
+    self._wait = 0.0
+    self._examples = 0
+
+  def add(self, examples: int, data_wait_seconds: float) -> None:
+    self._examples += examples
+    self._wait += data_wait_seconds
+
+  def read(self) -> tuple[float, float]:
+    elapsed = max(time.perf_counter() - self._start, 1e-9)
+    return self._examples / elapsed, min(self._wait / elapsed, 1.0)

@@ -1,0 +1,350 @@
+"""Sharded embedding tables and optimizer slots: creation, shardings, re-layout.
+
+State is `{stack name: EmbeddingVariables(table, slots)}`; every array is
+[stack_vocab_size, stack_embedding_dim] float32 in the physical MOD layout of
+embedding_layout.py, sharded by rows over the data axis. Slots follow the
+stack optimizer's slot_names().
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from typing import Any, Mapping, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sparsepipe.pipeline.embedding_layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding_layout import StackLayout
+from sparsepipe.pipeline.embedding_layout import logical_to_physical
+from sparsepipe.pipeline.embedding_layout import physical_to_logical
+from sparsepipe.pipeline.embedding_layout import stack_layouts
+from sparsepipe.pipeline.mesh import DATA_AXIS
+
+
+class EmbeddingVariables(NamedTuple):
+  """One stacked table and its optimizer slots (same shape and sharding)."""
+
+  table: Any
+  slots: tuple[Any, ...] = ()
+
+
+def num_sparsecores(mesh: Mesh, num_sc_per_device: int) -> int:
+  """N = devices on the mesh's data axis * SparseCores per device."""
+  if num_sc_per_device < 1:
+    raise EmbeddingLayoutError(
+        f"num_sc_per_device={num_sc_per_device} must be positive"
+    )
+  return int(mesh.shape[DATA_AXIS]) * int(num_sc_per_device)
+
+
+def table_sharding(mesh: Mesh) -> NamedSharding:
+  """Rows split over the data axis: device d holds SCs d*S .. d*S+S-1."""
+  return NamedSharding(mesh, PartitionSpec(DATA_AXIS, None))
+
+
+def _layouts(feature_specs: Any, mesh: Mesh, num_sc_per_device: int):
+  return stack_layouts(feature_specs, num_sparsecores(mesh, num_sc_per_device))
+
+
+def _structure(layout: StackLayout, leaf: Any) -> EmbeddingVariables:
+  slots = tuple(leaf for _ in layout.spec.optimizer.slot_names())
+  return EmbeddingVariables(leaf, slots)
+
+
+def embedding_variables_sharding(
+    feature_specs: Any, mesh: Mesh
+) -> dict[str, EmbeddingVariables]:
+  """{stack: EmbeddingVariables of NamedSharding} (for jit in/out_shardings)."""
+  sharding = table_sharding(mesh)
+  stacks = {}
+  for feature in jax.tree.leaves(feature_specs):
+    stack = feature.table_spec.stacked_table_spec
+    if stack is None:
+      raise EmbeddingLayoutError(
+          f"feature '{feature.name}' (table '{feature.table_spec.name}'):"
+          " table_spec.stacked_table_spec is None; pass feature specs"
+          " returned by prepare_feature_specs_for_training"
+      )
+    stacks[stack.stack_name] = stack
+  return {
+      name: EmbeddingVariables(
+          sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names())
+      )
+      for name in sorted(stacks)
+  }
+
+
+def abstract_embedding_variables(
+    feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+) -> dict[str, EmbeddingVariables]:
+  """ShapeDtypeStructs with shardings: restore targets for Orbax."""
+  sharding = table_sharding(mesh)
+  layouts = _layouts(feature_specs, mesh, num_sc_per_device)
+  return {
+      name: _structure(
+          layout,
+          jax.ShapeDtypeStruct(
+              (layout.vocab_size, layout.dim), jnp.float32, sharding=sharding
+          ),
+      )
+      for name, layout in layouts.items()
+  }
+
+
+def table_key(key: jax.Array, table_name: str) -> jax.Array:
+  """The PRNG key of one logical table: independent of stacking and devices."""
+  return jax.random.fold_in(key, zlib.crc32(table_name.encode()) & 0x7FFFFFFF)
+
+
+def _slot_fills(layout: StackLayout, key: jax.Array) -> list[jax.Array]:
+  shape = (layout.vocab_size, layout.dim)
+  optimizer = layout.spec.optimizer
+  return [
+      jnp.asarray(init(jax.random.fold_in(key, i), shape, jnp.float32))
+      for i, init in enumerate(optimizer.slot_initializers())
+  ]
+
+
+@functools.lru_cache(maxsize=64)
+def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh):
+  """The jitted initializer of a set of stacks (cached: compiled once)."""
+  sharding = table_sharding(mesh)
+
+  def init(key):
+    state = {}
+    for name, layout in layouts:
+      logical = {
+          t.name: t.initializer(
+              table_key(key, t.name),
+              (t.vocabulary_size, t.embedding_dim),
+              jnp.float32,
+          )
+          for t in layout.tables
+      }
+      table = logical_to_physical(layout, logical, row_sharding=sharding)
+      slot_key = jax.random.fold_in(table_key(key, name), 1)
+      slots = tuple(_slot_fills(layout, slot_key))
+      state[name] = EmbeddingVariables(table, slots)
+    return state
+
+  out = {name: _structure(layout, sharding) for name, layout in layouts}
+  return jax.jit(init, out_shardings=out)
+
+
+def init_embedding_variables(
+    key: jax.Array, feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+) -> dict[str, EmbeddingVariables]:
+  """Fresh tables and slots, created sharded (never whole on one device).
+
+  Each logical table is `TableSpec.initializer(table_key(key, name),
+  (vocabulary_size, embedding_dim))`, so the same key gives the same
+  logical tables for any device count or stacking; padding rows and
+  columns are zero. Slots are the optimizer's slot_initializers() over the
+  whole stacked array.
+  """
+  layouts = _layouts(feature_specs, mesh, num_sc_per_device)
+  return _init_function(tuple(layouts.items()), mesh)(key)
+
+
+def _to_host(array: Any) -> np.ndarray:
+  if isinstance(array, jax.Array) and not array.is_fully_addressable:
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+  return np.asarray(array)
+
+
+def _global_device_count(arrays: list[Any], given: int | None) -> int:
+  if given is not None:
+    return int(given)
+  for array in arrays:
+    sharding = getattr(array, "sharding", None)
+    if isinstance(sharding, NamedSharding) and DATA_AXIS in sharding.mesh.shape:
+      return int(sharding.mesh.shape[DATA_AXIS])
+  raise EmbeddingLayoutError(
+      "global_device_count is needed: the tables carry no NamedSharding over"
+      f" the '{DATA_AXIS}' axis"
+  )
+
+
+def unstack_embedding_variables(
+    variables: Mapping[str, EmbeddingVariables],
+    feature_specs: Any,
+    *,
+    num_sc_per_device: int,
+    global_device_count: int | None = None,
+) -> dict[str, EmbeddingVariables]:
+  """Physical stacked state -> {table name: EmbeddingVariables of numpy}.
+
+  Every array comes back to the host as [vocabulary_size, embedding_dim].
+  `global_device_count` is read from the arrays' sharding when omitted.
+  """
+  g = _global_device_count(
+      [v.table for v in variables.values()], global_device_count
+  )
+  layouts = stack_layouts(feature_specs, g * num_sc_per_device)
+  out = {}
+  for name, layout in layouts.items():
+    if name not in variables:
+      raise EmbeddingLayoutError(f"no embedding variables for stack '{name}'")
+    stacked = variables[name]
+    expected = len(layout.spec.optimizer.slot_names())
+    if len(stacked.slots) != expected:
+      raise EmbeddingLayoutError(
+          f"stack '{name}': {len(stacked.slots)} slots given, the optimizer"
+          f" has {expected}"
+      )
+    table = physical_to_logical(layout, _to_host(stacked.table))
+    slots = [physical_to_logical(layout, _to_host(s)) for s in stacked.slots]
+    for t in layout.tables:
+      out[t.name] = EmbeddingVariables(
+          table[t.name], tuple(s[t.name] for s in slots)
+      )
+  return out
+
+
+def unstack_embedding_tables(
+    tables: Mapping[str, Any],
+    feature_specs: Any,
+    *,
+    num_sc_per_device: int,
+    global_device_count: int | None = None,
+) -> dict[str, np.ndarray]:
+  """Physical stacked tables -> {table name: np.ndarray [vocab, dim]}.
+
+  `tables` maps stack names to arrays or to EmbeddingVariables (slots are
+  ignored; see unstack_embedding_variables for them).
+  """
+  variables = {
+      name: EmbeddingVariables(
+          v.table if isinstance(v, EmbeddingVariables) else v, ()
+      )
+      for name, v in tables.items()
+  }
+  g = _global_device_count(
+      [v.table for v in variables.values()], global_device_count
+  )
+  layouts = stack_layouts(feature_specs, g * num_sc_per_device)
+  out = {}
+  for name, layout in layouts.items():
+    if name not in variables:
+      raise EmbeddingLayoutError(f"no embedding table for stack '{name}'")
+    out.update(physical_to_logical(layout, _to_host(variables[name].table)))
+  return out
+
+
+def _device_logical(
+    layout: StackLayout, logical: Mapping[str, Any], sharding: NamedSharding
+) -> dict[str, Any]:
+  """Logical arrays -> device arrays; host arrays go row-sharded, rows padded.
+
+  A numpy table is padded to its padded_vocab_size rows and placed shard by
+  shard (make_array_from_callback), so no device ever holds all of it;
+  `_unpad_rows` undoes the row padding under jit.
+  """
+  out = {}
+  for t in layout.tables:
+    if t.name not in logical:
+      raise EmbeddingLayoutError(
+          f"stack '{layout.name}': no logical array for table '{t.name}'"
+      )
+    value = logical[t.name]
+    expected = (t.vocabulary_size, t.embedding_dim)
+    if tuple(value.shape) != expected:
+      raise EmbeddingLayoutError(
+          f"stack '{layout.name}', table '{t.name}': logical array has shape"
+          f" {tuple(value.shape)}, expected {expected}"
+      )
+    if isinstance(value, jax.Array):
+      out[t.name] = value
+      continue
+    rows = t.setting_in_stack.padded_vocab_size - t.vocabulary_size
+    padded = np.pad(np.asarray(value, np.float32), ((0, rows), (0, 0)))
+    out[t.name] = jax.make_array_from_callback(
+        padded.shape, sharding, lambda index, padded=padded: padded[index]
+    )
+  return out
+
+
+def _unpad_rows(
+    layout: StackLayout, arrays: Mapping[str, Any]
+) -> dict[str, Any]:
+  return {t.name: arrays[t.name][: t.vocabulary_size] for t in layout.tables}
+
+
+def stack_embedding_variables(
+    logical: Mapping[str, EmbeddingVariables],
+    feature_specs: Any,
+    mesh: Mesh,
+    *,
+    num_sc_per_device: int,
+) -> dict[str, EmbeddingVariables]:
+  """{table name: EmbeddingVariables [vocab, dim]} -> sharded physical state.
+
+  The inverse of unstack_embedding_variables for the layout of `mesh`
+  (which may have another device count than the one the tables came from:
+  this is how a checkpoint is re-laid). Table padding is zero, slot
+  padding the slot initializer's value.
+  """
+  layouts = _layouts(feature_specs, mesh, num_sc_per_device)
+  sharding = table_sharding(mesh)
+  out = {}
+  for name, layout in layouts.items():
+    n_slots = len(layout.spec.optimizer.slot_names())
+    for t in layout.tables:
+      got = len(logical[t.name].slots) if t.name in logical else n_slots
+      if got != n_slots:
+        raise EmbeddingLayoutError(
+            f"stack '{name}', table '{t.name}': {got} slots given, the"
+            f" optimizer has {n_slots}"
+        )
+    table = _device_logical(
+        layout, {k: v.table for k, v in logical.items()}, sharding
+    )
+    slots = [
+        _device_logical(
+            layout, {k: v.slots[i] for k, v in logical.items()}, sharding
+        )
+        for i in range(n_slots)
+    ]
+
+    def place(table, slots, layout=layout):
+      fills = _slot_fills(layout, jax.random.key(0))
+      return EmbeddingVariables(
+          logical_to_physical(
+              layout, _unpad_rows(layout, table), row_sharding=sharding
+          ),
+          tuple(
+              logical_to_physical(
+                  layout, _unpad_rows(layout, s), f, row_sharding=sharding
+              )
+              for s, f in zip(slots, fills)
+          ),
+      )
+
+    out[name] = jax.jit(place, out_shardings=_structure(layout, sharding))(
+        table, slots
+    )
+  return out
+
+
+def stack_embedding_tables(
+    logical: Mapping[str, Any],
+    feature_specs: Any,
+    mesh: Mesh,
+    num_sc_per_device: int,
+) -> dict[str, jax.Array]:
+  """{table name: [vocab, dim]} -> {stack name: sharded physical table}."""
+  layouts = _layouts(feature_specs, mesh, num_sc_per_device)
+  sharding = table_sharding(mesh)
+  out = {}
+  for name, layout in layouts.items():
+    tables = _device_logical(layout, logical, sharding)
+    place = lambda t, layout=layout: logical_to_physical(
+        layout, _unpad_rows(layout, t), row_sharding=sharding
+    )
+    out[name] = jax.jit(place, out_shardings=sharding)(tables)
+  return out

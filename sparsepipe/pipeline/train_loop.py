@@ -1,0 +1,390 @@
+"""The training loop: drives the pipelined step from a data iterator.
+
+A pipeline run trains `num_batches` batches in `num_batches + 2` pipeline
+steps: step i feeds batch i (i < num_batches) or zero dummies (the two
+drain steps), and its output belongs to batch i-1.
+
+Stopping and resuming. Every pipeline step boundary is a valid stopping
+point. After pipeline step i has run, the iterator has yielded batches
+0..min(i, num_batches-1) and `pipeline_state.pipeline_step == i + 1`. Save
+(TrainState, PipelineState, iterator state) there; to resume, restore them
+(`PipelinedTrainer.abstract_pipeline_state` and `abstract_train_state` give
+the targets) and call `train` again with the restored `pipeline_state` and
+iterator and the same `num_batches`: the loop starts at the saved
+pipeline step, reads the next batch from the iterator, and makes the drain
+dummies from the state's buffers, so the resumed run is bit-identical to an
+uninterrupted one. `step_callback` is where a checkpointer hooks in; it must
+not keep references to the device arrays after returning (the next step
+donates them) — take host copies or save synchronously.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from typing import Any, Callable, Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from sparsepipe.pipeline import pipeline_state as ps
+from sparsepipe.pipeline.dlrm import DenseInputs
+from sparsepipe.pipeline.pipeline_step import step as pipeline_step_fn
+from sparsepipe.pipeline.sc_stages import get_default_sc_bwd_function
+from sparsepipe.pipeline.sc_stages import get_default_sc_fwd_function
+from sparsepipe.pipeline.train_state import TrainState
+from sparsepipe.transforms.batch import TrainBatch
+
+StepCallback = Callable[[int, TrainState, ps.PipelineState], Any]
+
+
+def batch_to_pipeline_input(batch: TrainBatch) -> ps.CurrentStepInput:
+  """TrainBatch -> CurrentStepInput(sparse COO buffers, DenseInputs)."""
+  return ps.CurrentStepInput(
+      sparse_inputs=batch.sparse,
+      dense_inputs=DenseInputs(labels=batch.labels, dense=batch.dense),
+  )
+
+
+def _sharding_of(tree: Any, what: str) -> Any:
+  def get(path, x):
+    sharding = getattr(x, "sharding", None)
+    if sharding is None:
+      raise ValueError(
+          f"{what}{jax.tree_util.keystr(path)} has no sharding; pass jax.Arrays"
+          " or ShapeDtypeStructs with shardings"
+      )
+    return sharding
+
+  return jax.tree_util.tree_map_with_path(get, tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelinedTrainer:
+  """The stages, shardings and jitted step of one pipelined training setup.
+
+  Build it with `make_pipelined_trainer`. The jitted step donates the train
+  state, the pipeline state and the input and has explicit in/out
+  shardings, so no step copies the state; `fake_tc_step` is static (two
+  programs), or, with `gradient_multiplier=True`, one program serves all
+  steps.
+  """
+
+  mesh: Mesh
+  sc_fwd_function: ps.ScFwdStageFun
+  tc_function: ps.TcStageFun
+  sc_bwd_function: ps.ScBwdStageFun
+  input_fn: Callable[[Any], ps.CurrentStepInput]
+  train_state_sharding: TrainState
+  pipeline_state_sharding: ps.PipelineState
+  input_sharding: ps.CurrentStepInput
+  abstract_input: ps.CurrentStepInput
+  abstract_pipeline_state: ps.PipelineState
+  global_batch_size: int
+  gradient_multiplier: bool
+  jitted_step: Any = dataclasses.field(repr=False)
+
+  def initial_pipeline_state(self) -> ps.PipelineState:
+    """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
+    return ps.zeros_from_abstract(
+        self.abstract_pipeline_state, self.pipeline_state_sharding
+    )
+
+  def run_pipeline_step(
+      self,
+      train_state: TrainState,
+      pipeline_state: ps.PipelineState,
+      batch: Any | None,
+      fake_tc_step: bool,
+      *,
+      num_batches: int | None = None,
+  ) -> tuple[TrainState, ps.PipelineState, Any]:
+    """Runs one pipeline step; donates `train_state` and `pipeline_state`.
+
+    Args:
+      train_state: the TrainState (donated).
+      pipeline_state: the PipelineState (donated).
+      batch: the batch of this step (a TrainBatch for the default input_fn),
+        or None for a drain step (zero dummies shaped by the state).
+      fake_tc_step: `is_fake_tc_step(pipeline step, num_batches)`; must be
+        False in gradient-multiplier mode.
+      num_batches: batches of this pipeline run; required in
+        gradient-multiplier mode (the on-device masks need it).
+
+    Returns:
+      (new TrainState, new PipelineState, TC output of batch i-1; zeros when
+      the step has no valid output).
+    """
+    if self.gradient_multiplier:
+      if fake_tc_step:
+        raise ValueError(
+            "gradient-multiplier mode runs one program for every step:"
+            " fake_tc_step must be False"
+        )
+      if num_batches is None:
+        raise ValueError("gradient-multiplier mode needs num_batches")
+    if batch is None:
+      pipeline_input = ps.get_dummy_input(
+          self.abstract_input, self.input_sharding
+      )
+    else:
+      pipeline_input = self.input_fn(batch)
+    num = jnp.asarray(-1 if num_batches is None else num_batches, jnp.int32)
+    with warnings.catch_warnings():
+      # The buffered sparse inputs of step i-2 are donated and dropped: XLA
+      # warns that it cannot reuse them; that is expected.
+      warnings.filterwarnings(
+          "ignore", message="Some donated buffers were not usable"
+      )
+      train_state, pipeline_state, output = self.jitted_step(
+          pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
+      )
+    return train_state, pipeline_state, output
+
+
+def make_pipelined_trainer(
+    mesh: Mesh,
+    train_state: TrainState,
+    example_batch: Any,
+    tc_function: ps.TcStageFun,
+    *,
+    feature_specs: Any = None,
+    num_sc_per_device: int | None = None,
+    sc_fwd_function: ps.ScFwdStageFun | None = None,
+    sc_bwd_function: ps.ScBwdStageFun | None = None,
+    input_fn: Callable[[Any], ps.CurrentStepInput] = batch_to_pipeline_input,
+    gradient_multiplier: bool = False,
+    output_sharding: Any = None,
+) -> PipelinedTrainer:
+  """Builds the stages, shardings and the jitted pipelined step.
+
+  Args:
+    mesh: the device mesh (data axis).
+    train_state: the TrainState, concrete or abstract with shardings (its
+      shardings become the step's in/out shardings).
+    example_batch: one batch, concrete or ShapeDtypeStructs, giving shapes.
+    tc_function: the TC stage (e.g. `make_dlrm_tc_stage`).
+    feature_specs: prepared feature specs; needed for the default SC stages.
+    num_sc_per_device: S; needed for the default SC stages.
+    sc_fwd_function: SC fwd stage; default `get_default_sc_fwd_function`.
+    sc_bwd_function: SC bwd stage; default `get_default_sc_bwd_function`.
+    input_fn: batch -> CurrentStepInput.
+    gradient_multiplier: one program for all steps with on-device masks.
+    output_sharding: sharding of the TC output (one Sharding or a tree);
+      default replicated.
+
+  Returns:
+    A PipelinedTrainer.
+  """
+  if sc_fwd_function is None or sc_bwd_function is None:
+    if feature_specs is None or num_sc_per_device is None:
+      raise ValueError(
+          "the default SC stages need feature_specs and num_sc_per_device"
+      )
+    if sc_fwd_function is None:
+      sc_fwd_function = get_default_sc_fwd_function(
+          feature_specs, mesh, num_sc_per_device=num_sc_per_device
+      )
+    if sc_bwd_function is None:
+      sc_bwd_function = get_default_sc_bwd_function(
+          feature_specs, mesh, num_sc_per_device=num_sc_per_device
+      )
+  ts_sharding = _sharding_of(train_state, "train_state")
+  abstract_ts = jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      train_state,
+      ts_sharding,
+  )
+  abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(example_batch))
+  tc_state = abstract_ts.replace(embedding_variables=None)
+  abstract_state = ps.get_abstract_pipeline_state(
+      abstract_input, tc_state, abstract_ts.embedding_variables,
+      sc_fwd_function, tc_function,
+  )
+  state_sharding = ps.get_pipeline_state_sharding(abstract_state, mesh)
+  abstract_state = jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      abstract_state,
+      state_sharding,
+  )
+  input_sharding = ps.pipeline_input_sharding(state_sharding)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  output_shapes = jax.eval_shape(
+      tc_function,
+      abstract_state.last_step_inputs.embedding_activations,
+      abstract_state.last_step_inputs.dense_inputs,
+      tc_state,
+      abstract_state.last_step_inputs.sc_fwd_aux,
+  )[1]
+  if output_sharding is None:
+    output_sharding = replicated
+  if isinstance(output_sharding, jax.sharding.Sharding):
+    output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
+
+  def train_step(pipeline_input, train_state, pipeline_state, num_batches,
+                 fake_tc_step):
+    output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
+        pipeline_input,
+        train_state.replace(embedding_variables=None),
+        train_state.embedding_variables,
+        pipeline_state,
+        sc_fwd_function,
+        tc_function,
+        sc_bwd_function,
+        fake_tc_step=fake_tc_step,
+        num_steps=num_batches if gradient_multiplier else None,
+    )
+    train_state = tc_state.replace(embedding_variables=embedding_variables)
+    return train_state, pipeline_state, output
+
+  jitted = jax.jit(
+      train_step,
+      static_argnums=(4,),
+      donate_argnums=(0, 1, 2),
+      in_shardings=(input_sharding, ts_sharding, state_sharding, replicated),
+      out_shardings=(ts_sharding, state_sharding, output_sharding),
+  )
+  labels = jax.tree.leaves(abstract_input.dense_inputs)
+  global_batch = int(labels[0].shape[0]) if labels and labels[0].shape else 0
+  return PipelinedTrainer(
+      mesh=mesh,
+      sc_fwd_function=sc_fwd_function,
+      tc_function=tc_function,
+      sc_bwd_function=sc_bwd_function,
+      input_fn=input_fn,
+      train_state_sharding=ts_sharding,
+      pipeline_state_sharding=state_sharding,
+      input_sharding=input_sharding,
+      abstract_input=abstract_input,
+      abstract_pipeline_state=abstract_state,
+      global_batch_size=global_batch,
+      gradient_multiplier=gradient_multiplier,
+      jitted_step=jitted,
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainMetrics:
+  """What one `train` call measured (JSON-able with dataclasses.asdict).
+
+  Attributes:
+    batch_indices: index (within the pipeline run) of each batch whose TC
+      output this call produced, i.e. pipeline step - 1.
+    losses: its loss (output["loss"]), same order; empty if no loss.
+    first_pipeline_step: the pipeline step this call started at.
+    next_pipeline_step: the pipeline step a resumed call would start at.
+    finished: True when the pipeline run is complete (all drain steps run).
+    examples: examples trained by this call (valid TC steps * global batch).
+    seconds: wall time of this call's steps, to the last result.
+    examples_per_second: examples / seconds.
+    steady_examples_per_second: the same without the call's first two
+      pipeline steps (they compile); None with fewer than 3 steps.
+  """
+
+  batch_indices: tuple[int, ...]
+  losses: tuple[float, ...]
+  first_pipeline_step: int
+  next_pipeline_step: int
+  finished: bool
+  examples: int
+  seconds: float
+  examples_per_second: float
+  steady_examples_per_second: float | None
+
+
+def _loss_of(output: Any) -> Any:
+  if isinstance(output, Mapping):
+    return output.get("loss")
+  return getattr(output, "loss", None)
+
+
+def train(
+    trainer: PipelinedTrainer,
+    train_state: TrainState,
+    data_iterator: Iterator[Any],
+    num_batches: int,
+    *,
+    pipeline_state: ps.PipelineState | None = None,
+    max_pipeline_steps: int | None = None,
+    step_callback: StepCallback | None = None,
+) -> tuple[TrainState, ps.PipelineState, TrainMetrics]:
+  """Runs (part of) a pipeline run of `num_batches` batches.
+
+  Args:
+    trainer: from `make_pipelined_trainer`.
+    train_state: the TrainState (donated: use the returned one).
+    data_iterator: yields the batches; exactly one is read per pipeline step
+      i < num_batches, none during the drain.
+    num_batches: batches of the whole pipeline run (not of this call).
+    pipeline_state: None to start a fresh run at pipeline step 0, or a saved
+      PipelineState to continue at its `pipeline_step`.
+    max_pipeline_steps: run at most this many pipeline steps in this call.
+    step_callback: called after every pipeline step as `callback(next
+      pipeline step, train_state, pipeline_state)`; a truthy return stops the
+      loop at that boundary (e.g. after a preemption checkpoint).
+
+  Returns:
+    (train_state, pipeline_state, metrics). The pipeline_state can be saved
+    and passed back to continue.
+  """
+  total = ps.get_pipeline_train_steps(num_batches)
+  if pipeline_state is None:
+    pipeline_state = trainer.initial_pipeline_state()
+    start = 0
+  else:
+    start = int(jax.device_get(pipeline_state.pipeline_step))
+  if not 0 <= start <= total:
+    raise ValueError(
+        f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
+        f" num_batches={num_batches}"
+    )
+  end = total if max_pipeline_steps is None else min(total, start + max_pipeline_steps)
+  outputs: list[tuple[int, Any]] = []
+  t0 = time.perf_counter()
+  t_steady, steady_from = None, start + 2
+  i = start
+  while i < end:
+    if i == steady_from:
+      jax.block_until_ready(train_state)
+      t_steady = time.perf_counter()
+    if i < num_batches:
+      try:
+        batch = next(data_iterator)
+      except StopIteration:
+        raise ValueError(
+            f"data iterator ended at batch {i}; num_batches={num_batches}"
+        ) from None
+    else:
+      batch = None
+    fake = ps.is_fake_tc_step(i, num_batches) and not trainer.gradient_multiplier
+    train_state, pipeline_state, output = trainer.run_pipeline_step(
+        train_state, pipeline_state, batch, fake, num_batches=num_batches
+    )
+    if ps.is_output_valid(i, num_batches):
+      outputs.append((i - 1, _loss_of(output)))
+    i += 1
+    if step_callback is not None and step_callback(i, train_state, pipeline_state):
+      break
+  jax.block_until_ready((train_state, pipeline_state))
+  t1 = time.perf_counter()
+  losses = jax.device_get([loss for _, loss in outputs])
+  examples = len(outputs) * trainer.global_batch_size
+  steady = None
+  if t_steady is not None:
+    steady_examples = sum(1 for b, _ in outputs if b + 1 >= steady_from)
+    steady = steady_examples * trainer.global_batch_size / max(t1 - t_steady, 1e-9)
+  metrics = TrainMetrics(
+      batch_indices=tuple(b for b, _ in outputs),
+      losses=tuple(float(np.asarray(l)) for l in losses if l is not None),
+      first_pipeline_step=start,
+      next_pipeline_step=i,
+      finished=i == total,
+      examples=examples,
+      seconds=t1 - t0,
+      examples_per_second=examples / max(t1 - t0, 1e-9),
+      steady_examples_per_second=steady,
+  )
+  return train_state, pipeline_state, metrics

@@ -1,0 +1,480 @@
+"""Table stacking and FDO limit updates on frozen specs (coo_format.md).
+
+Mirrors jax-tpu-embedding 0.1.0's `prepare_feature_specs_for_training`,
+`stack_tables`, `auto_stack_tables` and `update_preprocessing_parameters`
+(same names, arguments and results), except that specs are frozen: every
+function RETURNS new feature specs with the same pytree structure instead of
+mutating them, because specs are static arguments of the jitted step.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+from sparsepipe.transforms import coo_layout
+from sparsepipe.transforms import coo_types
+from sparsepipe.transforms import errors
+from sparsepipe.transforms import specs as specs_lib
+
+Nested = Any
+# (stack_name, stack_sample_count) -> limit, like the reference's callables.
+LimitsCallable = Callable[[str, int], int]
+
+# Floors of FDO-derived limits: a stack that saw no id would otherwise get a
+# limit of 0, which no buffer can be built from (the reference crashes).
+MIN_MAX_IDS_PER_PARTITION = 8
+MIN_MAX_UNIQUE_IDS_PER_PARTITION = 8
+
+
+def get_default_limits(name: str, batch_size: int) -> int:
+  """Default limit of a multi-table stack (256), as in the reference."""
+  del name, batch_size
+  return 256
+
+
+def _leaves(feature_specs: Nested) -> list[specs_lib.FeatureSpec]:
+  leaves = jax.tree_util.tree_leaves(feature_specs)
+  names = collections.Counter(f.name for f in leaves)
+  for name, count in names.items():
+    if count > 1:
+      raise errors.StackingError(f"feature '{name}' is defined {count} times")
+  for f in leaves:
+    if not isinstance(f, specs_lib.FeatureSpec):
+      raise errors.StackingError(
+          f"feature_specs leaves must be FeatureSpec, got {type(f).__name__}"
+      )
+  return leaves
+
+
+def _tables(leaves: Sequence[specs_lib.FeatureSpec]) -> dict[str, specs_lib.TableSpec]:
+  """Table name -> spec, in first-appearance order; one spec per name."""
+  tables: dict[str, specs_lib.TableSpec] = {}
+  for f in leaves:
+    t = f.table_spec
+    if t.name in tables and tables[t.name] != t:
+      raise errors.StackingError(
+          f"table '{t.name}' appears with two different TableSpecs (feature"
+          f" '{f.name}')"
+      )
+    tables.setdefault(t.name, t)
+  return tables
+
+
+def _is_stacked(table: specs_lib.TableSpec) -> bool:
+  return table.stacked_table_spec is not None
+
+
+def _stacked_elsewhere(table: specs_lib.TableSpec) -> bool:
+  """In a stack not named after itself (a table alone may be re-stacked)."""
+  setting = table.setting_in_stack
+  return setting is not None and setting.stack_name != table.name
+
+
+def _batch(feature: specs_lib.FeatureSpec) -> int:
+  return int(np.prod(feature.output_shape[:-1]))
+
+
+def _padded_dim(table: specs_lib.TableSpec) -> int:
+  return coo_layout.round_up(table.embedding_dim, coo_layout.ALIGNMENT)
+
+
+def _padded_vocab(table: specs_lib.TableSpec, num_sc: int) -> int:
+  return coo_layout.round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
+
+
+def _replace_features(
+    feature_specs: Nested, update: Callable[[specs_lib.FeatureSpec], specs_lib.FeatureSpec]
+) -> Nested:
+  return jax.tree_util.tree_map(update, feature_specs)
+
+
+def prepare_feature_specs_for_training(
+    feature_specs: Nested, global_device_count: int, num_sc_per_device: int
+) -> Nested:
+  """Gives every not yet stacked table its own stack; returns new specs.
+
+  Several features on one table share its stack (feature stacking); their
+  row_offsets are running sums of global batch sizes in feature-name order.
+  Already stacked tables are returned unchanged.
+  """
+  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  leaves = _leaves(feature_specs)
+  _tables(leaves)
+  by_table: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
+  for f in leaves:
+    if not _is_stacked(f.table_spec):
+      setting = f.table_spec.setting_in_stack
+      if setting is not None and setting.stack_name != f.table_spec.name:
+        raise errors.StackingError(
+            f"table '{f.table_spec.name}' has no StackedTableSpec but its"
+            f" setting_in_stack names stack '{setting.stack_name}'"
+        )
+      by_table[f.table_spec.name].append(f)
+
+  row_offsets: dict[str, int] = {}
+  new_tables: dict[str, specs_lib.TableSpec] = {}
+  for table_name, features in by_table.items():
+    offset = 0
+    for f in sorted(features, key=lambda f: f.name):
+      row_offsets[f.name] = offset
+      offset += _batch(f)
+    table = features[0].table_spec
+    padded_vocab = _padded_vocab(table, num_sc)
+    padded_dim = _padded_dim(table)
+    stacked = specs_lib.StackedTableSpec(
+        stack_name=table_name,
+        stack_vocab_size=padded_vocab,
+        stack_embedding_dim=padded_dim,
+        optimizer=table.optimizer,
+        combiner=table.combiner,
+        total_sample_count=offset,
+        max_ids_per_partition=table.max_ids_per_partition,
+        max_unique_ids_per_partition=table.max_unique_ids_per_partition,
+        suggested_coo_buffer_size_per_device=table.suggested_coo_buffer_size_per_device,
+    )
+    new_tables[table_name] = dataclasses.replace(
+        table,
+        setting_in_stack=specs_lib.TableSettingInStack(
+            stack_name=table_name,
+            padded_vocab_size=padded_vocab,
+            padded_embedding_dim=padded_dim,
+            row_offset_in_shard=0,
+            shard_rotation=0,
+        ),
+        stacked_table_spec=stacked,
+    )
+
+  def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
+    if f.name not in row_offsets:
+      return f
+    return dataclasses.replace(
+        f,
+        table_spec=new_tables[f.table_spec.name],
+        id_transformation=specs_lib.FeatureIdTransformation(
+            row_offset=row_offsets[f.name], col_offset=0, col_shift=0
+        ),
+    )
+
+  return _replace_features(feature_specs, update)
+
+
+def stack_name_for(
+    table_names: Sequence[str],
+    use_short_stack_names: bool = True,
+    max_display_length: int = 50,
+    hash_length: int = 12,
+) -> str:
+  """Default stack name: joined table names, shortened with a sha256 suffix."""
+  name = "_".join(table_names)
+  if not use_short_stack_names or len(name) <= max_display_length:
+    return name
+  digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:hash_length]
+  return name[:max_display_length] + "..." + digest
+
+
+def stack_tables(
+    feature_specs: Nested,
+    table_names: Sequence[str],
+    global_device_count: int,
+    num_sc_per_device: int,
+    rotation: int | None = None,
+    stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
+    stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
+    stack_name: str | None = None,
+) -> Nested:
+  """Stacks the named tables into one physical table; returns new specs.
+
+  Tables are placed in the given order; table k gets row_offset_in_shard =
+  sum of earlier padded vocabularies / N and shard_rotation = k*rotation
+  mod N (rotation defaults to S). Features of these tables get row_offsets
+  in pytree-leaf order. A single table keeps its own M and U; a stack of
+  several gets the limits of the two callables (default 256), as in the
+  reference. The tables must share padded embedding dim (multiple of 8),
+  optimizer and combiner.
+  """
+  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  table_names = list(table_names)
+  if not table_names:
+    raise errors.StackingError("stack_tables needs at least one table name")
+  stack_name = stack_name or stack_name_for(table_names)
+  leaves = _leaves(feature_specs)
+  tables = _tables(leaves)
+  _verify_stack(stack_name, table_names, tables, leaves)
+
+  rotation = int(num_sc_per_device if rotation is None else rotation)
+  settings: dict[str, specs_lib.TableSettingInStack] = {}
+  row_offset_in_shard = 0
+  for k, name in enumerate(table_names):
+    table = tables[name]
+    padded_vocab = _padded_vocab(table, num_sc)
+    settings[name] = specs_lib.TableSettingInStack(
+        stack_name=stack_name,
+        padded_vocab_size=padded_vocab,
+        padded_embedding_dim=_padded_dim(table),
+        row_offset_in_shard=row_offset_in_shard,
+        shard_rotation=(k * rotation) % num_sc,
+    )
+    row_offset_in_shard += padded_vocab // num_sc
+
+  row_offsets: dict[str, int] = {}
+  sample_count = 0
+  for f in leaves:
+    if f.table_spec.name in settings:
+      row_offsets[f.name] = sample_count
+      sample_count += _batch(f)
+
+  first = tables[table_names[0]]
+  if len(table_names) == 1:
+    max_ids, max_unique = first.max_ids_per_partition, first.max_unique_ids_per_partition
+  else:
+    max_ids = stack_to_max_ids_per_partition(stack_name, sample_count)
+    max_unique = stack_to_max_unique_ids_per_partition(stack_name, sample_count)
+  stacked = specs_lib.StackedTableSpec(
+      stack_name=stack_name,
+      stack_vocab_size=sum(s.padded_vocab_size for s in settings.values()),
+      stack_embedding_dim=_padded_dim(first),
+      optimizer=first.optimizer,
+      combiner=first.combiner,
+      total_sample_count=sample_count,
+      max_ids_per_partition=int(max_ids),
+      max_unique_ids_per_partition=int(max_unique),
+  )
+  new_tables = {
+      name: dataclasses.replace(
+          tables[name], setting_in_stack=settings[name], stacked_table_spec=stacked)
+      for name in table_names
+  }
+
+  def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
+    setting = settings.get(f.table_spec.name)
+    if setting is None:
+      return f
+    return dataclasses.replace(
+        f,
+        table_spec=new_tables[f.table_spec.name],
+        id_transformation=specs_lib.FeatureIdTransformation(
+            row_offset=row_offsets[f.name],
+            col_offset=setting.row_offset_in_shard * num_sc,
+            col_shift=setting.shard_rotation,
+        ),
+    )
+
+  return _replace_features(feature_specs, update)
+
+
+def _verify_stack(
+    stack_name: str,
+    table_names: Sequence[str],
+    tables: Mapping[str, specs_lib.TableSpec],
+    leaves: Sequence[specs_lib.FeatureSpec],
+) -> None:
+  counts = collections.Counter(table_names)
+  for name, count in counts.items():
+    if count > 1:
+      raise errors.StackingError(
+          f"table '{name}' is repeated in stack '{stack_name}'")
+    if name not in tables:
+      raise errors.StackingError(
+          f"table '{name}' of stack '{stack_name}' is used by no feature")
+    if _stacked_elsewhere(tables[name]):
+      raise errors.StackingError(
+          f"table '{name}' is already stacked in stack"
+          f" '{tables[name].setting_in_stack.stack_name}'")
+  for f in leaves:
+    if (_stacked_elsewhere(f.table_spec)
+        and f.table_spec.setting_in_stack.stack_name == stack_name):
+      raise errors.StackingError(
+          f"stack name '{stack_name}' is already used by table"
+          f" '{f.table_spec.name}'")
+  first = tables[table_names[0]]
+  for name in table_names[1:]:
+    t = tables[name]
+    for what, a, b in (
+        ("padded embedding dims", _padded_dim(first), _padded_dim(t)),
+        ("optimizers", first.optimizer, t.optimizer),
+        ("combiners", first.combiner, t.combiner),
+    ):
+      if a != b:
+        raise errors.StackingError(
+            f"stack '{stack_name}': tables '{first.name}' and '{name}' have"
+            f" different {what} ({a!r} vs {b!r})")
+
+
+def _stack_groups(
+    leaves: Sequence[specs_lib.FeatureSpec],
+    tables: Mapping[str, specs_lib.TableSpec],
+    num_sc: int,
+    activation_mem_bytes_limit: int,
+) -> list[list[str]]:
+  """Reference grouping: (padded dim, optimizer, combiner), then memory split."""
+  groups: dict[tuple, list[str]] = {}
+  for name, t in tables.items():
+    groups.setdefault((_padded_dim(t), t.optimizer, t.combiner), []).append(name)
+  samples: dict[str, int] = collections.defaultdict(int)
+  for f in leaves:
+    samples[f.table_spec.name] += _batch(f) // num_sc
+  mem = {name: _padded_dim(t) * samples[name] * 4 for name, t in tables.items()}
+  result = []
+  for group in groups.values():
+    split: list[list[str]] = []
+    for name in group:
+      for candidate in split:
+        if sum(mem[c] for c in candidate) + mem[name] <= activation_mem_bytes_limit:
+          candidate.append(name)
+          break
+      else:
+        split.append([name])
+    result.extend(split)
+  return result
+
+
+def auto_stack_tables(
+    feature_specs: Nested,
+    global_device_count: int,
+    num_sc_per_device: int,
+    rotation: int | None = None,
+    stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
+    stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
+    *,
+    use_short_stack_names: bool = True,
+    activation_mem_bytes_limit: int = 2048 * 1024,
+) -> Nested:
+  """Stacks all compatible tables as the reference does; returns new specs.
+
+  Tables (first-appearance order in the pytree leaves) are grouped by padded
+  embedding dim, optimizer and combiner; a group is split first-fit so that
+  the per-SC activation bytes (padded dim * batch/N * 4) of a stack stay
+  within `activation_mem_bytes_limit`. Every group becomes one stack named
+  by `stack_name_for`. Tables must not be stacked yet.
+  """
+  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  leaves = _leaves(feature_specs)
+  tables = _tables(leaves)
+  groups = _stack_groups(leaves, tables, num_sc, activation_mem_bytes_limit)
+  for group in groups:
+    feature_specs = stack_tables(
+        feature_specs,
+        group,
+        global_device_count,
+        num_sc_per_device,
+        rotation=rotation,
+        stack_to_max_ids_per_partition=stack_to_max_ids_per_partition,
+        stack_to_max_unique_ids_per_partition=stack_to_max_unique_ids_per_partition,
+        stack_name=stack_name_for(group, use_short_stack_names),
+    )
+  return feature_specs
+
+
+def get_stacked_table_specs(feature_specs: Nested) -> dict[str, specs_lib.StackedTableSpec]:
+  """Stack name -> StackedTableSpec of prepared feature specs."""
+  result: dict[str, specs_lib.StackedTableSpec] = {}
+  for f in _leaves(feature_specs):
+    stacked = f.table_spec.stacked_table_spec
+    if stacked is None:
+      raise errors.StackingError(
+          f"feature '{f.name}' (table '{f.table_spec.name}') is not prepared:"
+          " call prepare_feature_specs_for_training first")
+    if stacked.stack_name in result and result[stacked.stack_name] != stacked:
+      raise errors.StackingError(
+          f"stack '{stacked.stack_name}': feature '{f.name}' carries a"
+          " different StackedTableSpec than other features of the stack")
+    result.setdefault(stacked.stack_name, stacked)
+  return result
+
+
+def get_table_stacks(feature_specs: Nested) -> dict[str, list[str]]:
+  """Stack name -> names of its tables, in order of their place in the stack."""
+  stacks: dict[str, dict[str, int]] = collections.defaultdict(dict)
+  for f in _leaves(feature_specs):
+    t = f.table_spec
+    setting = t.setting_in_stack
+    if setting is None or t.stacked_table_spec is None:
+      stacks[t.name][t.name] = 0
+    else:
+      stacks[setting.stack_name][t.name] = setting.row_offset_in_shard
+  return {
+      name: sorted(members, key=members.get) for name, members in stacks.items()
+  }
+
+
+def _max_or_none(stats: Mapping[str, Any], stack: str) -> int | None:
+  if stack not in stats:
+    return None
+  values = np.asarray(stats[stack])
+  return int(values.max()) if values.size else 0
+
+
+def update_preprocessing_parameters(
+    feature_specs: Nested,
+    stats: coo_types.SparseDenseMatmulInputStats,
+    num_sc_per_device: int,
+    global_device_count: int | None = None,
+) -> Nested:
+  """New specs with limits derived from (merged) statistics.
+
+  Per stack present in `stats`: M = max(max_ids_per_partition),
+  U = max(max_unique_ids_per_partition), Q = max(required_buffer_size_per_sc)
+  * S. The numbers land on the StackedTableSpec and on every TableSpec of
+  the stack; stacks absent from `stats` keep their limits.
+
+  Differences from the reference, so the result is always usable:
+  * a stack that saw no ids would get M = U = Q = 0; instead M and U get the
+    floors MIN_MAX_IDS_PER_PARTITION / MIN_MAX_UNIQUE_IDS_PER_PARTITION and
+    Q = 8*S (one aligned group per SparseCore);
+  * Q is only derived together with M (same statistics), which guarantees
+    Q <= T = round8(M)*S*N, because every SC needs at most N partitions of
+    round8(M) entries. If `global_device_count` is given, Q is also clamped
+    to T explicitly (useful for hand-made statistics).
+
+  Args:
+    feature_specs: prepared feature specs.
+    stats: statistics of one batch or merged by an FDO client.
+    num_sc_per_device: S.
+    global_device_count: G, only needed for the explicit clamp.
+
+  Returns:
+    New feature specs with the same pytree structure.
+  """
+  s_per = int(num_sc_per_device)
+  updated: dict[str, specs_lib.StackedTableSpec] = {}
+  for name, stacked in get_stacked_table_specs(feature_specs).items():
+    m = _max_or_none(stats.max_ids_per_partition, name)
+    u = _max_or_none(stats.max_unique_ids_per_partition, name)
+    r = _max_or_none(stats.required_buffer_size_per_sc, name)
+    new_m = stacked.max_ids_per_partition
+    new_q = stacked.suggested_coo_buffer_size_per_device
+    if m is not None:
+      new_m = m or MIN_MAX_IDS_PER_PARTITION
+      if r is not None:
+        new_q = max(r, coo_layout.ALIGNMENT) * s_per
+    new_u = stacked.max_unique_ids_per_partition
+    if u is not None:
+      new_u = u or MIN_MAX_UNIQUE_IDS_PER_PARTITION
+    if new_q is not None and global_device_count is not None:
+      new_q = min(new_q, coo_layout.compute_theoretical_max_coo_buffer_size(
+          new_m, global_device_count, s_per))
+    updated[name] = dataclasses.replace(
+        stacked,
+        max_ids_per_partition=int(new_m),
+        max_unique_ids_per_partition=int(new_u),
+        suggested_coo_buffer_size_per_device=None if new_q is None else int(new_q),
+    )
+
+  def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
+    stacked = updated[f.table_spec.stacked_table_spec.stack_name]
+    table = dataclasses.replace(
+        f.table_spec,
+        max_ids_per_partition=stacked.max_ids_per_partition,
+        max_unique_ids_per_partition=stacked.max_unique_ids_per_partition,
+        suggested_coo_buffer_size_per_device=stacked.suggested_coo_buffer_size_per_device,
+        stacked_table_spec=stacked,
+    )
+    return dataclasses.replace(f, table_spec=table)
+
+  return _replace_features(feature_specs, update)

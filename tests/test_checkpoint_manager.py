@@ -1,0 +1,388 @@
+"""TrainingCheckpointManager in one process: round trip, policy, refusals, corruption."""
+
+import json
+import logging
+import os
+import pathlib
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+import checkpoint_toy as toy
+from sparsepipe.checkpointing import CorruptCheckpointError
+from sparsepipe.checkpointing import IncompatibleCheckpointError
+from sparsepipe.checkpointing import Progress
+from sparsepipe.checkpointing import RestoreTargets
+from sparsepipe.checkpointing import RunInfo
+from sparsepipe.checkpointing import TrainingCheckpointManager
+from sparsepipe.checkpointing import TrainingState
+from sparsepipe.checkpointing import abstract_of
+
+# A failed read leaves TensorStore callbacks aimed at Orbax's closed event
+# loop; Python reports them when they are collected. Harmless here.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::pytest.PytestUnraisableExceptionWarning"
+)
+
+NUM_STEPS = 8
+CONFIG = {"model": {"dim": 16, "vocab": 256}, "num_steps": NUM_STEPS}
+
+
+class Job:
+  """The toy job driven step by step in this process."""
+
+  def __init__(self, mesh=None):
+    self.mesh = mesh or toy.make_mesh()
+    self.state = toy.init_state(self.mesh, NUM_STEPS)
+    self.abstract = abstract_of(self.state)
+    self.step_fn = toy.make_train_step(self.mesh)
+    self.iterator = toy.make_iterator()
+    self.fdo = {}
+    self.step = 0
+
+  def advance(self, n=1):
+    for _ in range(n):
+      batch = next(self.iterator)
+      self.fdo = toy.update_fdo(self.fdo, batch)
+      out = self.step_fn(*self.state, toy.to_device(batch, self.mesh))
+      self.state = tuple(out[:3])
+      self.step += 1
+
+  def training_state(self):
+    return TrainingState(*self.state, self.iterator, self.fdo)
+
+  def targets(self, iterator=None):
+    return RestoreTargets(*self.abstract, iterator or toy.make_iterator())
+
+
+def run_info(mesh=None, config=CONFIG, workers=0, processes=None):
+  return RunInfo.create(
+      config, mesh or toy.make_mesh(), data_worker_count=workers,
+      process_count=processes,
+  )
+
+
+def save(manager, job, **kwargs):
+  return manager.save(
+      job.step, job.training_state(), Progress(job.step, job.step), **kwargs
+  )
+
+
+def assert_trees_equal(a, b):
+  leaves_a, tree_a = jax.tree.flatten(a)
+  leaves_b, tree_b = jax.tree.flatten(b)
+  assert tree_a == tree_b
+  for x, y in zip(leaves_a, leaves_b):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(name="pristine", scope="module")
+def fixture_pristine(tmp_path_factory):
+  """Steps 2 and 4 of the toy job, saved once; the job at step 4."""
+  directory = tmp_path_factory.mktemp("pristine") / "ckpt"
+  job = Job()
+  with TrainingCheckpointManager(directory, run_info(), save_interval_steps=2) as m:
+    for _ in range(4):
+      job.advance()
+      save(m, job)
+  return directory, job
+
+
+@pytest.fixture(name="saved")
+def fixture_saved(pristine, tmp_path):
+  """A private copy of the pristine checkpoint (tests may damage it)."""
+  directory, job = pristine
+  shutil.copytree(directory, tmp_path / "ckpt")
+  return tmp_path / "ckpt", job
+
+
+def test_restore_is_exact_with_current_shardings(saved):
+  directory, job = saved
+  manager = TrainingCheckpointManager(directory, run_info())
+  fresh = Job()
+  restored = manager.restore(fresh.targets(fresh.iterator))
+  manager.close()
+  assert restored.step == 4
+  assert restored.metadata.progress == Progress(4, 4, False)
+  assert restored.relaid_out == ()
+  got = (restored.train_state, restored.embeddings, restored.pipeline_state)
+  assert_trees_equal(got, job.state)
+  for x, want in zip(jax.tree.leaves(got), jax.tree.leaves(fresh.abstract)):
+    assert x.sharding == want.sharding
+  assert restored.fdo == json.loads(json.dumps(job.fdo))
+  # The iterator continues exactly where the saved one was.
+  expected = toy.make_iterator()
+  for _ in range(4):
+    next(expected)
+  assert_trees_equal(next(restored.data_iter), next(expected))
+
+
+def test_restore_of_empty_directory_is_none(tmp_path):
+  with TrainingCheckpointManager(tmp_path / "none", run_info()) as manager:
+    assert manager.restore(Job().targets()) is None
+
+
+def test_interval_force_and_existing_steps(tmp_path):
+  job = Job()
+  with TrainingCheckpointManager(
+      tmp_path / "c", run_info(), save_interval_steps=3
+  ) as manager:
+    job.advance(2)
+    assert not save(manager, job)  # step 2: not a multiple of 3
+    assert save(manager, job, force=True)  # forced (e.g. preemption)
+    job.advance()
+    assert save(manager, job)  # step 3
+    assert not save(manager, job, force=True)  # already saved: no-op
+    manager.wait_until_finished()
+    assert manager.all_steps() == [2, 3]
+
+
+def test_keeps_latest_n(tmp_path):
+  job = Job()
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), keep_latest=2) as m:
+    for _ in range(4):
+      job.advance()
+      save(m, job)
+  assert sorted(os.listdir(tmp_path / "c")) == ["3", "4"]
+
+
+def test_absolute_directory(tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  with TrainingCheckpointManager("rel/ckpt", run_info()) as manager:
+    assert manager.directory == pathlib.Path(tmp_path, "rel", "ckpt")
+
+
+@pytest.mark.parametrize(
+    "current, message",
+    [
+        (
+            run_info(config={**CONFIG, "model": {"dim": 32, "vocab": 256}}),
+            "was written with config.model.dim=16, current run has 32",
+        ),
+        (
+            run_info(config={**CONFIG, "extra": "x", "num_steps": 9}),
+            'was written with config.extra=(unset), current run has "x";'
+            " config.num_steps=8, current run has 9",
+        ),
+        (
+            run_info(workers=3),
+            "was written with 0 data workers per process, current run has 3:"
+            " the Grain iterator state depends on the worker count (resume"
+            " with 0 workers)",
+        ),
+        (
+            run_info(processes=2),
+            "was written by 1 processes, current run has 2: the data iterator"
+            " state is saved per process",
+        ),
+    ],
+)
+def test_incompatible_run_is_refused(saved, current, message):
+  directory, _ = saved
+  with TrainingCheckpointManager(directory, current) as manager:
+    with pytest.raises(IncompatibleCheckpointError) as info:
+      manager.restore(Job().targets())
+  assert str(info.value).startswith(f"checkpoint at {directory} step 4 ")
+  assert message in str(info.value)
+  assert manager.all_steps() == [2, 4]  # nothing skipped or moved
+
+
+def test_mutable_config_keys_may_change(saved):
+  directory, _ = saved
+  current = run_info(config={**CONFIG, "num_steps": 100})
+  with TrainingCheckpointManager(
+      directory, current, mutable_config_keys=("config.num_steps",)
+  ) as manager:
+    assert manager.restore(Job().targets()).step == 4
+
+
+def test_changed_tree_dtype_or_shape_is_refused(saved):
+  directory, _ = saved
+  targets = Job().targets()
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    bad = dict(targets.embeddings)
+    bad["table"] = jax.ShapeDtypeStruct(
+        bad["table"].shape, np.int32, sharding=bad["table"].sharding
+    )
+    with pytest.raises(
+        IncompatibleCheckpointError,
+        match="item 'embeddings' leaf 'table' was saved as float32, current"
+        " run has int32",
+    ):
+      manager.restore(targets._replace(embeddings=bad))
+    bad = dict(targets.embeddings)
+    bad["extra"] = bad["table"]
+    with pytest.raises(
+        IncompatibleCheckpointError,
+        match=r"only in the current run \['extra'\], only in the checkpoint \[\]",
+    ):
+      manager.restore(targets._replace(embeddings=bad))
+    bad = dict(targets.pipeline_state)
+    bad["ids"] = jax.ShapeDtypeStruct(
+        (32, 2), np.int32, sharding=bad["ids"].sharding
+    )
+    with pytest.raises(
+        IncompatibleCheckpointError,
+        match=r"leaf 'ids' was saved with shape \(16, 2\), current run has"
+        r" \(32, 2\)",
+    ):
+      manager.restore(targets._replace(pipeline_state=bad))
+
+
+def test_target_without_sharding_is_an_error(saved):
+  directory, _ = saved
+  targets = Job().targets()
+  bare = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), targets.embeddings)
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with pytest.raises(ValueError, match="item 'embeddings' leaf 'accumulator' has no sharding"):
+      manager.restore(targets._replace(embeddings=bare))
+
+
+def _data_file(step_dir, item):
+  """The largest value file of an item (chunks over 1 KiB live there)."""
+  files = sorted((step_dir / item).rglob("ocdbt.process_0/d/*"))
+  return max(files, key=lambda f: f.stat().st_size)
+
+
+def _data_files(step_dir, item):
+  """Every OCDBT node and value file of an item (small values are inline)."""
+  return sorted((step_dir / item).rglob("d/*"))
+
+
+def _garble(path, offset=None):
+  data = bytearray(path.read_bytes())
+  offset = len(data) // 2 if offset is None else offset
+  for i in range(offset, min(offset + 8, len(data))):
+    data[i] ^= 0x5A
+  path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+  path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _replace_json(path, old, new):
+  text = path.read_text()
+  assert old in text, text
+  path.write_text(text.replace(old, new, 1))
+
+
+CORRUPTIONS = {
+    "garbled table data": (
+        lambda d: _garble(_data_file(d, "embeddings")),
+        "item 'embeddings' leaf '",
+    ),
+    "truncated train_state data": (
+        lambda d: [_truncate(f) for f in _data_files(d, "train_state")],
+        "array metadata is unreadable (ValueError: OUT_OF_RANGE",
+    ),
+    "missing item": (
+        lambda d: shutil.rmtree(d / "fdo"),
+        "item(s) ['fdo'] missing",
+    ),
+    "garbled iterator state": (
+        lambda d: _replace_json(
+            d / "data_iter" / "process_0-of-1.json", '"next_index": 4', '"next_index": 5'
+        ),
+        "item 'data_iter' file process_0-of-1.json does not match the digest",
+    ),
+    "garbled fdo value": (
+        lambda d: _replace_json(d / "fdo" / "metadata", '"ids_seen": 128', '"ids_seen": 129'),
+        "item 'fdo' does not match the digest",
+    ),
+    "garbled metadata": (
+        lambda d: _replace_json(
+            d / "metadata" / "metadata.json", '"batches_consumed": 4', '"batches_consumed": 3'
+        ),
+        "item 'metadata' does not match its sha256",
+    ),
+    "truncated metadata": (
+        lambda d: _truncate(d / "metadata" / "metadata.json"),
+        "item 'metadata' is unreadable (JSONDecodeError",
+    ),
+    "truncated array metadata": (
+        lambda d: _truncate(d / "pipeline_state" / "_METADATA"),
+        "is unreadable",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
+def test_corrupt_latest_step_falls_back_to_previous(saved, kind, caplog):
+  directory, _ = saved
+  corrupt, reason = CORRUPTIONS[kind]
+  corrupt(directory / "4")
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with caplog.at_level(logging.WARNING):
+      restored = manager.restore(Job().targets())
+    assert restored.step == 2
+    assert manager.all_steps() == [2]
+    warning = next(r.getMessage() for r in caplog.records if "Skipping" in r.getMessage())
+    assert f"checkpoint at {directory} step 4" in warning
+    assert reason in warning
+  # The corrupt step is kept, renamed, out of the way of new saves.
+  assert sorted(os.listdir(directory)) == ["2", "4.corrupt"]
+  reference = Job()
+  reference.advance(2)
+  assert_trees_equal(
+      (restored.train_state, restored.embeddings, restored.pipeline_state),
+      reference.state,
+  )
+
+
+def test_interrupted_save_directory_is_ignored(saved):
+  directory, _ = saved
+  tmp = directory / "6.orbax-checkpoint-tmp"
+  (tmp / "train_state").mkdir(parents=True)
+  (tmp / "train_state" / "junk").write_bytes(b"\x00" * 10)
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    assert manager.all_steps() == [2, 4]
+    assert manager.restore(Job().targets()).step == 4
+
+
+def test_every_step_corrupt_raises_and_moves_nothing(saved):
+  directory, _ = saved
+  for step in ("2", "4"):
+    for path in _data_files(directory / step, "train_state"):
+      _garble(path)
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with pytest.raises(
+        CorruptCheckpointError, match=f"no restorable checkpoint in {directory}: "
+    ):
+      manager.restore(Job().targets())
+  assert sorted(os.listdir(directory)) == ["2", "4"]
+
+
+def test_explicit_corrupt_step_raises(saved):
+  directory, _ = saved
+  _garble(_data_file(directory / "2", "embeddings"))
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with pytest.raises(CorruptCheckpointError, match=f"checkpoint at {directory} step 2: item 'embeddings'"):
+      manager.restore(Job().targets(), step=2)
+    assert manager.restore(Job().targets(), step=4).step == 4
+
+
+def test_saving_after_fallback_reuses_the_step_number(saved):
+  directory, _ = saved
+  _garble(_data_file(directory / "4", "embeddings"))
+  job = Job()
+  with TrainingCheckpointManager(directory, run_info(), save_interval_steps=2) as manager:
+    restored = manager.restore(job.targets(job.iterator))
+    job.state = (restored.train_state, restored.embeddings, restored.pipeline_state)
+    job.fdo, job.step = restored.fdo, restored.step
+    job.advance(2)
+    assert save(manager, job)
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    assert manager.all_steps() == [2, 4]
+    assert manager.restore(Job().targets()).step == 4
+  assert sorted(os.listdir(directory)) == ["2", "4", "4.corrupt"]
+
+
+def test_read_metadata(saved):
+  directory, _ = saved
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    meta = manager.read_metadata(2)
+  assert meta.progress == Progress(2, 2, False)
+  assert meta.run == run_info()

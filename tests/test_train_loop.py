@@ -1,0 +1,289 @@
+"""The training loop with the real embedding kernels, DLRM and ZeRO.
+
+Two tables (Adam; SGD of dim 4, projected by the DLRM) on 8 CPU devices
+with 2 SparseCores each, 5 batches of 32 examples.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from sparsepipe.pipeline import dlrm
+from sparsepipe.pipeline import pipelining
+from sparsepipe.pipeline import train_loop
+from sparsepipe.pipeline import train_state as train_state_lib
+from sparsepipe.pipeline import zero
+from sparsepipe.pipeline.embedding_variables import abstract_embedding_variables
+from sparsepipe.pipeline.embedding_variables import init_embedding_variables
+from sparsepipe.pipeline.mesh import data_sharding, make_mesh
+from sparsepipe.transforms import specs
+from sparsepipe.transforms import TrainBatch
+from sparsepipe.transforms import prepare_feature_specs_for_training
+from sparsepipe.transforms import preprocess_sparse_dense_matmul_input
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Some donated buffers were not usable"
+)
+
+G, S, B, ND, N = 8, 2, 32, 5, 5
+_TABLES = (
+    ("t0", 64, 8, specs.AdamOptimizerSpec(0.01)),
+    ("t2", 48, 4, specs.SGDOptimizerSpec(0.1)),
+)
+
+
+class Setup:
+  """Specs, batches, model and a shared trainer (its programs compile once)."""
+
+  def __init__(self):
+    self.mesh = make_mesh()
+    tables = [
+        specs.TableSpec(
+            name=name, vocabulary_size=vocab, embedding_dim=dim, combiner="mean",
+            max_ids_per_partition=8, max_unique_ids_per_partition=8,
+            optimizer=opt,
+        )
+        for name, vocab, dim, opt in _TABLES
+    ]
+    raw = {
+        f"f{i}": specs.FeatureSpec(f"f{i}", t, (B, 3), (B, t.embedding_dim))
+        for i, t in enumerate(tables)
+    }
+    self.feature_specs = prepare_feature_specs_for_training(raw, G, S)
+    self.host_batches = [self._host_batch(i) for i in range(N)]
+    self.config = dlrm.DLRMConfig.from_feature_specs(
+        self.feature_specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
+    )
+    self.optimizer = zero.ZeroOptimizer(optax.adam(0.01), self.mesh)
+    self.tc = dlrm.make_dlrm_tc_stage(self.config, self.optimizer, self.mesh)
+    params = dlrm.init_dlrm_params(jax.random.key(0), self.config)
+    emb = init_embedding_variables(
+        jax.random.key(1), self.feature_specs, self.mesh, num_sc_per_device=S
+    )
+    state = train_state_lib.create_train_state(
+        self.optimizer, params, self.mesh, emb
+    )
+    self.state_sharding = jax.tree.map(lambda x: x.sharding, state)
+    self.host_state = host(state)
+    self.trainer = train_loop.make_pipelined_trainer(
+        self.mesh, self.fresh_state(), self.batch(0), self.tc,
+        feature_specs=self.feature_specs, num_sc_per_device=S,
+    )
+
+  def _host_batch(self, i):
+    r = np.random.default_rng(i)
+    feats = {
+        f"f{j}": r.integers(0, vocab, (B, 3)).astype(np.int32)
+        for j, (_, vocab, _, _) in enumerate(_TABLES)
+    }
+    pre, _ = preprocess_sparse_dense_matmul_input(
+        feats, None, self.feature_specs, G, G, num_sc_per_device=S
+    )
+    return TrainBatch(
+        labels=r.integers(0, 2, (B,)).astype(np.float32),
+        dense=r.normal(size=(B, ND)).astype(np.float32),
+        sparse=pre.sparse_dense_matmul_input,
+    )
+
+  def batch(self, i):
+    """A fresh device copy of batch i (the step donates its input)."""
+    return jax.device_put(self.host_batches[i], data_sharding(self.mesh))
+
+  def batches(self, start=0):
+    return (self.batch(i) for i in range(start, N))
+
+  def fresh_state(self):
+    """The initial TrainState (made once; fresh device copies each call)."""
+    return jax.device_put(self.host_state, self.state_sharding)
+
+
+@pytest.fixture(scope="module")
+def setup():
+  return Setup()
+
+
+@pytest.fixture(scope="module")
+def full_run(setup):
+  return train_loop.train(setup.trainer, setup.fresh_state(), setup.batches(), N)
+
+
+def host(tree):
+  return jax.tree.map(np.asarray, tree)
+
+
+def reference_run(setup):
+  """Non-pipelined loop whose embedding updates land one step late."""
+  fwd = jax.jit(pipelining.get_default_sc_fwd_function(
+      setup.feature_specs, setup.mesh, num_sc_per_device=S))
+  bwd = jax.jit(pipelining.get_default_sc_bwd_function(
+      setup.feature_specs, setup.mesh, num_sc_per_device=S))
+  tc = jax.jit(setup.tc)
+  state = setup.fresh_state()
+  tc_state, emb = state.replace(embedding_variables=None), state.embedding_variables
+  grads, losses = [], []
+  for k in range(N):
+    if k >= 2:
+      emb, _ = bwd(setup.batch(k - 2).sparse, grads[k - 2], emb, jnp.int32(k - 2))
+    batch = setup.batch(k)
+    act, aux = fwd(batch.sparse, emb)
+    g, out, tc_state, _ = tc(
+        act, dlrm.DenseInputs(batch.labels, batch.dense), tc_state, aux
+    )
+    grads.append(g)
+    losses.append(float(out["loss"]))
+  for k in (N - 2, N - 1):
+    emb, _ = bwd(setup.batch(k).sparse, grads[k], emb, jnp.int32(k))
+  return tc_state.replace(embedding_variables=emb), losses
+
+
+def assert_trees(actual, expected, exact):
+  a_leaves = jax.tree_util.tree_leaves_with_path(actual)
+  e_leaves = jax.tree.leaves(expected)
+  assert len(a_leaves) == len(e_leaves)
+  for (path, a), b in zip(a_leaves, e_leaves):
+    a, b = np.asarray(a), np.asarray(b)
+    msg = jax.tree_util.keystr(path)
+    if exact or np.issubdtype(a.dtype, np.integer):
+      np.testing.assert_array_equal(a, b, err_msg=msg)
+    else:
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=msg)
+
+
+def test_pipelined_training_equals_delayed_sequential(setup, full_run):
+  state, pstate, metrics = full_run
+  ref_state, ref_losses = reference_run(setup)
+  assert_trees(state, ref_state, exact=False)
+  np.testing.assert_allclose(metrics.losses, ref_losses, rtol=1e-6)
+  assert int(state.step) == N
+  assert int(pstate.pipeline_step) == N + 2
+
+
+def test_metrics(full_run):
+  _, _, metrics = full_run
+  assert metrics.batch_indices == (0, 1, 2, 3, 4)
+  assert len(metrics.losses) == N
+  assert (metrics.first_pipeline_step, metrics.next_pipeline_step) == (0, N + 2)
+  assert metrics.finished
+  assert metrics.examples == N * B
+  assert metrics.examples_per_second > 0
+  assert metrics.steady_examples_per_second > 0
+
+
+def checkpoint_roundtrip(setup, state, pstate):
+  """What a checkpoint does: host copies, then arrays with the same shardings."""
+  put = lambda tree, sharding: jax.tree.map(
+      lambda x, s: jax.device_put(x, s), host(tree), sharding
+  )
+  return (
+      put(state, setup.trainer.train_state_sharding),
+      put(pstate, setup.trainer.pipeline_state_sharding),
+  )
+
+
+@pytest.mark.parametrize("stop_after", [1, 3, 6])
+def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
+  full_state, full_pstate, full_metrics = full_run
+  iterator = setup.batches()
+  state, pstate, first = train_loop.train(
+      setup.trainer, setup.fresh_state(), iterator, N,
+      max_pipeline_steps=stop_after,
+  )
+  assert first.next_pipeline_step == stop_after and not first.finished
+  consumed = min(stop_after, N)
+  state, pstate = checkpoint_roundtrip(setup, state, pstate)
+  state, pstate, second = train_loop.train(
+      setup.trainer, state, setup.batches(consumed), N, pipeline_state=pstate
+  )
+  assert second.first_pipeline_step == stop_after and second.finished
+  assert first.batch_indices + second.batch_indices == full_metrics.batch_indices
+  assert first.losses + second.losses == full_metrics.losses
+  assert_trees((state, pstate), (full_state, full_pstate), exact=True)
+
+
+def test_step_callback_stops_at_boundary(setup):
+  seen = []
+
+  def callback(next_step, state, pstate):
+    seen.append((next_step, int(state.step), int(pstate.pipeline_step)))
+    return next_step == 3
+
+  _, pstate, metrics = train_loop.train(
+      setup.trainer, setup.fresh_state(), setup.batches(), N,
+      step_callback=callback,
+  )
+  assert seen == [(1, 0, 1), (2, 1, 2), (3, 2, 3)]
+  assert metrics.next_pipeline_step == 3 and int(pstate.pipeline_step) == 3
+
+
+def test_gradient_multiplier_trainer_matches(setup, full_run):
+  trainer = train_loop.make_pipelined_trainer(
+      setup.mesh, setup.fresh_state(), setup.batch(0), setup.tc,
+      feature_specs=setup.feature_specs, num_sc_per_device=S,
+      gradient_multiplier=True,
+  )
+  state, _, metrics = train_loop.train(trainer, setup.fresh_state(), setup.batches(), N)
+  assert trainer.jitted_step._cache_size() == 1  # pylint: disable=protected-access
+  assert_trees(state, full_run[0], exact=False)
+  np.testing.assert_allclose(metrics.losses, full_run[2].losses, rtol=1e-6)
+  with pytest.raises(ValueError, match="fake_tc_step must be False"):
+    trainer.run_pipeline_step(state, None, None, True, num_batches=N)
+
+
+def test_two_programs_only(setup, full_run):
+  del full_run
+  assert setup.trainer.jitted_step._cache_size() == 2  # pylint: disable=protected-access
+
+
+def test_abstract_states_match_the_real_ones(setup, full_run):
+  state, pstate, _ = full_run
+  abstract_ts = train_state_lib.abstract_train_state(
+      setup.optimizer,
+      jax.eval_shape(
+          lambda k: dlrm.init_dlrm_params(k, setup.config), jax.random.key(0)
+      ),
+      setup.mesh,
+      abstract_embedding_variables(setup.feature_specs, setup.mesh, num_sc_per_device=S),
+  )
+  describe = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), t)
+  assert describe(abstract_ts) == describe(state)
+  assert describe(setup.trainer.abstract_pipeline_state) == describe(pstate)
+
+
+def test_short_iterator_and_bad_state_are_errors(setup):
+  with pytest.raises(ValueError, match="data iterator ended at batch 3; num_batches=5"):
+    train_loop.train(
+        setup.trainer, setup.fresh_state(), (setup.batch(i) for i in range(3)), N
+    )
+  pstate = setup.trainer.initial_pipeline_state()
+  pstate = pstate.replace(pipeline_step=jnp.int32(9))
+  with pytest.raises(
+      ValueError, match=r"pipeline step 9, outside 0\.\.7 for num_batches=5"
+  ):
+    train_loop.train(
+        setup.trainer, setup.fresh_state(), setup.batches(), N,
+        pipeline_state=pstate,
+    )
+
+
+def test_default_sc_bwd_on_dummy_inputs_is_a_no_op(setup):
+  """Zero COO buffers (fill/drain) leave tables and Adam slots untouched."""
+  bwd = pipelining.get_default_sc_bwd_function(
+      setup.feature_specs, setup.mesh, num_sc_per_device=S
+  )
+  state = setup.fresh_state()
+  dummy = pipelining.get_dummy_input(
+      setup.trainer.abstract_input, setup.trainer.input_sharding
+  )
+  grads = jax.tree.map(
+      lambda f: jnp.ones(f.output_shape, jnp.float32), setup.feature_specs
+  )
+  before = host(state.embedding_variables)
+  after, aux = jax.jit(bwd)(dummy.sparse_inputs, grads, state.embedding_variables, jnp.int32(7))
+  assert aux is None
+  assert_trees(after, before, exact=True)
+  with pytest.raises(ValueError, match="tc_aux must be the int32 scalar count"):
+    jax.eval_shape(bwd, dummy.sparse_inputs, grads, state.embedding_variables, None)
