@@ -18,6 +18,7 @@ first batch). The machine may be shared: compare figures from one run.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -45,20 +46,34 @@ _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per stage.")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 
 
+def _cpu_seconds() -> float:
+  """CPU time of this process and its live children (the Grain workers)."""
+  total = time.process_time()
+  tick = os.sysconf("SC_CLK_TCK")
+  for child in multiprocessing.active_children():
+    try:
+      with open(f"/proc/{child.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+      total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    except (OSError, IndexError, ValueError):
+      pass
+  return total
+
+
 def _rate(it, examples_per_element, seconds):
-  """examples/s after the first element (start-up excluded)."""
+  """(examples per wall second, examples per CPU second) after the first element."""
   next(it)
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), _cpu_seconds()
   n = 0
   while time.perf_counter() - start < seconds:
     next(it)
     n += 1
-  elapsed = time.perf_counter() - start
-  return n * examples_per_element / elapsed
+  elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+  return n * examples_per_element / elapsed, n * examples_per_element / max(cpu, 1e-9)
 
 
 def _mp(ds, workers):
-  return T.prefetch_in_workers(ds, {"data_dir": "", "per_host_batch_size": 1, "num_workers": workers})
+  return T.prefetch_in_workers(ds, workers)
 
 
 class _ReadGroup(grain.transforms.Map):
@@ -146,14 +161,22 @@ def main(argv):
     a = raw_reads(manifest, w, seconds)
     b = decode_batch(manifest, w, seconds)
     c, drops = full_pipeline(manifest, specs, w, seconds)
-    rows.append({"workers": w, "raw_reads": a, "decode_batch": b, "full_pipeline": c,
-                 "full_over_raw": c / a, "ids_dropped": drops})
+    rows.append({"workers": w, "raw_reads": a[0], "decode_batch": b[0], "full_pipeline": c[0],
+                 "full_over_raw": c[0] / a[0], "raw_reads_per_cpu_s": a[1],
+                 "decode_batch_per_cpu_s": b[1], "full_pipeline_per_cpu_s": c[1],
+                 "ids_dropped": drops})
   print(f"\nloader: batch {_BATCH.value}, {manifest.examples_per_record} examples/record,"
         f" {_DEVICES.value} devices x {_SC.value} SC, {os.cpu_count()} cores (examples/s)")
-  print(f"{'workers':>8} {'(a) raw reads':>15} {'(b) decode+batch':>17} {'(c) full':>12} {'(c)/(a)':>8}")
+  print(f"{'workers':>8} {'(a) raw reads':>15} {'(b) decode+batch':>17} {'(c) full':>12}"
+        f" {'(c)/(a)':>8}   per CPU-second: {'(a)':>9} {'(b)':>9} {'(c)':>9}")
   for r in rows:
     print(f"{r['workers']:>8} {r['raw_reads']:>15,.0f} {r['decode_batch']:>17,.0f}"
-          f" {r['full_pipeline']:>12,.0f} {r['full_over_raw']:>8.3f}")
+          f" {r['full_pipeline']:>12,.0f} {r['full_over_raw']:>8.3f}"
+          f"   {'':>15} {r['raw_reads_per_cpu_s']:>9,.0f} {r['decode_batch_per_cpu_s']:>9,.0f}"
+          f" {r['full_pipeline_per_cpu_s']:>9,.0f}")
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  print(f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"
+        " per-CPU-second figures are steadier)")
   if _JSON.value:
     result = {
         "benchmark": "loader",
@@ -164,6 +187,7 @@ def main(argv):
         "num_sc_per_device": _SC.value,
         "cpu_count": os.cpu_count(),
         "seconds_per_stage": seconds,
+        "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "rows": rows,
     }
     with open(_JSON.value, "w") as f:

@@ -8,8 +8,10 @@ FDO-tuned (one run, update_preprocessing_parameters, then timed runs).
 Timed: sparsepipe on ragged object arrays (the reference's input), on the
 columnar RaggedBatch form, and jax-tpu-embedding 0.1.0 when importable,
 single-threaded (SPARSECORE_INPUT_PREPROCESSING_THREADS=1, set before its
-import; its thread pool reads it once). Reports the minimum and median over
-repetitions. The outputs of both are compared before timing.
+import; its thread pool reads it once). The paths run interleaved; reported
+are min and median wall time and min CPU time (process_time) per batch,
+which is the steadier figure on a shared machine. Statistics and row
+pointers of both are compared before timing.
 
     python benchmarks/preprocess.py [--reps 20] [--json out.json] [--profile]
 """
@@ -88,15 +90,27 @@ def reference_specs(vocabs):
   return specs
 
 
-def time_it(fn, reps: int) -> tuple[float, float]:
-  """(min, median) seconds over reps calls, after one warm-up."""
-  fn()
-  times = []
-  for _ in range(reps):
-    start = time.perf_counter()
+def time_paths(paths: dict, reps: int) -> dict[str, dict[str, float]]:
+  """Interleaved timing: every repetition runs every path once, in turn, so
+  a shared machine's load hits all paths alike. Per path: min and median
+  wall seconds and min CPU seconds (process_time; all paths are
+  single-threaded), after one warm-up call each."""
+  for fn in paths.values():
     fn()
-    times.append(time.perf_counter() - start)
-  return float(np.min(times)), float(np.median(times))
+  wall = {name: [] for name in paths}
+  cpu = {name: [] for name in paths}
+  for _ in range(reps):
+    for name, fn in paths.items():
+      start, start_cpu = time.perf_counter(), time.process_time()
+      fn()
+      cpu[name].append(time.process_time() - start_cpu)
+      wall[name].append(time.perf_counter() - start)
+  return {
+      name: {"min": float(np.min(wall[name])),
+             "median": float(np.median(wall[name])),
+             "cpu_min": float(np.min(cpu[name]))}
+      for name in paths
+  }
 
 
 def main() -> None:
@@ -118,11 +132,10 @@ def main() -> None:
 
   _, stats = ours(ragged, specs)
   specs = T.update_preprocessing_parameters(specs, stats, SC_PER_DEVICE)
-  results = {}
-  results["sparsepipe ragged"] = time_it(lambda: ours(ragged, specs), args.reps)
-  results["sparsepipe RaggedBatch"] = time_it(
-      lambda: ours(columnar, specs), args.reps)
-
+  paths = {
+      "sparsepipe ragged": lambda: ours(ragged, specs),
+      "sparsepipe RaggedBatch": lambda: ours(columnar, specs),
+  }
   ref_note = "jax_tpu_embedding not importable"
   try:
     from jax_tpu_embedding.sparsecore.lib.nn import embedding  # pylint: disable=g-import-not-at-top
@@ -141,30 +154,38 @@ def main() -> None:
     _, rstats = reference()
     embedding.update_preprocessing_parameters(rspecs, rstats, SC_PER_DEVICE)
     _check_same(ours(ragged, specs), reference())
-    results["reference (1 thread)"] = time_it(reference, args.reps)
-    ref_note = ("threads: SPARSECORE_INPUT_PREPROCESSING_THREADS="
+    paths["reference (1 thread)"] = reference
+    ref_note = ("reference threads: SPARSECORE_INPUT_PREPROCESSING_THREADS="
                 + os.environ["SPARSECORE_INPUT_PREPROCESSING_THREADS"])
+  results = time_paths(paths, args.reps)
 
   print(f"{num_ids} ids, {BATCH} samples x {FEATURES} features,"
         f" G={GLOBAL_DEVICES} L={LOCAL_DEVICES} S={SC_PER_DEVICE};"
-        f" best of {args.reps}; {ref_note}")
-  print(f"{'path':26s} {'ms/batch':>9s} {'median':>8s} {'samples/s':>11s}"
-        f" {'Mids/s':>8s}")
+        f" {args.reps} interleaved reps; {ref_note};"
+        f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+  print(f"{'path':26s} {'ms/batch':>9s} {'median':>8s} {'cpu ms':>8s}"
+        f" {'samples/s':>11s} {'Mids/s':>8s}")
   figures = {"num_ids": num_ids, "batch": BATCH, "features": FEATURES,
-             "reps": args.reps, "reference_threads": ref_note, "paths": {}}
-  for name, (best, median) in results.items():
-    print(f"{name:26s} {best * 1e3:9.2f} {median * 1e3:8.2f}"
-          f" {BATCH / best:11.0f} {num_ids / best / 1e6:8.2f}")
+             "reps": args.reps, "reference_threads": ref_note,
+             "load_average": os.getloadavg()[0], "paths": {}}
+  for name, r in results.items():
+    best = r["min"]
+    print(f"{name:26s} {best * 1e3:9.2f} {r['median'] * 1e3:8.2f}"
+          f" {r['cpu_min'] * 1e3:8.2f} {BATCH / best:11.0f}"
+          f" {num_ids / best / 1e6:8.2f}")
     figures["paths"][name] = {"ms_per_batch": best * 1e3,
-                              "median_ms": median * 1e3,
+                              "median_ms": r["median"] * 1e3,
+                              "cpu_ms": r["cpu_min"] * 1e3,
                               "samples_per_s": BATCH / best,
                               "ids_per_s": num_ids / best}
   if "reference (1 thread)" in results:
-    ref = results["reference (1 thread)"][0]
+    ref = results["reference (1 thread)"]
     for name in ("sparsepipe ragged", "sparsepipe RaggedBatch"):
-      ratio = results[name][0] / ref
+      ratio = results[name]["min"] / ref["min"]
+      cpu_ratio = results[name]["cpu_min"] / ref["cpu_min"]
       figures["paths"][name]["ratio_to_reference"] = ratio
-      print(f"{name} / reference: {ratio:.2f}x")
+      figures["paths"][name]["cpu_ratio_to_reference"] = cpu_ratio
+      print(f"{name} / reference: {ratio:.2f}x wall, {cpu_ratio:.2f}x cpu")
   if args.profile:
     profiler = cProfile.Profile()
     profiler.enable()

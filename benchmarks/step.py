@@ -1,13 +1,13 @@
 """Train-step speed: pipelining, the embedding kernels, ZeRO (8 CPU devices).
 
-    python benchmarks/step.py [--json out.json] [--rounds 15] [--steps 10]
+    python benchmarks/step.py [--json out.json] [--rounds 11] [--steps 10]
 
 On one DLRM-style model (4 tables, ZeRO Adam dense optimizer) it measures
   (a) the pipelined train step vs the same three stages run sequentially on
-      one batch in one jitted step, twice: "fused", where XLA may share work
-      between the SC fwd and SC bwd of the same batch (the id exchange is
-      computed once), and "same work", where an optimization barrier keeps
-      them apart as they are in the pipelined step (different batches);
+      one batch in one jitted step, twice: "fused", where XLA shares work
+      between the SC fwd and SC bwd of the same batch (the id exchange runs
+      once), and "same work", where the SC bwd reads its own copy of the COO
+      buffers, as in the pipelined step (different batches there);
   (b) embedding lookup + SGD update of one table with the COO kernels vs a
       dense gather / scatter-add baseline (ids [B, k], GSPMD), at each
       vocabulary size of --baseline_vocab_sizes;
@@ -53,7 +53,7 @@ _DIM = flags.DEFINE_integer("dim", 16, "Embedding dim of every table.")
 _TABLES = flags.DEFINE_integer("tables", 4, "Number of tables (one feature each).")
 _IDS = flags.DEFINE_integer("ids_per_sample", 4, "Ids per sample and feature.")
 _SC = flags.DEFINE_integer("num_sc_per_device", 1, "SparseCores per device.")
-_ROUNDS = flags.DEFINE_integer("rounds", 15, "Timing rounds (median taken).")
+_ROUNDS = flags.DEFINE_integer("rounds", 11, "Timing rounds (median taken).")
 _STEPS = flags.DEFINE_integer("steps", 10, "Steps per round.")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 
@@ -159,27 +159,36 @@ def _trainer(mesh, specs, dense_optimizer, example):
 
 
 def _sequential_step(trainer, same_work):
-  """SC fwd -> TC -> SC bwd of one batch in one program (not pipelined)."""
+  """SC fwd -> TC -> SC bwd of one batch in one program (not pipelined).
 
-  def step(pipeline_input, train_state):
+  With same_work, the SC bwd reads a second copy of the COO buffers (another
+  argument), so XLA cannot share the id exchange between the two SC stages,
+  as it cannot in the pipelined step where they see different batches.
+  """
+
+  def step(inputs, train_state):
+    pipeline_input, bwd_sparse = inputs
     emb = train_state.embedding_variables
     tc_state = train_state.replace(embedding_variables=None)
-    sparse = pipeline_input.sparse_inputs
-    act, aux = trainer.sc_fwd_function(sparse, emb)
-    grads, _, tc_state, tc_aux = trainer.tc_function(
+    act, aux = trainer.sc_fwd_function(pipeline_input.sparse_inputs, emb)
+    grads, out, tc_state, tc_aux = trainer.tc_function(
         act, pipeline_input.dense_inputs, tc_state, aux
     )
-    if same_work:
-      sparse = jax.lax.optimization_barrier(sparse)
+    sparse = bwd_sparse if same_work else pipeline_input.sparse_inputs
     emb, _ = trainer.sc_bwd_function(sparse, grads, emb, tc_aux)
-    return tc_state.replace(embedding_variables=emb)
+    return tc_state.replace(embedding_variables=emb), out
 
-  return jax.jit(
+  rep = jax.sharding.NamedSharding(trainer.mesh, jax.sharding.PartitionSpec())
+  jitted = jax.jit(
       step,
       donate_argnums=(0, 1),
-      in_shardings=(trainer.input_sharding, trainer.train_state_sharding),
-      out_shardings=trainer.train_state_sharding,
+      in_shardings=(
+          (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
+          trainer.train_state_sharding,
+      ),
+      out_shardings=(trainer.train_state_sharding, {"loss": rep}),
   )
+  return lambda inputs, state: jitted(inputs, state)[0]
 
 
 def _pipelined(trainer, state, device_batch):
@@ -264,7 +273,7 @@ def main(argv):
   ):
     variants[name], _ = _round_runner(
         _sequential_step(trainer, same_work), s,
-        lambda i: trainer.input_fn(device_batch(i)),
+        lambda i: (trainer.input_fn(device_batch(i)), device_batch(i).sparse),
     )
   rep_trainer, rep_state = _trainer(mesh, specs, optax.adam(1e-3), host[0])
   variants["pipelined_replicated"], rep_holder = _pipelined(

@@ -12,6 +12,7 @@ As a script (the subprocess tests run it):
 
   python tests/checkpoint_toy.py --workdir DIR --out FINAL.npz \
       --num_steps 20 --save_every 5 [--workers 1] [--kill_self_after_save 10]
+      [--step_sleep 0.2] [--num_processes 2 --process_id I --coordinator H:P]
 
 prints `step N` after each step and `save N` after each started save, exits
 0 when done, PREEMPTED_EXIT_CODE after a SIGTERM (having saved).
@@ -24,6 +25,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import grain
@@ -48,6 +50,16 @@ BATCH = 16
 VOCAB = 256
 DIM = 16
 NUM_EXAMPLES = 4096
+
+
+def assert_same_trees(got: Any, want: Any, *, shardings: bool = True) -> None:
+  """Same structure and bit-identical leaves (and equivalent shardings)."""
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    assert x.shape == y.shape and x.dtype == y.dtype, (x, y)
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    if shardings:
+      assert x.sharding.is_equivalent_to(y.sharding, x.ndim), (x.sharding, y.sharding)
 
 
 def make_mesh(devices: Any = None) -> Mesh:
@@ -249,6 +261,7 @@ def run(args: Any) -> int:
       )
       step += 1
       print(f"step {step}", flush=True)
+      time.sleep(args.step_sleep)
       state = TrainingState(train_state, embeddings, pipeline_state, iterator, fdo)
       progress = Progress(pipeline_step=step, batches_consumed=step)
       if manager.save(step, state, progress):
@@ -278,6 +291,7 @@ def parse_args(argv: list[str]) -> Any:
   parser.add_argument("--save_every", type=int, default=5)
   parser.add_argument("--workers", type=int, default=0)
   parser.add_argument("--kill_self_after_save", type=int, default=-1)
+  parser.add_argument("--step_sleep", type=float, default=0.0)
   parser.add_argument("--num_processes", type=int, default=1)
   parser.add_argument("--process_id", type=int, default=0)
   parser.add_argument("--coordinator", default="")

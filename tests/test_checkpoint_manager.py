@@ -70,14 +70,6 @@ def save(manager, job, **kwargs):
   )
 
 
-def assert_trees_equal(a, b):
-  leaves_a, tree_a = jax.tree.flatten(a)
-  leaves_b, tree_b = jax.tree.flatten(b)
-  assert tree_a == tree_b
-  for x, y in zip(leaves_a, leaves_b):
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 @pytest.fixture(name="pristine", scope="module")
 def fixture_pristine(tmp_path_factory):
   """Steps 2 and 4 of the toy job, saved once; the job at step 4."""
@@ -108,7 +100,7 @@ def test_restore_is_exact_with_current_shardings(saved):
   assert restored.metadata.progress == Progress(4, 4, False)
   assert restored.relaid_out == ()
   got = (restored.train_state, restored.embeddings, restored.pipeline_state)
-  assert_trees_equal(got, job.state)
+  toy.assert_same_trees(got, job.state)
   for x, want in zip(jax.tree.leaves(got), jax.tree.leaves(fresh.abstract)):
     assert x.sharding == want.sharding
   assert restored.fdo == json.loads(json.dumps(job.fdo))
@@ -116,7 +108,7 @@ def test_restore_is_exact_with_current_shardings(saved):
   expected = toy.make_iterator()
   for _ in range(4):
     next(expected)
-  assert_trees_equal(next(restored.data_iter), next(expected))
+  toy.assert_same_trees(next(restored.data_iter), next(expected), shardings=False)
 
 
 def test_restore_of_empty_directory_is_none(tmp_path):
@@ -326,7 +318,7 @@ def test_corrupt_latest_step_falls_back_to_previous(saved, kind, caplog):
   assert sorted(os.listdir(directory)) == ["2", "4.corrupt"]
   reference = Job()
   reference.advance(2)
-  assert_trees_equal(
+  toy.assert_same_trees(
       (restored.train_state, restored.embeddings, restored.pipeline_state),
       reference.state,
   )
@@ -386,3 +378,20 @@ def test_read_metadata(saved):
     meta = manager.read_metadata(2)
   assert meta.progress == Progress(2, 2, False)
   assert meta.run == run_info()
+
+
+def test_saving_without_fingerprints_restores_unverified(tmp_path):
+  job = Job()
+  job.advance(2)
+  with TrainingCheckpointManager(
+      tmp_path / "c", run_info(), fingerprint_arrays=False
+  ) as manager:
+    save(manager, job)
+  body = json.loads((tmp_path / "c" / "2" / "metadata" / "metadata.json").read_text())
+  assert body["integrity"]["fingerprints"] is None
+  with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
+    restored = manager.restore(job.targets())
+  toy.assert_same_trees(
+      (restored.train_state, restored.embeddings, restored.pipeline_state),
+      job.state,
+  )

@@ -131,15 +131,6 @@ def restore_on(directory, mesh, relayouts=None):
     )
 
 
-def assert_exact(got, want):
-  """Equal values and the target's shardings, leaf by leaf."""
-  assert jax.tree.structure(got) == jax.tree.structure(want)
-  for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-    assert x.shape == y.shape and x.dtype == y.dtype
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert x.sharding.is_equivalent_to(y.sharding, x.ndim)
-
-
 @pytest.mark.parametrize("saved, current", [(8, 4), (4, 8)])
 def test_device_count_change_is_exact(tmp_path, saved, current):
   save_on(tmp_path / "c", mesh_of(saved), state_on(saved))
@@ -150,8 +141,8 @@ def test_device_count_change_is_exact(tmp_path, saved, current):
   # Exactly the state that the same computation gives on `current` devices:
   # ZeRO padding cut or extended, embedding rows moved to their new SCs.
   train, embeddings, _ = state_on(current)
-  assert_exact(restored.train_state, train)
-  assert_exact(restored.embeddings, embeddings)
+  toy.assert_same_trees(restored.train_state, train)
+  toy.assert_same_trees(restored.embeddings, embeddings)
   flat = restored.train_state["opt"][0].mu["w"]
   assert flat.shape == ({4: (20,), 8: (24,)}[current])
 
@@ -164,51 +155,54 @@ def test_embedding_layout_really_differs_between_device_counts():
   assert not np.array_equal(np.asarray(eight), np.asarray(four))
 
 
-def test_undrained_pipeline_refuses_device_change(tmp_path):
-  save_on(tmp_path / "c", mesh_of(8), state_on(8), drained=False)
-  with pytest.raises(IncompatibleCheckpointError) as info:
-    restore_on(tmp_path / "c", mesh_of(4))
-  assert str(info.value) == (
-      f"checkpoint at {tmp_path / 'c'} step 7 holds a PipelineState with"
-      " buffered inputs laid out for 8 devices (pipeline not drained at"
-      " pipeline step 7); the current mesh has 4 devices. Buffered"
-      " per-device COO inputs cannot be re-laid out: resume on 8 devices, or"
-      " from a checkpoint saved with a drained pipeline"
-  )
-
-
 def test_undrained_pipeline_restores_on_same_device_count(tmp_path):
   state = state_on(4)
   save_on(tmp_path / "c", mesh_of(4), state, drained=False)
   restored = restore_on(tmp_path / "c", mesh_of(4))
   assert restored.relaid_out == ()
-  assert_exact(restored.pipeline_state, state[2])
+  toy.assert_same_trees(restored.pipeline_state, state[2])
 
 
-def test_missing_embedding_relayout_is_refused(tmp_path):
-  save_on(tmp_path / "c", mesh_of(8), state_on(8))
-  with pytest.raises(IncompatibleCheckpointError) as info:
-    restore_on(tmp_path / "c", mesh_of(4), relayouts={})
-  assert str(info.value) == (
-      f"checkpoint at {tmp_path / 'c'} step 7: item 'embeddings' was saved"
-      " for 8 devices and the current mesh has 4; its layout depends on the"
-      " device count and no relayout was given for it (pass"
-      " relayouts={'embeddings': ...}, e.g. embedding_relayout)"
-  )
-
-
-def test_cutting_nonzero_values_is_refused(tmp_path):
-  train, embeddings, pipeline = state_on(8)
+def with_nonzero_padding(state):
+  """The ZeRO Adam mu of 'w' with its padding tail no longer zero."""
+  train, embeddings, pipeline = state
   opt = train["opt"]
   mu = dict(opt[0].mu)
-  mu["w"] = mu["w"] + 1.0  # the padding tail is no longer zero
-  train = {**train, "opt": (opt[0]._replace(mu=mu), *opt[1:])}
-  save_on(tmp_path / "c", mesh_of(8), (train, embeddings, pipeline))
+  mu["w"] = mu["w"] + 1.0
+  return {**train, "opt": (opt[0]._replace(mu=mu), *opt[1:])}, embeddings, pipeline
+
+
+@pytest.mark.parametrize(
+    "change, drained, relayouts, message",
+    [
+        (
+            None, False, None,
+            " holds a PipelineState with buffered inputs laid out for 8 devices"
+            " (pipeline not drained at pipeline step 7); the current mesh has 4"
+            " devices. Buffered per-device COO inputs cannot be re-laid out:"
+            " resume on 8 devices, or from a checkpoint saved with a drained"
+            " pipeline",
+        ),
+        (
+            None, True, {},
+            ": item 'embeddings' was saved for 8 devices and the current mesh"
+            " has 4; its layout depends on the device count and no relayout"
+            " was given for it (pass relayouts={'embeddings': ...}, e.g."
+            " embedding_relayout)",
+        ),
+        (
+            with_nonzero_padding, True, None,
+            ": cannot re-lay out item 'train_state' leaf 'opt/0/mu/w' from"
+            " shape (24,) (8 devices) to (20,) (4 devices): the cut part holds"
+            " nonzero values, so it is not zero padding",
+        ),
+    ],
+    ids=["undrained pipeline", "no embedding relayout", "nonzero padding"],
+)
+def test_device_change_refusals(tmp_path, change, drained, relayouts, message):
+  state = change(state_on(8)) if change else state_on(8)
+  save_on(tmp_path / "c", mesh_of(8), state, drained=drained)
   with pytest.raises(IncompatibleCheckpointError) as info:
-    restore_on(tmp_path / "c", mesh_of(4))
-  assert str(info.value) == (
-      f"checkpoint at {tmp_path / 'c'} step 7: cannot re-lay out item"
-      " 'train_state' leaf 'opt/0/mu/w' from shape (24,) (8 devices) to (20,)"
-      " (4 devices): the cut part holds nonzero values, so it is not zero"
-      " padding"
-  )
+    restore_on(tmp_path / "c", mesh_of(4), relayouts=relayouts)
+  where = f"checkpoint at {tmp_path / 'c'} step 7"
+  assert str(info.value) == where + message

@@ -80,20 +80,16 @@ def test_leading_dimension_shapes():
   assert m.lhs_gains["t"].shape == (1, 32)
 
 
-@pytest.mark.parametrize("combiner,gains_sc1", [
-    ("sum", [1.0, 1.0, 2.0]),
-    ("sqrtn", [.5, .5, 1.0]),  # sample 3: 1/sqrt(4); the two 1's merge
+@pytest.mark.parametrize("combiner,expected", [
+    ("sum", [2.0, 1.0, 1.0]),  # (e=0, sid 1) merges id 1 twice
+    ("sqrtn", [1.0, 1.0, .5]),  # 1/sqrt(4) + 1/sqrt(4); 1/sqrt(1); 1/sqrt(4)
 ])
-def test_other_combiners(combiner, gains_sc1):
+def test_other_combiners(combiner, expected):
   out, _ = _run({"f": EXAMPLE}, _example_specs(combiner))
-  g = out.sparse_dense_matmul_input.lhs_gains["t"]
-  # SC1 partition 1 holds (e=0, sid 1: id 1 twice), (e=1, sid 0: id 3),
-  # (e=2, sid 1: id 5) ... in sorted (e, sid) order.
-  ids = out.sparse_dense_matmul_input.lhs_embedding_ids["t"][24:27]
-  np.testing.assert_array_equal(ids, [0, 1, 2])
-  expected = {"sum": [2.0, 1.0, 1.0], "sqrtn": [1.0, 1.0, .5]}[combiner]
-  np.testing.assert_array_equal(g[24:27], np.float32(expected))
-  del gains_sc1
+  m = out.sparse_dense_matmul_input
+  # SC1 partition 1: (e=0, sid 1), (e=1, sid 0), (e=2, sid 1).
+  np.testing.assert_array_equal(m.lhs_embedding_ids["t"][24:27], [0, 1, 2])
+  np.testing.assert_array_equal(m.lhs_gains["t"][24:27], np.float32(expected))
 
 
 def test_weighted_sqrtn_accumulates_like_reference():

@@ -3,6 +3,9 @@
 Each fixture holds a case (JSON), its raw inputs and the reference's COO
 buffers and statistics (unwritten tails set to our fill). Our stacking and
 preprocessing must reproduce every array bitwise, without the reference.
+Each fixture also pins the coo_sort path it takes (uint32 / narrowed /
+uint64 keys, sorted per SparseCore, globally or by position), so that every
+path stays covered when the key packing changes.
 """
 
 import glob
@@ -33,15 +36,45 @@ def _load(path):
   return case, raw, expected
 
 
+# The coo_sort paths each fixture takes (coo_cases.SORT_PATHS), one per
+# stack preprocessing call in order (FDO cases run twice). The wide_* cases
+# exist to pin the key-width paths; see their comments in make_golden.py.
+_SORT_PATHS = {
+    "auto_stack_fdo": ["global_uint32", "per_sc_uint32"] * 2,
+    "dropping_mean": ["position_uint32"],
+    "dropping_stacked_sqrtn": ["position_uint32"],
+    "feature_stacking_sum": ["global_uint32"],
+    "mean_single": ["per_sc_uint32"],
+    "sqrtn_dense_weighted": ["position_uint32"],
+    "stack_rotation_multihost": ["position_uint32"],
+    "wide_narrow": ["per_sc_narrow"],
+    "wide_uint32_boundary": ["per_sc_uint32"],
+    "wide_uint64_single": ["per_sc_uint64"],
+    "wide_uint64_stacked": ["global_uint64"],
+    "wide_uint64_weighted_dropping": ["position_uint64"],
+}
+
+
+def _name(path):
+  return os.path.basename(path)[len("coo_"):-len(".npz")]
+
+
 def test_fixtures_present():
-  assert len(_FILES) == 7
+  assert sorted(_name(p) for p in _FILES) == sorted(_SORT_PATHS)
 
 
-@pytest.mark.parametrize("path", _FILES, ids=[os.path.basename(p)[4:-4] for p in _FILES])
+def test_every_sort_path_is_pinned():
+  pinned = {p for paths in _SORT_PATHS.values() for p in paths}
+  assert sorted(pinned) == sorted(coo_cases.SORT_PATHS)
+
+
+@pytest.mark.parametrize("path", _FILES, ids=[_name(p) for p in _FILES])
 def test_matches_reference_bitwise(path):
   case, raw, expected = _load(path)
   ours, ours_w, _, _ = coo_cases.as_inputs(case, raw)
-  actual = coo_cases.run_case(case, ours, ours_w)
+  with coo_cases.record_sort_paths() as sort_paths:
+    actual = coo_cases.run_case(case, ours, ours_w)
+  assert sort_paths == _SORT_PATHS[_name(path)]
   assert sorted(actual) == sorted(expected)
   for key, want in expected.items():
     got = actual[key]

@@ -4,7 +4,8 @@ Every case draws devices (L, G, S), tables, features (several per table),
 stacking (none / explicit with rotation / auto), combiner, input forms,
 weights, limits with id dropping and FDO-updated limits, then compares our
 buffers and statistics with the reference bitwise where it writes, and our
-stacked specs with the reference's field by field.
+stacked specs with the reference's field by field. The wide-key golden
+configurations are compared with fresh draws too.
 """
 
 import os
@@ -21,8 +22,9 @@ from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wr
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "golden"))
 import coo_cases  # pylint: disable=g-import-not-at-top,wrong-import-position
+import make_golden  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_SEEDS = range(70)
+_SEEDS = range(150)
 
 
 @pytest.mark.parametrize("seed", _SEEDS)
@@ -32,6 +34,31 @@ def test_random_case_matches_reference(seed):
   ours, ours_w, ref, ref_w = coo_cases.as_inputs(case, raw)
   expected = coo_cases.run_reference(case, ref, ref_w)
   actual = coo_cases.run_case(case, ours, ours_w)
+  coo_cases.compare(case, expected, actual)
+
+
+# Random cases rarely widen the sort key (never past 32 bits before q in
+# one-feature stacks); these golden configurations pin each key-width path
+# of coo_sort (make_golden.py), here with fresh draws.
+_WIDE_PATHS = {
+    "wide_uint32_boundary": "per_sc_uint32",
+    "wide_narrow": "per_sc_narrow",
+    "wide_uint64_single": "per_sc_uint64",
+    "wide_uint64_stacked": "global_uint64",
+    "wide_uint64_weighted_dropping": "position_uint64",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_WIDE_PATHS))
+@pytest.mark.parametrize("seed", range(4))
+def test_wide_key_case_matches_reference(name, seed):
+  case = dict(make_golden.CASES[name], seed=1000 + seed)
+  raw = coo_cases.draw_raw(case)
+  ours, ours_w, ref, ref_w = coo_cases.as_inputs(case, raw)
+  expected = coo_cases.run_reference(case, ref, ref_w)
+  with coo_cases.record_sort_paths() as sort_paths:
+    actual = coo_cases.run_case(case, ours, ours_w)
+  assert sort_paths == [_WIDE_PATHS[name]]
   coo_cases.compare(case, expected, actual)
 
 

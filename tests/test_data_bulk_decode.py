@@ -114,3 +114,14 @@ def test_bulk_all_corrupt():
   assert [e.reason for e in nothing.errors] == [
       "record has 2 bytes, fewer than the 16-byte header",
       "record has 4 bytes, fewer than the 16-byte header"]
+
+
+def test_bulk_raises_the_first_error_in_record_order():
+  records, _ = _records([1, 2, 1, 2])
+  records[1] = _bad_lengths(records[1])  # found only by the content checks
+  records[3] = records[3][:9]  # found by the size check
+  with pytest.raises(CorruptRecordError, match=r"^corrupt record 1: feature 'a': row lengths sum to"):
+    decode_records(CODEC, records, where=lambda i: (None, i))
+  out = decode_records(CODEC, records, where=lambda i: (None, i), skip_corrupt=True)
+  assert [e.index for e in out.errors] == [1, 3]
+  np.testing.assert_array_equal(out.examples_per_record, [1, 0, 1, 0])

@@ -13,7 +13,6 @@ from sparsepipe.data import ManifestError
 from sparsepipe.data import RaggedBatch
 from sparsepipe.data import ShardedRecordWriter
 from sparsepipe.data import SyntheticFeature
-from sparsepipe.data import batch_from_examples
 from sparsepipe.data import concat_batches
 from sparsepipe.data import criteo_like_features
 from sparsepipe.data import decode_batch

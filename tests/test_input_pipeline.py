@@ -210,7 +210,9 @@ def test_state_is_small_json_with_position(dataset):
   state = it.get_state()
   assert state["metadata"] == {
       "state_version": 1, "num_workers": 0, "per_host_batch_size": 12, "process_index": 0,
-      "process_count": 1, "seed": SEED, "shuffle": True, "num_records": 19}
+      "process_count": 1, "seed": SEED, "shuffle": True, "num_records": 19,
+      "dataset": T.input_pipeline.dataset_fingerprint(data.read_manifest(dataset))}
+  assert len(state["metadata"]["dataset"]) == 16
   # 36 examples = 7 records of 5 and 1 of the 8th.
   assert state["pipeline"]["parent"] == {"next_record": 7, "offset": 1}
   assert state["pipeline"]["totals"]["batches"] == 3
@@ -229,6 +231,11 @@ def test_worker_count_and_other_mismatches_are_errors(dataset):
   state["metadata"]["per_host_batch_size"] = 24
   with pytest.raises(T.IteratorStateMismatchError, match=(
       r"saved with per_host_batch_size=24, but this pipeline has per_host_batch_size=12")):
+    it.set_state(state)
+  state = it.get_state()
+  state["metadata"]["dataset"] = "0123456789abcdef"
+  with pytest.raises(T.IteratorStateMismatchError, match=(
+      r"saved with dataset='0123456789abcdef', but this pipeline has dataset='[0-9a-f]{16}'")):
     it.set_state(state)
 
 
@@ -357,3 +364,23 @@ def test_two_workers_contents_resume_and_sigterm(dataset, tmp_path, monkeypatch)
   with pytest.raises(T.IteratorStateMismatchError, match=r"saved with num_workers=2, but this pipeline has num_workers=0"):
     host_pipeline(dataset, specs, 12).set_state(states[3])
   del outs
+
+
+def test_orbax_checkpoint_of_the_iterator(dataset, tmp_path):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+  specs = make_specs(12, 2)
+  it = host_pipeline(dataset, specs, 12)
+  take(it, 2)
+  manager = ocp.CheckpointManager(str(tmp_path / "ckpt"), item_names=("data_iter",))
+  manager.save(2, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointSave(it)))
+  manager.wait_until_finished()
+  want = take(it, 2)
+  restored = host_pipeline(dataset, specs, 12)
+  manager.restore(2, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointRestore(restored)))
+  manager.close()
+  for g, w in zip(take(restored, 2), want):
+    assert_batch_equal(g.batch, w.batch)
+  assert restored.stats_totals().batches == 4
+  with open(tmp_path / "ckpt" / "2" / "data_iter" / "process_0-of-1.json") as f:
+    assert json.load(f)["metadata"]["num_workers"] == 0

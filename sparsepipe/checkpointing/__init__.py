@@ -14,7 +14,6 @@ from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FORMAT_VERSION
 from sparsepipe.checkpointing.metadata import Progress
 from sparsepipe.checkpointing.metadata import RunInfo
-from sparsepipe.checkpointing.metadata import feature_limits
 from sparsepipe.checkpointing.preemption import PREEMPTED_EXIT_CODE
 from sparsepipe.checkpointing.preemption import PreemptionWatcher
 from sparsepipe.checkpointing.preemption import checkpoint_and_exit

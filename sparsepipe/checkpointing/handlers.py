@@ -1,10 +1,9 @@
 """The Orbax handler of the "metadata" item: JSON written in the background.
 
-Like Orbax's JsonCheckpointHandler, but values may be device arrays (the
-fingerprints of the saved state, still being computed when `save` returns):
-the background commit fetches them, so an async save never waits for the
-fingerprint computation. The file is plain JSON, written by the primary
-process only.
+Like Orbax's JsonCheckpointHandler, but values may be device arrays: the
+fingerprints of the saved state, possibly still being computed when `save`
+returns. The background commit fetches them, so `save` never waits for
+their values. The file is plain JSON, written by the primary process only.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import json
 from typing import Any, List, Mapping, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -25,13 +23,13 @@ METADATA_FILENAME = "metadata.json"
 
 
 def _resolve(value: Any) -> Any:
-  """Device fingerprints (uint32[2]) -> hex; other values unchanged."""
+  """Device fingerprints -> hex strings; other values unchanged."""
+  if isinstance(value, jax.Array):
+    return fingerprint.to_hex(value)
   if isinstance(value, Mapping):
     return {k: _resolve(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
     return [_resolve(v) for v in value]
-  if isinstance(value, (jax.Array, np.ndarray)):
-    return fingerprint.to_hex(value)
   return value
 
 

@@ -30,12 +30,7 @@ from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 # an older reader would misread.
 FORMAT_VERSION = 1
 
-_LIMIT_NAMES = (
-    "max_ids_per_partition",
-    "max_unique_ids_per_partition",
-    "suggested_coo_buffer_size_per_device",
-)
-
+# {stack name: {limit name: value}}, e.g. transforms.get_stack_limits(specs).
 FeatureLimits = Mapping[str, Mapping[str, Any]]
 
 
@@ -205,11 +200,18 @@ class CheckpointMetadata:
     )
 
 
+class _Unset:
+  """A config key absent on one side (see config_differences)."""
+
+  def __repr__(self) -> str:
+    return "UNSET"
+
+
+UNSET = _Unset()
+
+
 def _render(value: Any) -> str:
-  return "(unset)" if value is _UNSET else json.dumps(value)
-
-
-_UNSET = object()
+  return "(unset)" if value is UNSET else json.dumps(value)
 
 
 def config_differences(
@@ -220,8 +222,8 @@ def config_differences(
   """[(dotted key, saved value, current value)] for keys that differ.
 
   `mutable_keys` are fnmatch patterns of dotted keys that may change on
-  resume (e.g. "config.num_steps", "config.checkpoint.*"); a missing value
-  is reported as `(unset)`.
+  resume (e.g. "config.num_steps", "config.checkpoint.*"); a key missing
+  on one side has the value UNSET there.
   """
   patterns = tuple(mutable_keys)
   flat_saved = flatten_config(to_json_value(saved))
@@ -230,9 +232,9 @@ def config_differences(
   for key in sorted(set(flat_saved) | set(flat_current)):
     if any(fnmatch.fnmatchcase(key, p) for p in patterns):
       continue
-    a = flat_saved.get(key, _UNSET)
-    b = flat_current.get(key, _UNSET)
-    if a is _UNSET or b is _UNSET or json.dumps(a) != json.dumps(b):
+    a = flat_saved.get(key, UNSET)
+    b = flat_current.get(key, UNSET)
+    if a is UNSET or b is UNSET or json.dumps(a) != json.dumps(b):
       out.append((key, a, b))
   return out
 
@@ -301,18 +303,3 @@ def check_pipeline_resumable(
         f" {saved.run.device_count} devices, or from a checkpoint saved with"
         " a drained pipeline"
     )
-
-
-def feature_limits(feature_specs: Any) -> dict[str, dict[str, Any]]:
-  """{stack name: {limit name: value}} of the (FDO-updated) feature specs.
-
-  Prepared specs report their stacked table's limits; unprepared ones the
-  table's own limits under the table name.
-  """
-  out: dict[str, dict[str, Any]] = {}
-  for feature in jax.tree.leaves(feature_specs):
-    table = feature.table_spec
-    source = table.stacked_table_spec or table
-    name = getattr(source, "stack_name", table.name)
-    out[name] = {k: getattr(source, k) for k in _LIMIT_NAMES}
-  return dict(sorted(out.items()))

@@ -56,13 +56,14 @@ class PreemptionWatcher:
       signals: Sequence[int] = (signal.SIGTERM,),
       use_jax_preemption: bool | None = None,
   ):
-    """Args:
+    """Creates the watcher; install() (or `with`) starts watching.
 
-    manager: a TrainingCheckpointManager (or anything with
-      reached_preemption(step)); needed for the JAX preemption service.
-    signals: signals that request a stop (handled in single-process mode).
-    use_jax_preemption: ask JAX's preemption sync point instead of handling
-      signals; default: whether jax.distributed is initialized.
+    Args:
+      manager: a TrainingCheckpointManager (or anything with
+        reached_preemption(step)); needed for the JAX preemption service.
+      signals: signals that request a stop (handled in single-process mode).
+      use_jax_preemption: ask JAX's preemption sync point instead of
+        handling signals; default: whether jax.distributed is initialized.
     """
     if use_jax_preemption is None:
       use_jax_preemption = jax.distributed.is_initialized()

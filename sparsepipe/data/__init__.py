@@ -27,6 +27,7 @@ from sparsepipe.data.manifest import ShardInfo
 from sparsepipe.data.manifest import read_manifest
 from sparsepipe.data.manifest import write_manifest
 from sparsepipe.data.writer import ShardedRecordWriter
+from sparsepipe.data.writer import write_batches
 from sparsepipe.data.source import manifest_source
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.hashing import stable_hash64

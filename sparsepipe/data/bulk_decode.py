@@ -77,23 +77,24 @@ def decode_records(
   errors: dict[int, CorruptRecordError] = {}
   while True:
     good = [i for i in range(len(records)) if i not in bad]
-    examples, found = (None, []) if not good else _try_decode(codec, [records[i] for i in good])
+    if not good:
+      return DecodedRecords(None, counts, [errors[i] for i in sorted(errors)])
+    examples, suspects = _try_decode(codec, [records[i] for i in good])
     if examples is not None:
       counts[good] = examples[1]
       return DecodedRecords(examples[0], counts, [errors[i] for i in sorted(errors)])
-    for i in sorted(good[j] for j in found) if good else []:
+    if not skip_corrupt:  # raise exactly the first error, as one by one would
+      return _decode_one_by_one(codec, records, where, skip_corrupt=False)
+    for j in suspects:
+      i = good[j]
       bad.add(i)
       path, index = where(i)
       try:
         codec.decode_batch(records[i], path=path, index=index)
       except CorruptRecordError as e:
-        if not skip_corrupt:
-          raise
         errors[i] = e
         continue
       raise AssertionError(f"record {i} failed a vectorised check but decodes alone")
-    if not good:
-      return DecodedRecords(None, counts, [errors[i] for i in sorted(errors)])
 
 
 def _decode_one_by_one(codec, records, where, skip_corrupt) -> DecodedRecords:

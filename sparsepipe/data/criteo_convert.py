@@ -34,7 +34,7 @@ from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.text_input import InputFormatError, log1p_clamped, open_text, parse_float
 from sparsepipe.data.text_input import resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import ShardedRecordWriter
+from sparsepipe.data.writer import write_batches
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -165,21 +165,13 @@ def convert_criteo(
       "hash": "blake2b-64 little-endian, mod vocab",
       "empty_category": empty_category,
   }
-  progress = Progress("criteo") if show_progress else None
-  with ShardedRecordWriter(
+  return write_batches(
       output_dir,
       schema,
+      read_criteo(inputs, schema, empty_category=empty_category, delimiter=delimiter, header=header),
       examples_per_record=examples_per_record,
       max_records_per_shard=max_records_per_shard,
       overwrite=overwrite,
       info=info,
-  ) as writer:
-    for batch in read_criteo(
-        inputs, schema, empty_category=empty_category, delimiter=delimiter, header=header
-    ):
-      writer.write_batch(batch)
-      if progress:
-        progress.update(batch.num_examples)
-  if progress:
-    progress.close()
-  return writer.manifest
+      progress=Progress("criteo") if show_progress else None,
+  )

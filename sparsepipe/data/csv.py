@@ -9,18 +9,14 @@
 
 from __future__ import annotations
 
-import time
+from absl import flags
 
+from sparsepipe.data import cli
 from sparsepipe.data.csv_convert import DENSE_TRANSFORMS, convert_csv
-from sparsepipe.data.progress import summarize
-from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 
 
 def _define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
-  flags.DEFINE_list("input", None, "CSV files with the same header (.gz allowed); more may follow as arguments.", required=True)
-  flags.DEFINE_string("output", None, "Output dataset directory.", required=True)
+  cli.define_input_flag("CSV files with the same header (.gz allowed); more may follow as arguments.")
   flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
   flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
   flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
@@ -31,25 +27,15 @@ def _define_flags():
   flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
   flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
   flags.DEFINE_string("delimiter", ",", "Field delimiter: a character, tab, comma or auto.")
-  flags.DEFINE_integer("examples_per_record", DEFAULT_EXAMPLES_PER_RECORD, "Examples packed per record.")
-  flags.DEFINE_integer("max_records_per_shard", DEFAULT_MAX_RECORDS_PER_SHARD, "Records per shard file.")
-  flags.DEFINE_bool("overwrite", False, "Replace an existing dataset in --output.")
+  cli.define_writer_flags()
 
 
 def _main(argv):
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
   f = flags.FLAGS
-  inputs = list(f.input) + list(argv[1:])  # `--input a.tsv b.tsv` works too.
-  start = time.monotonic()
-  manifest = convert_csv(
-      inputs,
-      f.output,
+  cli.run_and_summarize(
+      convert_csv,
+      cli.input_paths(argv),
       delimiter=f.delimiter,
-      examples_per_record=f.examples_per_record,
-      max_records_per_shard=f.max_records_per_shard,
-      overwrite=f.overwrite,
-      show_progress=True,
       label_column=f.label_column,
       label_threshold=f.label_threshold,
       dense_columns=f.dense_columns,
@@ -60,7 +46,6 @@ def _main(argv):
       integer_id_columns=f.integer_id_columns,
       vocab_sizes=f.vocab_sizes,
   )
-  print(summarize(manifest, time.monotonic() - start))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.text_input import InputFormatError, log1p_clamped, open_text, parse_float
 from sparsepipe.data.text_input import resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import ShardedRecordWriter
+from sparsepipe.data.writer import write_batches
 
 DENSE_TRANSFORMS = ("none", "log1p")
 _CHUNK = 4096
@@ -215,19 +215,13 @@ def convert_csv(
       "hash": "blake2b-64 little-endian, mod vocab",
       **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
   }
-  progress = Progress("csv") if show_progress else None
-  with ShardedRecordWriter(
+  return write_batches(
       output_dir,
       schema,
+      batches,
       examples_per_record=examples_per_record,
       max_records_per_shard=max_records_per_shard,
       overwrite=overwrite,
       info=info,
-  ) as writer:
-    for batch in batches:
-      writer.write_batch(batch)
-      if progress:
-        progress.update(batch.num_examples)
-  if progress:
-    progress.close()
-  return writer.manifest
+      progress=Progress("csv") if show_progress else None,
+  )

@@ -6,17 +6,13 @@
 
 from __future__ import annotations
 
-import time
+from absl import flags
 
-from sparsepipe.data.progress import summarize
+from sparsepipe.data import cli
 from sparsepipe.data.synthetic_gen import criteo_like_features, write_synthetic
-from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 
 
 def _define_flags():
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
-  flags.DEFINE_string("output", None, "Output dataset directory.", required=True)
   flags.DEFINE_integer("num_examples", 100_000, "Examples to generate.")
   flags.DEFINE_integer("num_dense", 13, "Dense features per example.")
   flags.DEFINE_integer("num_sparse", 26, "Sparse features (named C1..Cn).")
@@ -26,15 +22,11 @@ def _define_flags():
   flags.DEFINE_float("zipf_exponent", 1.1, "Zipf exponent of the id distribution.")
   flags.DEFINE_bool("weighted", False, "Give every sparse feature float weights.")
   flags.DEFINE_integer("seed", 0, "Random seed (the dataset is a function of it).")
-  flags.DEFINE_integer("examples_per_record", DEFAULT_EXAMPLES_PER_RECORD, "Examples packed per record.")
-  flags.DEFINE_integer("max_records_per_shard", DEFAULT_MAX_RECORDS_PER_SHARD, "Records per shard file.")
-  flags.DEFINE_bool("overwrite", False, "Replace an existing dataset in --output.")
+  cli.define_writer_flags()
 
 
 def _main(argv):
   del argv
-  from absl import flags  # pylint: disable=g-import-not-at-top
-
   f = flags.FLAGS
   features = criteo_like_features(
       f.num_sparse,
@@ -44,19 +36,13 @@ def _main(argv):
       weighted=f.weighted,
       zipf_exponent=f.zipf_exponent,
   )
-  start = time.monotonic()
-  manifest = write_synthetic(
-      f.output,
-      features,
+  cli.run_and_summarize(
+      write_synthetic,
+      features=features,
       num_examples=f.num_examples,
       num_dense=f.num_dense,
       seed=f.seed,
-      examples_per_record=f.examples_per_record,
-      max_records_per_shard=f.max_records_per_shard,
-      overwrite=f.overwrite,
-      show_progress=True,
   )
-  print(summarize(manifest, time.monotonic() - start))
 
 
 if __name__ == "__main__":

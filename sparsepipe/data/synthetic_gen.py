@@ -27,7 +27,7 @@ from sparsepipe.data.progress import Progress
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import ShardedRecordWriter
+from sparsepipe.data.writer import write_batches
 
 _CHUNK = 4096  # examples generated per step (fixed: part of the stream definition)
 _EFFECTS = 64  # distinct per-id label effects per feature
@@ -147,22 +147,16 @@ def write_synthetic(
       "seed": seed,
       "features": [dataclasses.asdict(f) for f in features],
   }
-  progress = Progress("synthetic", num_examples) if show_progress else None
-  with ShardedRecordWriter(
+  return write_batches(
       output_dir,
       schema,
+      generate_batches(features, num_dense, num_examples, seed),
       examples_per_record=examples_per_record,
       max_records_per_shard=max_records_per_shard,
       overwrite=overwrite,
       info=info,
-  ) as writer:
-    for batch in generate_batches(features, num_dense, num_examples, seed):
-      writer.write_batch(batch)
-      if progress:
-        progress.update(batch.num_examples)
-  if progress:
-    progress.close()
-  return writer.manifest
+      progress=Progress("synthetic", num_examples) if show_progress else None,
+  )
 
 
 def _expand(value: int | Sequence[int], n: int, what: str) -> list[int]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
 from sparsepipe.data.example import concat_batches, slice_batch
 from sparsepipe.data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema
 
 SHARD_SUFFIX = ".arrayrecord"
@@ -176,3 +177,37 @@ class ShardedRecordWriter:
     self._shards.append(ShardInfo(self._shard_name, self._shard_records, self._shard_examples))
     self._shard_records = 0
     self._shard_examples = 0
+
+
+def write_batches(
+    output_dir: str,
+    schema: ExampleSchema,
+    batches: Iterable[ExampleBatch],
+    *,
+    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+    overwrite: bool = False,
+    info: Mapping[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> Manifest:
+  """Writes all of `batches` as one dataset; returns its manifest.
+
+  The converters' common loop. `batches` is consumed inside the writer, so an
+  error while reading (a lazy generator) aborts it and no manifest is written;
+  `progress`, if given, is updated per batch and closed at the end.
+  """
+  with ShardedRecordWriter(
+      output_dir,
+      schema,
+      examples_per_record=examples_per_record,
+      max_records_per_shard=max_records_per_shard,
+      overwrite=overwrite,
+      info=info,
+  ) as writer:
+    for batch in batches:
+      writer.write_batch(batch)
+      if progress:
+        progress.update(batch.num_examples)
+  if progress:
+    progress.close()
+  return writer.manifest

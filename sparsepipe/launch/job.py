@@ -206,50 +206,52 @@ class _Job:
     return position
 
   def restore(self, mngr):
-    """(setup, train_state, pipeline_state, position, step) of the newest intact step, or None."""
-    for step in sorted(mngr.all_steps(), reverse=True):
-      try:
-        saved = mngr.read_metadata(step)
-        specs = transforms.apply_stack_limits(self.base_specs, saved.feature_limits)
-        setup = self.setup(specs)
-        dense_target, embeddings_target = self._split(self.abstract_train_state(specs))
-        targets = checkpointing.RestoreTargets(
-            train_state=dense_target,
-            embeddings=embeddings_target,
-            pipeline_state=setup.trainer.abstract_pipeline_state,
-            data_iter=setup.iterator,
-        )
-        restored = mngr.restore(
-            targets,
-            step=step,
-            relayouts={
-                "embeddings": checkpointing.embedding_relayout(
-                    specs,
-                    self.mesh,
-                    num_sc_per_device=self.num_sc,
-                    saved_feature_specs=lambda devices: config_specs.build_feature_specs(
-                        self.config,
-                        global_batch_size=self.global_batch,
-                        global_device_count=devices,
-                    ),
-                )
-            },
-        )
-      except checkpointing.CorruptCheckpointError as e:
-        logging.warning("Skipping checkpoint step %d: %s", step, e)
-        continue
-      position = self._check_position(mngr.where(step), restored)
-      train_state = pipeline.TrainState(
-          step=restored.train_state["step"],
-          params=restored.train_state["params"],
-          opt_state=restored.train_state["opt_state"],
-          embedding_variables=restored.embeddings,
+    """(setup, train_state, pipeline_state, position, step) of the newest intact step, or None.
+
+    The restore targets depend on the saved FDO limits (buffer shapes of the
+    PipelineState and of the input pipeline), so they are built from each
+    candidate step's metadata; corrupt steps are skipped by the manager.
+    """
+    setups: list[_Setup] = []
+
+    def targets(saved: checkpointing.CheckpointMetadata) -> checkpointing.RestoreTargets:
+      specs = transforms.apply_stack_limits(self.base_specs, saved.feature_limits)
+      setups.append(self.setup(specs))
+      dense, embeddings = self._split(self.abstract_train_state(specs))
+      return checkpointing.RestoreTargets(
+          train_state=dense,
+          embeddings=embeddings,
+          pipeline_state=setups[-1].trainer.abstract_pipeline_state,
+          data_iter=setups[-1].iterator,
       )
-      pipeline_state = restored.pipeline_state
-      if pipeline_state is None:
-        pipeline_state = setup.trainer.initial_pipeline_state()
-      return setup, train_state, pipeline_state, position, step
-    return None
+
+    relayout = checkpointing.embedding_relayout(
+        self.base_specs,
+        self.mesh,
+        num_sc_per_device=self.num_sc,
+        saved_feature_specs=lambda devices: config_specs.build_feature_specs(
+            self.config, global_batch_size=self.global_batch, global_device_count=devices
+        ),
+    )
+    try:
+      restored = mngr.restore(targets, relayouts={"embeddings": relayout})
+    finally:
+      for unused in setups[:-1]:  # from steps that turned out corrupt
+        _close(unused.iterator)
+    if restored is None:
+      return None
+    setup = setups[-1]
+    position = self._check_position(mngr.where(restored.step), restored)
+    train_state = pipeline.TrainState(
+        step=restored.train_state["step"],
+        params=restored.train_state["params"],
+        opt_state=restored.train_state["opt_state"],
+        embedding_variables=restored.embeddings,
+    )
+    pipeline_state = restored.pipeline_state
+    if pipeline_state is None:  # device count changed at a drained step
+      pipeline_state = setup.trainer.initial_pipeline_state()
+    return setup, train_state, pipeline_state, position, restored.step
 
   # -- the loop -------------------------------------------------------------------
 
@@ -345,7 +347,8 @@ class _Job:
             if self.save(mngr, position, setup, train_state, pipeline_state, force=preempted):
               last_saved = step
               self.metrics.write({"event": "checkpoint", "step": step})
-              self.progress.event(f"saved checkpoint {step}")
+              self.progress.message(f"checkpoint {step} saving")
+              self.progress.event(f"ckpt {step}")
           if preempted:
             mngr.wait_until_finished()
             self.metrics.write({"event": "preempted", "step": step})
@@ -366,12 +369,13 @@ class _Job:
       mngr.wait_until_finished()
       result = self._result(trained, position, last_saved, resumed_from, False, last_loss, t_start)
       self.metrics.write({"event": "done", "step": step, "batches": self.schedule.num_steps})
-      self.progress.message(
-          f"sparsepipe: done: {self.schedule.num_steps} batches, last loss"
-          f" {result.last_loss if result.last_loss is None else round(result.last_loss, 4)},"
-          f" {result.examples_per_second:,.0f} examples/s; checkpoint step"
-          f" {last_saved} in {mngr.directory}; metrics in {self.metrics.path}"
-      )
+      if trained:
+        self.progress.message(
+            f"sparsepipe: done: {self.schedule.num_steps} batches, last loss"
+            f" {result.last_loss:.4f}, {result.examples_per_second:,.0f}"
+            f" examples/s; checkpoint step {last_saved} in {mngr.directory};"
+            f" metrics in {self.metrics.path}"
+        )
       return result
     finally:
       _close(setup.iterator)

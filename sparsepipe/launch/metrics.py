@@ -72,14 +72,14 @@ class ProgressLine:
 
   def __init__(self, total_batches: int, *, stream: TextIO | None = None, enabled: bool = True):
     self._total = total_batches
-    self._stream = stream or sys.stderr
+    self._stream = stream or sys.stdout
     self._enabled = enabled
     self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
     self._event = ""
     self._last_len = 0
 
   def event(self, text: str) -> None:
-    """An event shown on the next update (e.g. 'saved ckpt 42')."""
+    """The latest event, shown on every update until the next (e.g. 'ckpt 42')."""
     self._event = text
 
   def update(self, batch: int, examples_per_second: float, loss: float | None, data_wait: float) -> None:
@@ -93,7 +93,6 @@ class ProgressLine:
     ]
     if self._event:
       parts.append(self._event)
-      self._event = ""
     text = " | ".join(parts)
     if self._tty:
       pad = " " * max(0, self._last_len - len(text))

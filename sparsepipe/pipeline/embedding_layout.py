@@ -78,6 +78,21 @@ class StackLayout:
     """Entries per (SC, partition) in the exchange: round8(max_ids)."""
     return round_up(self.spec.max_ids_per_partition, 8)
 
+  def logical_array(self, logical: Mapping[str, Any], table: TableSpec) -> Any:
+    """`logical[table.name]`, checked to be [vocabulary_size, embedding_dim]."""
+    if table.name not in logical:
+      raise EmbeddingLayoutError(
+          f"stack '{self.name}': no logical array for table '{table.name}'"
+      )
+    values = logical[table.name]
+    expected = (table.vocabulary_size, table.embedding_dim)
+    if tuple(values.shape) != expected:
+      raise EmbeddingLayoutError(
+          f"stack '{self.name}', table '{table.name}': logical array has"
+          f" shape {tuple(values.shape)}, expected {expected}"
+      )
+    return values
+
 
 def _prepared(feature: FeatureSpec) -> None:
   table = feature.table_spec
@@ -306,17 +321,7 @@ def logical_to_physical(
   pieces, masks = [], []
   xp = _xp(next(iter(logical.values())) if logical else fill)
   for table in layout.tables:
-    if table.name not in logical:
-      raise EmbeddingLayoutError(
-          f"stack '{layout.name}': no logical array for table '{table.name}'"
-      )
-    values = logical[table.name]
-    expected = (table.vocabulary_size, table.embedding_dim)
-    if tuple(values.shape) != expected:
-      raise EmbeddingLayoutError(
-          f"stack '{layout.name}', table '{table.name}': logical array has"
-          f" shape {tuple(values.shape)}, expected {expected}"
-      )
+    values = layout.logical_array(logical, table)
     setting = table.setting_in_stack
     pad = (
         (0, setting.padded_vocab_size - table.vocabulary_size),
@@ -332,7 +337,7 @@ def logical_to_physical(
       padded = jax.lax.with_sharding_constraint(padded, row_sharding)
     pieces.append(place(padded))
     if fill is not None:
-      masks.append(place(xp.pad(xp.ones(expected, bool), pad)))
+      masks.append(place(xp.pad(xp.ones(values.shape, bool), pad)))
   physical = xp.concatenate(pieces, axis=1).reshape(layout.vocab_size, dim)
   if fill is None:
     return physical

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterator, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -182,19 +182,15 @@ def unstack_embedding_variables(
   Every array comes back to the host as [vocabulary_size, embedding_dim].
   `global_device_count` is read from the arrays' sharding when omitted.
   """
-  g = _global_device_count(
-      [v.table for v in variables.values()], global_device_count
-  )
-  layouts = stack_layouts(feature_specs, g * num_sc_per_device)
   out = {}
-  for name, layout in layouts.items():
-    if name not in variables:
-      raise EmbeddingLayoutError(f"no embedding variables for stack '{name}'")
-    stacked = variables[name]
+  stacks = _stacked_layouts(
+      variables, feature_specs, num_sc_per_device, global_device_count, "variables"
+  )
+  for layout, stacked in stacks:
     expected = len(layout.spec.optimizer.slot_names())
     if len(stacked.slots) != expected:
       raise EmbeddingLayoutError(
-          f"stack '{name}': {len(stacked.slots)} slots given, the optimizer"
+          f"stack '{layout.name}': {len(stacked.slots)} slots given, the optimizer"
           f" has {expected}"
       )
     table = physical_to_logical(layout, _to_host(stacked.table))
@@ -224,16 +220,33 @@ def unstack_embedding_tables(
       )
       for name, v in tables.items()
   }
+  out = {}
+  stacks = _stacked_layouts(
+      variables, feature_specs, num_sc_per_device, global_device_count, "table"
+  )
+  for layout, stacked in stacks:
+    out.update(physical_to_logical(layout, _to_host(stacked.table)))
+  return out
+
+
+def _stacked_layouts(
+    variables: Mapping[str, EmbeddingVariables],
+    feature_specs: Any,
+    num_sc_per_device: int,
+    global_device_count: int | None,
+    what: str,
+) -> Iterator[tuple[StackLayout, EmbeddingVariables]]:
+  """(layout, variables) of every stack, in order; a missing stack is an error.
+
+  A generator: each stack is checked just before its turn.
+  """
   g = _global_device_count(
       [v.table for v in variables.values()], global_device_count
   )
-  layouts = stack_layouts(feature_specs, g * num_sc_per_device)
-  out = {}
-  for name, layout in layouts.items():
+  for name, layout in stack_layouts(feature_specs, g * num_sc_per_device).items():
     if name not in variables:
-      raise EmbeddingLayoutError(f"no embedding table for stack '{name}'")
-    out.update(physical_to_logical(layout, _to_host(variables[name].table)))
-  return out
+      raise EmbeddingLayoutError(f"no embedding {what} for stack '{name}'")
+    yield layout, variables[name]
 
 
 def _device_logical(
@@ -247,17 +260,7 @@ def _device_logical(
   """
   out = {}
   for t in layout.tables:
-    if t.name not in logical:
-      raise EmbeddingLayoutError(
-          f"stack '{layout.name}': no logical array for table '{t.name}'"
-      )
-    value = logical[t.name]
-    expected = (t.vocabulary_size, t.embedding_dim)
-    if tuple(value.shape) != expected:
-      raise EmbeddingLayoutError(
-          f"stack '{layout.name}', table '{t.name}': logical array has shape"
-          f" {tuple(value.shape)}, expected {expected}"
-      )
+    value = layout.logical_array(logical, t)
     if isinstance(value, jax.Array):
       out[t.name] = value
       continue

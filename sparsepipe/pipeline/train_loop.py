@@ -15,7 +15,14 @@ pipeline step, reads the next batch from the iterator, and makes the drain
 dummies from the state's buffers, so the resumed run is bit-identical to an
 uninterrupted one. `step_callback` is where a checkpointer hooks in; it must
 not keep references to the device arrays after returning (the next step
-donates them) — take host copies or save synchronously.
+donates them): take host copies or save synchronously.
+
+Changing shapes (FDO limits, batch size) means new programs and a new
+PipelineState layout: finish the current pipeline run (its drain steps
+apply every pending embedding update), build a new trainer from the new
+specs, and start the next run with `pipeline_state=None`. Runs chain
+exactly: TrainState.step, which drives the embedding update's step, keeps
+counting across runs.
 """
 
 from __future__ import annotations
@@ -86,6 +93,17 @@ class PipelinedTrainer:
   global_batch_size: int
   gradient_multiplier: bool
   jitted_step: Any = dataclasses.field(repr=False)
+  trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
+
+  @property
+  def traced_programs(self) -> tuple[bool, ...]:
+    """`fake_tc_step` of every trace of the jitted step so far (one per program).
+
+    (True, False) after any number of steps of a run: fill and drain share
+    one program, all other steps another; (False,) in gradient-multiplier
+    mode. A longer tuple means something retraced (e.g. new shapes).
+    """
+    return tuple(self.trace_log)
 
   def initial_pipeline_state(self) -> ps.PipelineState:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
@@ -224,8 +242,11 @@ def make_pipelined_trainer(
   if isinstance(output_sharding, jax.sharding.Sharding):
     output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
 
+  trace_log: list[bool] = []
+
   def train_step(pipeline_input, train_state, pipeline_state, num_batches,
                  fake_tc_step):
+    trace_log.append(fake_tc_step)
     output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
         pipeline_input,
         train_state.replace(embedding_variables=None),
@@ -263,6 +284,7 @@ def make_pipelined_trainer(
       global_batch_size=global_batch,
       gradient_multiplier=gradient_multiplier,
       jitted_step=jitted,
+      trace_log=trace_log,
   )
 
 
@@ -341,7 +363,9 @@ def train(
         f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
         f" num_batches={num_batches}"
     )
-  end = total if max_pipeline_steps is None else min(total, start + max_pipeline_steps)
+  end = total
+  if max_pipeline_steps is not None:
+    end = min(total, start + max_pipeline_steps)
   outputs: list[tuple[int, Any]] = []
   t0 = time.perf_counter()
   t_steady, steady_from = None, start + 2

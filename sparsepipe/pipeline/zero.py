@@ -11,7 +11,9 @@ Update. Gradients are reduce-scattered onto the flat shards (explicitly,
 `psum_scatter` inside `shard_map`, when the TC stage hands over per-device
 partial gradients; by slicing when it hands over summed ones), the optax
 update runs on the shards in the global (jit) view, and the updated flat
-parameters are all-gathered back into replicated parameters. Everything is
+parameters are all-gathered back into replicated parameters. All leaves of
+one dtype share a single reduce-scatter and a single all-gather (packed
+[D, sum n_i/D] buffers), not one collective per leaf. Everything is
 jax.Array + NamedSharding under jit, so it runs across hosts.
 
 The optimizer sees flat zero-padded vectors: element-wise optimizers (SGD,
@@ -51,6 +53,13 @@ def _flatten(x: jax.Array, num_shards: int) -> jax.Array:
 
 def _unflatten(flat: jax.Array, like: Any) -> jax.Array:
   return flat[: math.prod(like.shape)].reshape(like.shape)
+
+
+def _constrain(tree: Any, sharding: NamedSharding) -> Any:
+  """Every leaf of `tree` constrained to the one `sharding` (under jit)."""
+  return jax.tree.map(
+      lambda x: jax.lax.with_sharding_constraint(x, sharding), tree
+  )
 
 
 def _packed(tree: Any, collective: Any, split_axis: int = 0) -> Any:
@@ -174,7 +183,10 @@ class ZeroOptimizer:
     d = self.num_shards
 
     def reduce_scatter(rows):  # [D, total] -> this device's [total]
-      return jax.lax.psum_scatter(rows, DATA_AXIS, scatter_dimension=0, tiled=True)[0]
+      summed = jax.lax.psum_scatter(
+          rows, DATA_AXIS, scatter_dimension=0, tiled=True
+      )
+      return summed[0]
 
     rows = jax.tree.map(lambda g: _flatten(g, d).reshape(d, -1), partial_grads)
     return _packed(rows, reduce_scatter)
@@ -214,17 +226,11 @@ class ZeroOptimizer:
     Returns:
       (new replicated params, new sharded optimizer state).
     """
-    flat_grads = jax.tree.map(
-        lambda g: jax.lax.with_sharding_constraint(g, self.flat_sharding),
-        flat_grads,
-    )
+    flat_grads = _constrain(flat_grads, self.flat_sharding)
     flat_params = self.flatten_params(params)
     updates, new_state = self.optimizer.update(flat_grads, opt_state, flat_params)
     new_flat = optax.apply_updates(flat_params, updates)
-    new_flat = jax.tree.map(
-        lambda v: jax.lax.with_sharding_constraint(v, self.flat_sharding),
-        new_flat,
-    )
+    new_flat = _constrain(new_flat, self.flat_sharding)
     new_state = jax.lax.with_sharding_constraint(
         new_state, jax.tree.map(self._leaf_sharding, new_state)
     )
@@ -249,10 +255,7 @@ class ZeroOptimizer:
     Returns:
       (new replicated params, new sharded optimizer state).
     """
-    grads = jax.tree.map(
-        lambda g: jax.lax.with_sharding_constraint(g, self.replicated_sharding),
-        grads,
-    )
+    grads = _constrain(grads, self.replicated_sharding)
     return self.update_scattered(self.flatten_params(grads), opt_state, params)
 
 

@@ -59,3 +59,4 @@ from sparsepipe.transforms.npz_fdo_client import NPZFileFDOClient
 from sparsepipe.transforms.limits import LIMIT_NAMES
 from sparsepipe.transforms.limits import apply_stack_limits
 from sparsepipe.transforms.limits import get_stack_limits
+from sparsepipe.transforms.stacking import stack_name_for

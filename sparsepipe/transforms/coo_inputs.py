@@ -15,7 +15,6 @@ the rows (bytes join, len, dtype), which is what makes it fast enough.
 
 from __future__ import annotations
 
-import io
 import operator
 from typing import Any, NamedTuple
 
@@ -98,16 +97,28 @@ def _rows_slow(
   return _concat_rows(arrays, dtype), lengths
 
 
+def _row_lengths(rows: list) -> np.ndarray:
+  """len of every row, int64; bytearray packs lengths < 256 fastest."""
+  try:
+    small = bytearray(map(len, rows))
+  except ValueError:  # a row of 256 or more ids
+    return np.fromiter(map(len, rows), np.int64, len(rows))
+  return np.frombuffer(small, np.uint8).astype(np.int64)
+
+
 def _rows_fast(
     rows: Any, kinds: str, dtype
 ) -> tuple[np.ndarray, np.ndarray] | None:
   """Rows that are contiguous arrays of one native dtype; else None.
 
-  One buffered write copies all rows; len and dtype are read with C-level
-  maps.
-  The byte count check proves every row holds exactly len(row) items, so a
-  strided view or a row of another size cannot be misread.
+  Three C-level passes over the rows: dtype (list.count compares by
+  identity first), bytes join (one copy of all ids) and len. The byte count
+  check proves every row holds exactly len(row) items, so a strided view,
+  a row of another size or a 2-D row of more than one column cannot be
+  misread (an [n, 1] row reads as its n ids).
   """
+  if isinstance(rows, np.ndarray):
+    rows = rows.tolist()  # the same row objects; lists iterate faster
   n = len(rows)
   first = rows[0]
   if not isinstance(first, np.ndarray) or first.ndim != 1:
@@ -118,16 +129,13 @@ def _rows_fast(
   try:
     if list(map(_GET_DTYPE, rows)).count(row_dtype) != n:
       return None
-    # BytesIO grows one buffer in place: cheaper than b"".join, whose large
-    # fresh result costs page faults on every batch.
-    joined = io.BytesIO()
-    joined.writelines(rows)
-    lengths = np.fromiter(map(len, rows), np.int64, n)
+    joined = b"".join(rows)
+    lengths = _row_lengths(rows)
   except (TypeError, BufferError, AttributeError, ValueError):
     return None
-  if joined.tell() != int(lengths.sum()) * row_dtype.itemsize:
+  if len(joined) != int(lengths.sum()) * row_dtype.itemsize:
     return None
-  flat = np.frombuffer(joined.getbuffer(), row_dtype)
+  flat = np.frombuffer(joined, row_dtype)
   if dtype is not None and flat.dtype != dtype:
     flat = flat.astype(dtype)
   return flat, lengths

@@ -8,6 +8,7 @@ COO buffer size per device C.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping
 
 from sparsepipe.transforms import errors
@@ -15,6 +16,27 @@ from sparsepipe.transforms import specs as specs_lib
 
 INT_MAX = 2**31 - 1
 ALIGNMENT = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+  """Device geometry of one preprocessing call."""
+
+  local_devices: int  # L
+  global_devices: int  # G
+  sc_per_device: int  # S
+
+  @property
+  def num_sc(self) -> int:  # N
+    return self.global_devices * self.sc_per_device
+
+  @property
+  def local_sc(self) -> int:  # L*S
+    return self.local_devices * self.sc_per_device
+
+  @property
+  def row_pointer_stride(self) -> int:  # R
+    return max(self.num_sc, ALIGNMENT)
 
 
 def round_up(value: int, multiple: int) -> int:

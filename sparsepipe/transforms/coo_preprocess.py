@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
-import numpy as np
 
 from sparsepipe.transforms import coo_inputs
 from sparsepipe.transforms import coo_layout
@@ -64,7 +63,7 @@ def _geometry(
     global_device_count: int,
     num_sc_per_device: int,
     sharding_strategy: str,
-) -> coo_stack.Geometry:
+) -> coo_layout.Geometry:
   if str(sharding_strategy).upper() != "MOD":
     raise errors.PreprocessingError(
         f"sharding_strategy {sharding_strategy!r} is not supported; only MOD"
@@ -76,7 +75,7 @@ def _geometry(
         f"local_device_count={local} must be positive and divide"
         f" global_device_count={total}"
     )
-  return coo_stack.Geometry(local, total, int(num_sc_per_device))
+  return coo_layout.Geometry(local, total, int(num_sc_per_device))
 
 
 def _group_by_stack(
@@ -103,7 +102,7 @@ def _group_by_stack(
 def _run(
     specs: Sequence[specs_lib.FeatureSpec],
     inputs: Sequence[coo_inputs.FeatureInput],
-    geo: coo_stack.Geometry,
+    geo: coo_layout.Geometry,
     has_leading_dimension: bool,
     allow_id_dropping: bool,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:

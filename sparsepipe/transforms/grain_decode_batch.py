@@ -81,7 +81,15 @@ class DecodeBatchIterDataset(grain.IterDataset):
     self._parents = (self._parent.slice(sl),)
 
   def __iter__(self) -> grain.DatasetIterator:
-    return _DecodeBatchIterator(self)
+    return _DecodeBatchIterator(
+        self._parent,
+        self._source,
+        self._batch_size,
+        RecordCodec(self._schema),
+        self._locator,
+        self._skip_corrupt,
+        self._examples_per_record,
+    )
 
   def __str__(self) -> str:
     return f"DecodeBatchIterDataset(batch_size={self._batch_size})"
@@ -90,17 +98,17 @@ class DecodeBatchIterDataset(grain.IterDataset):
 class _DecodeBatchIterator(grain.DatasetIterator):
   """See the module docstring for the state and the read-ahead cache."""
 
-  def __init__(self, ds: DecodeBatchIterDataset):
+  def __init__(self, indices, source, batch_size, codec, locator, skip_corrupt, per_record):
     super().__init__()
-    self._indices = ds._parent  # pylint: disable=protected-access
-    self._length = len(self._indices)
-    self._source = ds._source  # pylint: disable=protected-access
-    self._num_source = len(self._source)
-    self._batch_size = ds._batch_size  # pylint: disable=protected-access
-    self._codec = RecordCodec(ds._schema)  # pylint: disable=protected-access
-    self._locator = ds._locator  # pylint: disable=protected-access
-    self._skip_corrupt = ds._skip_corrupt  # pylint: disable=protected-access
-    self._per_record = float(ds._examples_per_record)  # pylint: disable=protected-access
+    self._indices = indices
+    self._length = len(indices)
+    self._source = source
+    self._num_source = len(source)
+    self._batch_size = batch_size
+    self._codec = codec
+    self._locator = locator
+    self._skip_corrupt = skip_corrupt
+    self._per_record = float(per_record)
     self._next_record = 0
     self._offset = 0
     self._reset_cache()

@@ -13,12 +13,13 @@
       -> DevicePutIterDataset(mesh)    # make_input_pipeline only
 
 Granularity: records hold R examples (manifest.examples_per_record); the
-shuffle permutes records, and examples inside a record stay together. A
-per-host batch is cut from consecutive records of a worker's stream, so any
-batch size works (a record may straddle two batches); choose the batch size
-a multiple of R to read each record once. With N workers, worker i forms
-batches from records i, i+N, ... of the host's stream: batches depend on N,
-so N is part of the iterator state and a mismatch on restore is an error.
+shuffle permutes records, and examples inside a record stay together (write
+the data with small R, or shuffled, if that matters). A per-host batch is
+cut from consecutive records of a worker's stream, so any batch size works:
+a record may straddle two batches (it is read once, its remainder waits in
+the decoder's cache). With N workers, worker i forms batches from records
+i, i+N, ... of the host's stream: batches depend on N, so N is part of the
+iterator state and a mismatch on restore is an error.
 
 The iterator state is JSON: `{"metadata": {...}, "pipeline": ...}`. It
 counts positions in the record stream, never transform parameters, so a
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import signal
 from typing import Any, Callable, Mapping
 
@@ -40,6 +43,7 @@ import jax
 from sparsepipe.data.manifest import Manifest, RecordLocator, read_manifest
 from sparsepipe.data.source import manifest_source
 from sparsepipe.transforms.grain_device_put import DevicePutIterDataset
+from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
 from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterator, RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
@@ -148,7 +152,14 @@ def make_example_dataset(
   indices = grain.MapDataset.range(manifest.num_records)
   if config.shuffle:
     indices = indices.seed(config.seed).shuffle()
-  indices = indices[index::count].repeat(config.num_epochs)
+  records_per_batch, rest = divmod(config.per_host_batch_size, manifest.examples_per_record)
+  if rest == 0:
+    # Global batches independent of the process count (see grain_host_blocks).
+    indices = HostBlocksMapDataset(indices, block=records_per_batch, index=index, count=count)
+  else:
+    # Batches straddle records: a stride still splits the data disjointly.
+    indices = indices[index::count]
+  indices = indices.repeat(config.num_epochs)
   return DecodeBatchIterDataset(
       indices,
       source,
@@ -218,32 +229,32 @@ def make_host_dataset(
           allow_id_dropping=config.allow_id_dropping,
       )
   )
-  if config.num_workers > 0:
-    ds = prefetch_in_workers(ds, config, worker_init_fn)
+  ds = prefetch_in_workers(
+      ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
+  )
   return RecordStatsIterDataset(ds, fdo_client)
 
 
 def prefetch_in_workers(
     ds: grain.IterDataset,
-    config: InputConfig | Any,
+    num_workers: int,
+    *,
+    buffer_size: int = 2,
     worker_init_fn: Callable[[int, int], None] | None = None,
 ) -> grain.IterDataset:
-  """Runs `ds` in config.num_workers processes; elements come back unchanged.
+  """Runs `ds` in `num_workers` processes; elements come back unchanged.
 
   Each element's arrays travel packed in one shared-memory buffer per dtype
   (PackArrays / UnpackArrays). Workers ignore SIGTERM, then run
   `worker_init_fn(worker_index, worker_count)`. 0 workers: `ds` itself.
   """
-  config = InputConfig.from_config(config)
-  if config.num_workers == 0:
+  if num_workers == 0:
     return ds
   if not flags.FLAGS.is_parsed():  # grain reads absl flags in mp_prefetch
     flags.FLAGS.mark_as_parsed()
   ds = ds.map(PackArrays(shared_memory=True))
   ds = ds.mp_prefetch(
-      grain.MultiprocessingOptions(
-          num_workers=config.num_workers, per_worker_buffer_size=config.worker_buffer_size
-      ),
+      grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=buffer_size),
       worker_init_fn=functools.partial(_ignore_sigterm, user_fn=worker_init_fn),
   )
   return ds.map(UnpackArrays())
@@ -321,7 +332,15 @@ def _metadata(config: InputConfig, manifest: Manifest, index: int, count: int) -
       "seed": config.seed,
       "shuffle": config.shuffle,
       "num_records": manifest.num_records,
+      "dataset": dataset_fingerprint(manifest),
   }
+
+
+def dataset_fingerprint(manifest: Manifest) -> str:
+  """Identifies the data (schema, shards, counts; not its directory or info)."""
+  d = manifest.to_dict()
+  del d["info"]
+  return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def make_host_pipeline(
@@ -341,19 +360,16 @@ def make_host_pipeline(
   """
   config = InputConfig.from_config(config)
   index, count = _process_slice(process_index, process_count)
-  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
-  ds = make_host_dataset(
+  return _pipeline_iterator(
       config,
       feature_specs,
+      index,
+      count,
       local_device_count=local_device_count,
       global_device_count=global_device_count,
-      process_index=index,
-      process_count=count,
       fdo_client=fdo_client,
       worker_init_fn=worker_init_fn,
-      manifest=manifest,
   )
-  return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))
 
 
 def make_input_pipeline(
@@ -376,18 +392,34 @@ def make_input_pipeline(
       (after it starts ignoring SIGTERM).
   """
   config = InputConfig.from_config(config)
-  index, count = jax.process_index(), jax.process_count()
-  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
-  ds = make_host_dataset(
+  return _pipeline_iterator(
       config,
       feature_specs,
+      jax.process_index(),
+      jax.process_count(),
       local_device_count=len(mesh.local_devices),
       global_device_count=mesh.size,
-      process_index=index,
-      process_count=count,
       fdo_client=fdo_client,
       worker_init_fn=worker_init_fn,
-      manifest=manifest,
+      mesh=mesh,
   )
-  ds = DevicePutIterDataset(ds, mesh)
+
+
+def _pipeline_iterator(
+    config: InputConfig,
+    feature_specs: Any,
+    index: int,
+    count: int,
+    *,
+    mesh: jax.sharding.Mesh | None = None,
+    **host_kwargs: Any,
+) -> InputPipelineIterator:
+  """make_host_dataset(**host_kwargs), device_put onto `mesh` if given, with the state metadata."""
+  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  ds = make_host_dataset(
+      config, feature_specs, process_index=index, process_count=count, manifest=manifest,
+      **host_kwargs,
+  )
+  if mesh is not None:
+    ds = DevicePutIterDataset(ds, mesh)
   return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))

@@ -20,6 +20,7 @@ import numpy as np
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import coo_types
 from sparsepipe.transforms import errors
+from sparsepipe.transforms import limits as limits_lib
 from sparsepipe.transforms import specs as specs_lib
 
 Nested = Any
@@ -40,15 +41,15 @@ def get_default_limits(name: str, batch_size: int) -> int:
 
 def _leaves(feature_specs: Nested) -> list[specs_lib.FeatureSpec]:
   leaves = jax.tree_util.tree_leaves(feature_specs)
-  names = collections.Counter(f.name for f in leaves)
-  for name, count in names.items():
-    if count > 1:
-      raise errors.StackingError(f"feature '{name}' is defined {count} times")
   for f in leaves:
     if not isinstance(f, specs_lib.FeatureSpec):
       raise errors.StackingError(
           f"feature_specs leaves must be FeatureSpec, got {type(f).__name__}"
       )
+  names = collections.Counter(f.name for f in leaves)
+  for name, count in names.items():
+    if count > 1:
+      raise errors.StackingError(f"feature '{name}' is defined {count} times")
   return leaves
 
 
@@ -88,6 +89,25 @@ def _padded_vocab(table: specs_lib.TableSpec, num_sc: int) -> int:
   return coo_layout.round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
 
 
+def _check_columns_fit_int32(stack_name: str, table: specs_lib.TableSpec,
+                             col_offset: int, num_sc: int) -> None:
+  """COO columns (id + col_offset, MOD-rounded) are int32 in the buffers.
+
+  The last column a table can reach is col_offset + roundup(vocab, N) - 1;
+  past INT_MAX the ids would wrap to negative values (and the reference
+  computes them in int32 too), and a row id (column div N) of INT_MAX would
+  read as padding, so such a stack is refused.
+  """
+  last = col_offset + coo_layout.round_up(table.vocabulary_size, num_sc) - 1
+  if last > coo_layout.INT_MAX or last // num_sc >= coo_layout.INT_MAX:
+    raise errors.StackingError(
+        f"stack '{stack_name}': table '{table.name}' reaches column {last}"
+        f" (col_offset {col_offset} + {table.vocabulary_size} rows); COO columns"
+        f" are int32 and must stay below INT_MAX={coo_layout.INT_MAX}: stack"
+        " fewer or smaller tables"
+    )
+
+
 def _replace_features(
     feature_specs: Nested, update: Callable[[specs_lib.FeatureSpec], specs_lib.FeatureSpec]
 ) -> Nested:
@@ -125,6 +145,7 @@ def prepare_feature_specs_for_training(
       row_offsets[f.name] = offset
       offset += _batch(f)
     table = features[0].table_spec
+    _check_columns_fit_int32(table_name, table, 0, num_sc)
     padded_vocab = _padded_vocab(table, num_sc)
     padded_dim = _padded_dim(table)
     stacked = specs_lib.StackedTableSpec(
@@ -212,6 +233,7 @@ def stack_tables(
   row_offset_in_shard = 0
   for k, name in enumerate(table_names):
     table = tables[name]
+    _check_columns_fit_int32(stack_name, table, row_offset_in_shard * num_sc, num_sc)
     padded_vocab = _padded_vocab(table, num_sc)
     settings[name] = specs_lib.TableSettingInStack(
         stack_name=stack_name,
@@ -442,7 +464,7 @@ def update_preprocessing_parameters(
     New feature specs with the same pytree structure.
   """
   s_per = int(num_sc_per_device)
-  updated: dict[str, specs_lib.StackedTableSpec] = {}
+  updated: dict[str, dict[str, int | None]] = {}
   for name, stacked in get_stacked_table_specs(feature_specs).items():
     m = _max_or_none(stats.max_ids_per_partition, name)
     u = _max_or_none(stats.max_unique_ids_per_partition, name)
@@ -459,22 +481,9 @@ def update_preprocessing_parameters(
     if new_q is not None and global_device_count is not None:
       new_q = min(new_q, coo_layout.compute_theoretical_max_coo_buffer_size(
           new_m, global_device_count, s_per))
-    updated[name] = dataclasses.replace(
-        stacked,
-        max_ids_per_partition=int(new_m),
-        max_unique_ids_per_partition=int(new_u),
-        suggested_coo_buffer_size_per_device=None if new_q is None else int(new_q),
-    )
-
-  def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
-    stacked = updated[f.table_spec.stacked_table_spec.stack_name]
-    table = dataclasses.replace(
-        f.table_spec,
-        max_ids_per_partition=stacked.max_ids_per_partition,
-        max_unique_ids_per_partition=stacked.max_unique_ids_per_partition,
-        suggested_coo_buffer_size_per_device=stacked.suggested_coo_buffer_size_per_device,
-        stacked_table_spec=stacked,
-    )
-    return dataclasses.replace(f, table_spec=table)
-
-  return _replace_features(feature_specs, update)
+    updated[name] = {
+        "max_ids_per_partition": int(new_m),
+        "max_unique_ids_per_partition": int(new_u),
+        "suggested_coo_buffer_size_per_device": None if new_q is None else int(new_q),
+    }
+  return limits_lib.apply_stack_limits(feature_specs, updated)

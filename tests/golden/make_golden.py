@@ -3,15 +3,17 @@
 Run from the repository root, with jax-tpu-embedding 0.1.0 installed
 (`pip install -e ".[oracle]"`):
 
-    PYTHONPATH=. python tests/golden/make_golden.py
+    PYTHONPATH=. python tests/golden/make_golden.py [CASE_NAME ...]
 
-For every case in CASES it draws the inputs, stacks and preprocesses them
-with jax-tpu-embedding and writes tests/golden/coo_<name>.npz holding the
+For every case in CASES (or only the named ones) it draws the inputs,
+stacks and preprocesses them with jax-tpu-embedding and writes
+tests/golden/coo_<name>.npz holding the
 case (JSON), the raw inputs and the reference's buffers and statistics.
 The reference leaves the tail of every COO segment unwritten (whatever was
 in memory); before saving, that tail is set to our deterministic
 (INT_MAX, INT_MAX, NaN) fill, so the fixtures are reproducible and the test
-compares whole buffers bitwise. Files contain no pickle.
+compares whole buffers bitwise. Files contain no pickle. It prints each
+fixture's size, drop counters and coo_sort paths (coo_cases.SORT_PATHS).
 """
 
 from __future__ import annotations
@@ -94,15 +96,61 @@ CASES = {
         2, 2, 4, [_table("t", 1000, "sum")],
         [_feature("z", "t", 16, 3, "ragged"), _feature("b", "t", 32, 7, "ragged")],
         skew=3.0, seed=7),
+    # The sort-key width paths of coo_sort (key = q | p | e | low, see its
+    # docstring). Vocabulary 2**30 with skew 8 spreads ids over all 30 bits
+    # (the largest drawn id is >= 2**29, so e fills every bit of its field)
+    # and still repeats id 0 inside samples (merged duplicates). Each
+    # case's path is asserted by tests/test_coo_golden.py (_SORT_PATHS),
+    # observed with coo_cases.record_sort_paths().
+    # Path (1), at its limit: one unweighted feature, N=8, L*S=2, 2 samples
+    # per SC: e 27 + sid 1 + p 3 + q 1 = exactly 32 bits, so uint32 keys with
+    # the top bit set for q=1, sorted SC by SC (valency 24: more ids per SC).
+    "wide_uint32_boundary": _case(
+        4, 1, 2, [_table("t", 2**30, "sqrtn")],
+        [_feature("f", "t", 16, 24, "ragged")], skew=8.0, seed=13),
+    # Path (2): N=4, L*S=4, 4 samples per SC: e 28 + sid 2 + p 2 = 32 bits
+    # without q (q_shift 32), 34 with it: the narrowed sort (uint32 keys
+    # without q, every bit used, q or-ed in as uint64 afterwards).
+    "wide_narrow": _case(
+        2, 2, 2, [_table("t", 2**30, "mean")],
+        [_feature("f", "t", 16, 8, "columnar")], skew=8.0, seed=18),
+    # Path (3): N=8, L*S=4, 5 samples per SC: e 27 + sid 3 + p 3 = 33 bits
+    # before q (q_shift 33 > 32), 35 in all: full uint64 keys sorted SC by
+    # SC; unweighted sum (gains from merge counts), int64 ragged input.
+    "wide_uint64_single": _case(
+        4, 2, 2, [_table("t", 2**30, "sum")],
+        [_feature("f", "t", 40, 8, "ragged64")], skew=8.0, seed=13),
+    # Multi-feature global sort with uint64 keys: two large tables stacked
+    # with rotation 5 (stack vocabulary 7 * 2**27), three features, 7 samples
+    # per SC: e 27 + sid 3 + p 3 + q 2 = 35 bits.
+    "wide_uint64_stacked": _case(
+        2, 1, 4, [_table("a", 2**29, "mean"), _table("b", 3 * 2**27, "mean")],
+        [_feature("fa", "a", 24, 6, "ragged"), _feature("fb", "b", 16, 5, "list"),
+         _feature("fa2", "a", 16, 4, "columnar")],
+        mode="explicit", groups=[["a", "b"]], rotation=5, skew=8.0, seed=14),
+    # Weighted (position keys) with uint64 keys: e 28 + position 7 + p 2 +
+    # q 2 = 39 bits; sqrtn with id dropping under small limits.
+    "wide_uint64_weighted_dropping": _case(
+        2, 2, 2, [_table("t", 2**30, "sqrtn", max_ids=4, max_unique=3)],
+        [_feature("f", "t", 16, 8, "ragged")], weighted=True, drop=True,
+        skew=8.0, seed=15),
 }
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+  """Writes the fixtures of `names` (all cases when empty)."""
+  unknown = sorted(set(names) - set(CASES))
+  if unknown:
+    raise SystemExit(f"unknown cases {unknown}; known: {sorted(CASES)}")
   out_dir = os.path.dirname(os.path.abspath(__file__))
   for name, case in CASES.items():
+    if names and name not in names:
+      continue
     raw = coo_cases.draw_raw(case)
-    _, _, ref, ref_w = coo_cases.as_inputs(case, raw)
+    ours, ours_w, ref, ref_w = coo_cases.as_inputs(case, raw)
     expected = coo_cases.sanitize(case, coo_cases.run_reference(case, ref, ref_w))
+    with coo_cases.record_sort_paths() as paths:
+      coo_cases.run_case(case, ours, ours_w)
     arrays = {"case": np.array(json.dumps(case, sort_keys=True))}
     for feature, (ids, lengths, weights) in raw.items():
       arrays[f"raw/{feature}/ids"] = ids
@@ -113,8 +161,9 @@ def main() -> None:
     path = os.path.join(out_dir, f"coo_{name}.npz")
     np.savez_compressed(path, **arrays)
     drops = {k: int(v) for k, v in expected.items() if k.startswith("id_drop")}
-    print(f"wrote {path} ({os.path.getsize(path)} bytes), drops {drops}")
+    print(f"wrote {path} ({os.path.getsize(path)} bytes), drops {drops},"
+          f" sort paths {sorted(set(paths))}")
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv[1:])

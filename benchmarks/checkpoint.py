@@ -1,0 +1,289 @@
+"""Checkpoint speed: async vs sync save, restore, restart to first resumed step.
+
+The state is shaped like a training job's (mostly embedding tables and a
+slot sharded by rows, a ZeRO-sharded dense optimizer state, replicated
+params, a small pipeline state, a Grain iterator, FDO JSON). Measured:
+
+- async save blocking: how long the training loop waits in save() (steady
+  state: the previous save has finished), and the background write time;
+- sync save: the whole save of the same state without the async thread;
+- the ratio async blocking / sync save (target <= 10%);
+- restore: reading and verifying the newest step into sharded targets;
+- restart to first step: a fresh process (interpreter start, imports,
+  restore, compile, one step) until the first resumed step is done.
+
+  python benchmarks/checkpoint.py [--state_mb 256] [--repeats 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+_PROCESS_START = time.time()
+
+if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  ).strip()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse  # pylint: disable=g-import-not-at-top,wrong-import-position
+import json  # pylint: disable=g-import-not-at-top,wrong-import-position
+import shutil  # pylint: disable=g-import-not-at-top,wrong-import-position
+import statistics  # pylint: disable=g-import-not-at-top,wrong-import-position
+import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
+from typing import Any  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+import grain  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from sparsepipe import checkpointing as ckpt  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.checkpointing import fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+DIM = 64
+DENSE = 512
+
+
+def shapes(state_mb: int, devices: int) -> dict[str, int]:
+  """Table rows so that tables + slot are ~90% of state_mb."""
+  rows = int(state_mb * 0.9 * 2**20 / (2 * DIM * 4))
+  rows -= rows % (8 * devices)
+  return {"rows": rows}
+
+
+def abstract_state(mesh: Mesh, state_mb: int) -> tuple[Any, Any, Any]:
+  rows = shapes(state_mb, mesh.size)["rows"]
+  rep, by_rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  flat = -(-DENSE * DENSE // mesh.size) * mesh.size
+  s = lambda shape, sharding, dtype=jnp.float32: jax.ShapeDtypeStruct(
+      shape, dtype, sharding=sharding
+  )
+  train = {
+      "params": {"w": s((DENSE, DENSE), rep)},
+      "opt": {"mu": s((flat,), by_rows), "nu": s((flat,), by_rows)},
+      "step": s((), rep, jnp.int32),
+  }
+  embeddings = {"table": s((rows, DIM), by_rows), "slot": s((rows, DIM), by_rows)}
+  pipeline = {"activations": s((1024, DIM), by_rows)}
+  return train, embeddings, pipeline
+
+
+def init_state(abstract: Any) -> Any:
+  """Random values: constant ones would compress to nothing on write."""
+  leaves, tree = jax.tree.flatten(abstract)
+  keys = jax.random.split(jax.random.key(0), len(leaves))
+
+  def make(key, a):
+    if a.dtype == jnp.int32:
+      return jax.jit(lambda: jnp.zeros(a.shape, a.dtype), out_shardings=a.sharding)()
+    return jax.jit(
+        lambda k: jax.random.normal(k, a.shape, a.dtype), out_shardings=a.sharding
+    )(key)
+
+  return jax.tree.unflatten(tree, [make(k, a) for k, a in zip(keys, leaves)])
+
+
+@jax.jit
+def train_step(state):
+  """Touches every array (like an optimizer step would)."""
+  return jax.tree.map(lambda x: x * 0.999 if x.dtype == jnp.float32 else x + 1, state)
+
+
+def make_iterator() -> Any:
+  ds = grain.MapDataset.range(10**6).map(lambda i: np.int64(i) * 2).batch(64)
+  return iter(ds.to_iter_dataset())
+
+
+def run_info(mesh: Mesh) -> ckpt.RunInfo:
+  return ckpt.RunInfo.create({"benchmark": "checkpoint"}, mesh, data_worker_count=0)
+
+
+def nbytes(tree: Any) -> int:
+  return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def timed_saves(
+    directory: str, mesh: Mesh, state: Any, repeats: int, *, async_save: bool,
+    fingerprint_arrays: bool,
+):
+  """(first blocking, steady blockings, background writes) in seconds."""
+  iterator = make_iterator()
+  manager = ckpt.TrainingCheckpointManager(
+      directory, run_info(mesh), async_save=async_save, keep_latest=2,
+      fingerprint_arrays=fingerprint_arrays,
+  )
+  blocking, background = [], []
+  for i in range(repeats + 1):
+    state = train_step(state)
+    next(iterator)
+    jax.block_until_ready(state)
+    t0 = time.perf_counter()
+    manager.save(
+        i + 1,
+        ckpt.TrainingState(*state, iterator, {"limits": {}, "stats": {"i": i}}),
+        ckpt.Progress(i + 1, i + 1),
+        force=True,
+    )
+    t1 = time.perf_counter()
+    manager.wait_until_finished()
+    t2 = time.perf_counter()
+    blocking.append(t1 - t0)
+    background.append(t2 - t1)
+  manager.close()
+  return blocking[0], blocking[1:], background[1:], state
+
+
+def timed_restore(directory: str, mesh: Mesh, abstract: Any, repeats: int):
+  times = []
+  for _ in range(repeats):
+    manager = ckpt.TrainingCheckpointManager(directory, run_info(mesh))
+    t0 = time.perf_counter()
+    restored = manager.restore(ckpt.RestoreTargets(*abstract, make_iterator()))
+    jax.block_until_ready(
+        (restored.train_state, restored.embeddings, restored.pipeline_state)
+    )
+    times.append(time.perf_counter() - t0)
+    manager.close()
+  return times
+
+
+def timed_fingerprints(state: Any, repeats: int) -> list[float]:
+  times = []
+  for _ in range(repeats + 1):
+    t0 = time.perf_counter()
+    fingerprint.resolve(fingerprint.tree_fingerprints(state))
+    times.append(time.perf_counter() - t0)
+  return times[1:]
+
+
+def child(args: Any) -> None:
+  """A restarted job: restore the newest step, run one step, report times."""
+  mesh = Mesh(np.asarray(jax.devices()), ("data",))
+  abstract = abstract_state(mesh, args.state_mb)
+  t_ready = time.time()
+  manager = ckpt.TrainingCheckpointManager(args.directory, run_info(mesh))
+  restored = manager.restore(ckpt.RestoreTargets(*abstract, make_iterator()))
+  t_restored = time.time()
+  state = (restored.train_state, restored.embeddings, restored.pipeline_state)
+  jax.block_until_ready(train_step(state))
+  next(restored.data_iter)
+  t_step = time.time()
+  manager.close()
+  print(
+      json.dumps({
+          "process_start": _PROCESS_START,
+          "ready": t_ready,
+          "restored": t_restored,
+          "first_step": t_step,
+      })
+  )
+
+
+def restart_to_first_step(args: Any, directory: str) -> dict[str, float]:
+  t0 = time.time()
+  out = subprocess.run(
+      [sys.executable, os.path.abspath(__file__), "--child", "--directory",
+       directory, "--state_mb", str(args.state_mb)],
+      check=True, capture_output=True, text=True,
+  )
+  times = json.loads(out.stdout.strip().splitlines()[-1])
+  return {
+      "total_s": times["first_step"] - t0,
+      "start_and_imports_s": times["ready"] - t0,
+      "restore_s": times["restored"] - times["ready"],
+      "first_step_s": times["first_step"] - times["restored"],
+  }
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--state_mb", type=int, default=256)
+  parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--json", default=None)
+  parser.add_argument("--directory", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  flags.FLAGS.mark_as_parsed()
+  if args.child:
+    child(args)
+    return
+
+  mesh = Mesh(np.asarray(jax.devices()), ("data",))
+  abstract = abstract_state(mesh, args.state_mb)
+  state = init_state(abstract)
+  root = tempfile.mkdtemp(prefix="sparsepipe_ckpt_bench_")
+  try:
+    saves = {}
+    for mode in ("async", "sync"):
+      for verify in (True, False):
+        name = f"{mode}{'' if verify else '_nofp'}"
+        *saves[name], state = timed_saves(
+            os.path.join(root, name), mesh, state, args.repeats,
+            async_save=mode == "async", fingerprint_arrays=verify,
+        )
+    restore = timed_restore(os.path.join(root, "async"), mesh, abstract, 3)
+    restore_nofp = timed_restore(os.path.join(root, "async_nofp"), mesh, abstract, 3)
+    fingerprints = timed_fingerprints(state, 3)
+    restart = restart_to_first_step(args, os.path.join(root, "async"))
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+
+  med = statistics.median
+  block = {name: med(v[1]) for name, v in saves.items()}
+  figures = {
+      "device": f"{jax.devices()[0].platform} x{len(jax.devices())}",
+      "state_mb": round(nbytes(state) / 2**20, 1),
+      "async_save_blocking_s": block["async"],
+      "async_save_first_blocking_s": saves["async"][0],
+      "async_background_write_s": med(saves["async"][2]),
+      "sync_save_s": block["sync"],
+      "async_blocking_over_sync": block["async"] / block["sync"],
+      "no_fingerprints_async_save_blocking_s": block["async_nofp"],
+      "no_fingerprints_sync_save_s": block["sync_nofp"],
+      "no_fingerprints_async_blocking_over_sync": (
+          block["async_nofp"] / block["sync_nofp"]
+      ),
+      "restore_s": med(restore),
+      "no_fingerprints_restore_s": med(restore_nofp),
+      "fingerprint_pass_s": med(fingerprints),
+      "restart_to_first_step_s": restart["total_s"],
+      "restart_breakdown": restart,
+  }
+  ms = lambda seconds: f"{seconds * 1e3:.1f} ms"
+  rows = [
+      ("device", figures["device"]),
+      ("state size", f"{figures['state_mb']} MiB"),
+      ("", "with fingerprints | without"),
+      ("async save: loop blocked (median)", f"{ms(block['async'])} | {ms(block['async_nofp'])}"),
+      ("sync save (median)", f"{ms(block['sync'])} | {ms(block['sync_nofp'])}"),
+      (
+          "async blocking / sync save",
+          f"{figures['async_blocking_over_sync'] * 100:.1f} % |"
+          f" {figures['no_fingerprints_async_blocking_over_sync'] * 100:.1f} %",
+      ),
+      ("restore (read + verify)", f"{ms(med(restore))} | {ms(med(restore_nofp))}"),
+      ("async save: first save blocked", ms(saves["async"][0])),
+      ("async save: background write", ms(med(saves["async"][2]))),
+      ("fingerprint pass alone", ms(med(fingerprints))),
+      ("restart to first resumed step", f"{restart['total_s']:.2f} s"),
+      ("  start + imports", f"{restart['start_and_imports_s']:.2f} s"),
+      ("  restore", f"{restart['restore_s']:.2f} s"),
+      ("  compile + first step", f"{restart['first_step_s']:.2f} s"),
+  ]
+  width = max(len(k) for k, _ in rows)
+  for key, value in rows:
+    print(f"{key:<{width}}  {value}")
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(figures, f, indent=2)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,103 @@
+"""Shared pieces of the launcher tests: a tiny config, datasets, results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_CONFIG = os.path.join(REPO_ROOT, "configs", "demo.py")
+
+# Small enough to compile and train in seconds on 2 cores, big enough to
+# exercise stacking, FDO retunes (limits change) and several checkpoints.
+TINY_OVERRIDES = {
+    "num_steps": 8,
+    "per_host_batch_size": 32,
+    "log_every_steps": 1,
+    "synthetic.num_examples": 1024,
+    "synthetic.num_dense": 3,
+    "synthetic.records_per_shard": 256,
+    "model.bottom_mlp_dims": (8, 4),
+    "model.top_mlp_dims": (8,),
+    "model.embedding_dim": 4,
+    "fdo.every_steps": 4,
+    "checkpoint.every_steps": 3,
+    "checkpoint.keep": 2,
+}
+
+
+def tiny_config(**overrides: Any):
+  """configs/demo.py with TINY_OVERRIDES and `overrides` (dotted keys as a__b)."""
+  spec = importlib.util.spec_from_file_location("demo_config", DEMO_CONFIG)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  for key, value in {**TINY_OVERRIDES, **{k.replace("__", "."): v for k, v in overrides.items()}}.items():
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def flag_overrides(**overrides: Any) -> list[str]:
+  """The same overrides as launcher flags (--config.a.b=value)."""
+  merged = {**TINY_OVERRIDES, **{k.replace("__", "."): v for k, v in overrides.items()}}
+  out = []
+  for key, value in merged.items():
+    if isinstance(value, tuple):
+      value = "(" + ",".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    out.append(f"--config.{key}={value}")
+  return out
+
+
+def batch_losses(workdir: str) -> dict[int, float]:
+  """{batch: loss} from metrics.jsonl (duplicates would be a bug: checked)."""
+  losses: dict[int, float] = {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for line in f:
+      record = json.loads(line)
+      if "batch" in record:
+        assert record["batch"] not in losses, f"batch {record['batch']} logged twice"
+        losses[record["batch"]] = record["loss"]
+  return losses
+
+
+def events(workdir: str, kind: str) -> list[dict[str, Any]]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [r for r in map(json.loads, f) if r.get("event") == kind]
+
+
+def checkpoint_arrays(workdir: str, step: int) -> dict[str, np.ndarray]:
+  """Every array of a step's train_state and embeddings items, by path."""
+  out = {}
+  for item in ("train_state", "embeddings"):
+    path = os.path.join(workdir, "checkpoints", str(step), item)
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      # As numpy: the saving devices (other processes) need not exist here.
+      metadata = checkpointer.metadata(path)
+      metadata = getattr(metadata, "item_metadata", metadata)
+      metadata = getattr(metadata, "tree", metadata)
+      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
+      tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    for keypath, leaf in _flatten(tree, item):
+      out[keypath] = np.asarray(leaf)
+  return out
+
+
+def _flatten(tree: Any, prefix: str):
+  if isinstance(tree, dict):
+    for k, v in tree.items():
+      yield from _flatten(v, f"{prefix}/{k}")
+  elif isinstance(tree, (list, tuple)):
+    for i, v in enumerate(tree):
+      yield from _flatten(v, f"{prefix}/{i}")
+  elif tree is not None:
+    yield prefix, tree

@@ -1,0 +1,57 @@
+"""The shipped configs build valid specs, models and input configs."""
+
+import importlib.util
+import os
+
+import pytest
+
+from sparsepipe import transforms
+from sparsepipe.launch import config_specs
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIGS, f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+@pytest.mark.parametrize("name, num_features, num_dense", [("demo", 4, 4), ("criteo", 26, 13)])
+def test_config_builds_specs_and_model(name, num_features, num_dense):
+  config = _load(name)
+  batch = config.per_host_batch_size
+  specs = config_specs.build_feature_specs(config, global_batch_size=batch, global_device_count=8)
+  assert sorted(specs) == sorted(config.features.keys())
+  assert len(specs) == num_features
+  for feature in specs.values():
+    assert feature.input_shape[0] == batch
+    assert feature.table_spec.stacked_table_spec is not None
+  model = config_specs.dlrm_config(config, specs, config.synthetic.num_dense)
+  assert model.num_dense_features == num_dense
+  assert config_specs.input_config(config, "/data").per_host_batch_size == batch
+
+
+def test_zero_limits_mean_the_worst_case_of_the_batch():
+  config = _load("demo")
+  # 128 samples over 8 devices x 2 SCs = 8 per SC, 1+1+3+8 = 13 ids each.
+  assert config_specs.worst_case_ids_per_partition(config, 128, 8) == 104
+  specs = config_specs.build_feature_specs(config, global_batch_size=128, global_device_count=8)
+  (limits,) = transforms.get_stack_limits(specs).values()
+  assert limits["max_ids_per_partition"] == limits["max_unique_ids_per_partition"] == 104
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("stacking", "some", r"stacking='some' is not 'auto' or 'none'"),
+        ("embedding_optimizer.name", "ftrl", r"embedding_optimizer.name='ftrl' is not one of \['adagrad', 'adam', 'sgd'\]"),
+    ],
+)
+def test_bad_config_values_are_named(field, value, message):
+  config = _load("demo")
+  node, key = (config, field) if "." not in field else (config[field.split(".")[0]], field.split(".")[1])
+  node[key] = value
+  with pytest.raises(ValueError, match=message):
+    config_specs.build_feature_specs(config, global_batch_size=128, global_device_count=8)

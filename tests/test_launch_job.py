@@ -1,0 +1,80 @@
+"""train_and_evaluate in process: trains, retunes FDO, checkpoints, resumes."""
+
+import os
+
+import pytest
+
+from sparsepipe import checkpointing
+from sparsepipe.launch import Position
+from sparsepipe.launch import train_and_evaluate
+
+import launch_testing  # pylint: disable=g-bad-import-order
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("job"))
+  result = train_and_evaluate(launch_testing.tiny_config(), workdir)
+  return workdir, result
+
+
+def test_job_trains_every_batch_once_and_checkpoints(first_run):
+  workdir, result = first_run
+  assert not result.preempted and result.resumed_from is None
+  # 8 batches in 2 FDO segments of 4 (+2 fill/drain pipeline steps each).
+  assert result.batches_trained == 8
+  assert result.position == Position(1, 6)
+  assert result.checkpoint_step == 12
+  losses = launch_testing.batch_losses(workdir)
+  assert sorted(losses) == list(range(8))
+  assert all(0.0 < loss < 5.0 for loss in losses.values())
+  assert result.last_loss == losses[7]
+  # Saved every 3 pipeline steps and at the end; the newest 2 are kept.
+  assert [e["step"] for e in launch_testing.events(workdir, "checkpoint")] == [3, 6, 9, 12]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["12", "9"]
+
+
+def test_fdo_retunes_the_limits_between_segments(first_run):
+  workdir, _ = first_run
+  (fdo,) = launch_testing.events(workdir, "fdo")
+  assert fdo["after_batch"] == 4
+  (limits,) = fdo["limits"].values()
+  # The first segment ran with the worst-case limit: 32 samples / 16 SCs *
+  # 13 ids per sample = 26 -> 32 (rounded to 8); FDO measured less.
+  assert 1 <= limits["max_ids_per_partition"] < 32
+  assert limits["suggested_coo_buffer_size_per_device"] is not None
+
+
+def test_rerunning_a_finished_job_trains_nothing(first_run):
+  workdir, _ = first_run
+  before = launch_testing.batch_losses(workdir)
+  result = train_and_evaluate(launch_testing.tiny_config(), workdir)
+  assert result.resumed_from == 12 and result.batches_trained == 8
+  assert launch_testing.batch_losses(workdir) == before
+
+
+def test_more_steps_continue_from_the_last_checkpoint(first_run):
+  workdir, _ = first_run
+  before = launch_testing.batch_losses(workdir)
+  result = train_and_evaluate(launch_testing.tiny_config(num_steps=10), workdir)
+  assert result.resumed_from == 12 and result.batches_trained == 10
+  losses = launch_testing.batch_losses(workdir)
+  assert sorted(losses) == list(range(10))
+  assert {b: losses[b] for b in before} == before
+
+
+def test_resume_with_other_fdo_segments_is_refused_naming_the_key(first_run):
+  workdir, _ = first_run
+  with pytest.raises(checkpointing.IncompatibleCheckpointError, match=r"config\.fdo\.every_steps"):
+    train_and_evaluate(launch_testing.tiny_config(fdo__every_steps=3), workdir)
+
+
+def test_fewer_steps_that_cut_a_saved_segment_are_refused(first_run):
+  workdir, _ = first_run
+  # The newest checkpoint ends the 4-batch segment 1 (or later); with 6
+  # steps segment 1 would have 2 batches: another pipeline run.
+  with pytest.raises(
+      checkpointing.IncompatibleCheckpointError,
+      match=r"is in segment \d of \d batches; with num_steps=5 that segment would not exist or have another length",
+  ):
+    train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
