@@ -178,17 +178,21 @@ def _sequential_step(trainer, same_work):
     emb, _ = trainer.sc_bwd_function(sparse, grads, emb, tc_aux)
     return tc_state.replace(embedding_variables=emb), out
 
+  # The train state comes first so that jax pairs each of its outputs with
+  # its own donated buffer (it pairs outputs with the first donated input of
+  # the same per-device shape), as the pipelined step does; the other way
+  # round some dense params took the labels' buffers and XLA added copies.
   rep = jax.sharding.NamedSharding(trainer.mesh, jax.sharding.PartitionSpec())
   jitted = jax.jit(
-      step,
+      lambda train_state, inputs: step(inputs, train_state),
       donate_argnums=(0, 1),
       in_shardings=(
-          (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
           trainer.train_state_sharding,
+          (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
       ),
       out_shardings=(trainer.train_state_sharding, {"loss": rep}),
   )
-  return lambda inputs, state: jitted(inputs, state)[0]
+  return lambda inputs, state: jitted(state, inputs)[0]
 
 
 def _pipelined(trainer, state, device_batch):

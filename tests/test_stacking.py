@@ -270,3 +270,11 @@ def test_stack_whose_columns_pass_int32_is_refused():
 def test_largest_single_table_that_fits_int32_is_accepted():
   specs = T.prepare_feature_specs_for_training({"a": _big_feature("a", 2**31 - 1)}, 1, 2)
   assert specs["a"].table_spec.stacked_table_spec.stack_vocab_size == 2**31
+
+
+def test_row_id_equal_to_the_padding_value_is_refused():
+  # One SparseCore in all (N=1): the row id is the column; INT_MAX would
+  # read as padding.
+  specs = {n: _big_feature(n, 2**30) for n in ("a", "b")}
+  with pytest.raises(T.StackingError, match=r"table 'b' reaches column 2147483647 \(col_offset 1073741824"):
+    T.stack_tables(specs, ["a", "b"], 1, 1)

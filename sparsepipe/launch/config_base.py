@@ -33,7 +33,10 @@ their job needs; every field can be overridden on the command line
     drains and the step recompiles at each. fdo.headroom: new limits are
     the observed maxima times this.
   checkpoint: every_steps (pipeline steps; a segment of n batches takes
-    n + 2), keep (newest kept), async_save.
+    n + 2), keep (newest kept), async_save, verify_arrays (store a
+    fingerprint of every array so a garbled file is detected on restore;
+    one extra pass over the state while the loop waits, small on
+    accelerators, about 8% of a synchronous save on CPU).
 """
 
 from __future__ import annotations
@@ -77,5 +80,7 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
       max_ids_per_partition=0, max_unique_ids_per_partition=0,
   ))
   config.fdo = ml_collections.ConfigDict(dict(every_steps=0, headroom=1.5))
-  config.checkpoint = ml_collections.ConfigDict(dict(every_steps=100, keep=3, async_save=True))
+  config.checkpoint = ml_collections.ConfigDict(dict(
+      every_steps=100, keep=3, async_save=True, verify_arrays=True,
+  ))
   return config

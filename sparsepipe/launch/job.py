@@ -264,6 +264,7 @@ class _Job:
         save_interval_steps=int(ckpt.every_steps),
         keep_latest=int(ckpt.keep),
         async_save=bool(ckpt.async_save),
+        fingerprint_arrays=bool(ckpt.verify_arrays),
         mutable_config_keys=MUTABLE_CONFIG_KEYS,
     ) as mngr:
       watcher = checkpointing.PreemptionWatcher(mngr)

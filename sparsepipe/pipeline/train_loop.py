@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from typing import Any, Callable, Iterator, Mapping
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -69,15 +67,71 @@ def _sharding_of(tree: Any, what: str) -> Any:
   return jax.tree_util.tree_map_with_path(get, tree)
 
 
+def _order(
+    pipeline_input: Any, train_state: Any, pipeline_state: ps.PipelineState
+) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+  """Splits the step's arguments into (donated, kept), ordered for aliasing.
+
+  jax pairs each output with the first donated input of the same per-device
+  shape and dtype, in argument order. This order makes every new buffer
+  reuse the old one that XLA can overwrite without a copy: the train state
+  its own buffers; the new batch's buffers become the step i-1 inputs in
+  place; the step i-1 sparse inputs become the step i-2 ones in place; the
+  new activations (written by SC fwd, after SC bwd has read the step i-2
+  gradients) take the old gradients' buffers, and the new gradients
+  (written by TC after it has read the step i-1 activations) the old
+  activations'. With the default order the activations and gradients
+  overwrote their own old buffers, which the other stage still reads, and
+  the train state could take the batch's buffers: XLA copied both ways.
+  The step i-2 sparse inputs and the step i-1 dense inputs have no output
+  to go to, so they are kept (not donated) rather than donated unusably;
+  so is the step i-2 TC aux (its new value is a copy of the train step,
+  and overwriting the old one in place made XLA copy it first).
+  """
+  last = pipeline_state.last_step_inputs
+  before = pipeline_state.step_before_last_step_inputs
+  donated = (
+      train_state, pipeline_state.pipeline_step, pipeline_input,
+      before.embedding_gradients, last.sparse_inputs,
+      last.embedding_activations, last.sc_fwd_aux,
+  )
+  kept = (before.sparse_inputs, last.dense_inputs, before.tc_aux)
+  return donated, kept
+
+
+def _unorder(
+    donated: tuple[Any, ...], kept: tuple[Any, ...]
+) -> tuple[Any, Any, ps.PipelineState]:
+  """Inverse of `_order`: (pipeline_input, train_state, pipeline_state)."""
+  (train_state, pipeline_step, pipeline_input, before_gradients, last_sparse,
+   last_activations, last_sc_fwd_aux) = donated
+  before_sparse, last_dense, before_tc_aux = kept
+  pipeline_state = ps.PipelineState(
+      pipeline_step=pipeline_step,
+      last_step_inputs=ps.LastStepInput(
+          sparse_inputs=last_sparse,
+          dense_inputs=last_dense,
+          embedding_activations=last_activations,
+          sc_fwd_aux=last_sc_fwd_aux,
+      ),
+      step_before_last_step_inputs=ps.StepBeforeLastStepInput(
+          sparse_inputs=before_sparse,
+          embedding_gradients=before_gradients,
+          tc_aux=before_tc_aux,
+      ),
+  )
+  return pipeline_input, train_state, pipeline_state
+
+
 @dataclasses.dataclass(frozen=True)
 class PipelinedTrainer:
   """The stages, shardings and jitted step of one pipelined training setup.
 
   Build it with `make_pipelined_trainer`. The jitted step donates the train
-  state, the pipeline state and the input and has explicit in/out
-  shardings, so no step copies the state; `fake_tc_step` is static (two
-  programs), or, with `gradient_multiplier=True`, one program serves all
-  steps.
+  state, the input and every pipeline state buffer an output can reuse
+  (see `_order`) and has explicit in/out shardings, so no step copies the
+  state; `fake_tc_step` is static (two programs), or, with
+  `gradient_multiplier=True`, one program serves all steps.
   """
 
   mesh: Mesh
@@ -94,6 +148,9 @@ class PipelinedTrainer:
   gradient_multiplier: bool
   jitted_step: Any = dataclasses.field(repr=False)
   trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
+  num_batches_arrays: dict[int, jax.Array] = dataclasses.field(
+      default_factory=dict, repr=False, compare=False
+  )
 
   @property
   def traced_programs(self) -> tuple[bool, ...]:
@@ -104,6 +161,20 @@ class PipelinedTrainer:
     mode. A longer tuple means something retraced (e.g. new shapes).
     """
     return tuple(self.trace_log)
+
+  def _num_batches_array(self, num_batches: int) -> jax.Array:
+    """`num_batches` as a replicated int32 array, made once per value.
+
+    A fresh jnp.asarray per step would cost a host transfer and a reshard
+    to every device at each step (~0.2 ms on CPU).
+    """
+    num = self.num_batches_arrays.get(num_batches)
+    if num is None:
+      num = jax.device_put(
+          np.int32(num_batches), NamedSharding(self.mesh, PartitionSpec())
+      )
+      self.num_batches_arrays[num_batches] = num
+    return num
 
   def initial_pipeline_state(self) -> ps.PipelineState:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
@@ -124,7 +195,7 @@ class PipelinedTrainer:
 
     Args:
       train_state: the TrainState (donated).
-      pipeline_state: the PipelineState (donated).
+      pipeline_state: the PipelineState (donated; use the returned one).
       batch: the batch of this step (a TrainBatch for the default input_fn),
         or None for a drain step (zero dummies shaped by the state).
       fake_tc_step: `is_fake_tc_step(pipeline step, num_batches)`; must be
@@ -150,16 +221,10 @@ class PipelinedTrainer:
       )
     else:
       pipeline_input = self.input_fn(batch)
-    num = jnp.asarray(-1 if num_batches is None else num_batches, jnp.int32)
-    with warnings.catch_warnings():
-      # The buffered sparse inputs of step i-2 are donated and dropped: XLA
-      # warns that it cannot reuse them; that is expected.
-      warnings.filterwarnings(
-          "ignore", message="Some donated buffers were not usable"
-      )
-      train_state, pipeline_state, output = self.jitted_step(
-          pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
-      )
+    num = self._num_batches_array(-1 if num_batches is None else num_batches)
+    train_state, pipeline_state, output = self.jitted_step(
+        pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
+    )
     return train_state, pipeline_state, output
 
 
@@ -261,13 +326,27 @@ def make_pipelined_trainer(
     train_state = tc_state.replace(embedding_variables=embedding_variables)
     return train_state, pipeline_state, output
 
-  jitted = jax.jit(
-      train_step,
-      static_argnums=(4,),
-      donate_argnums=(0, 1, 2),
-      in_shardings=(input_sharding, ts_sharding, state_sharding, replicated),
+  def ordered_step(donated, kept, num_batches, fake_tc_step):
+    pipeline_input, train_state, pipeline_state = _unorder(donated, kept)
+    return train_step(pipeline_input, train_state, pipeline_state, num_batches,
+                      fake_tc_step)
+
+  donated_sharding, kept_sharding = _order(
+      input_sharding, ts_sharding, state_sharding
+  )
+  ordered = jax.jit(
+      ordered_step,
+      static_argnums=(3,),
+      donate_argnums=(0,),
+      in_shardings=(donated_sharding, kept_sharding, replicated),
       out_shardings=(ts_sharding, state_sharding, output_sharding),
   )
+
+  def jitted(pipeline_input, train_state, pipeline_state, num_batches,
+             fake_tc_step):
+    donated, kept = _order(pipeline_input, train_state, pipeline_state)
+    return ordered(donated, kept, num_batches, fake_tc_step)
+
   labels = jax.tree.leaves(abstract_input.dense_inputs)
   global_batch = int(labels[0].shape[0]) if labels and labels[0].shape else 0
   return PipelinedTrainer(
