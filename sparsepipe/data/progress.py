@@ -11,7 +11,9 @@ from typing import TextIO
 class Progress:
   """Rewrites one stderr line at most every `interval_s` seconds.
 
-  Example: `12,345/100,000 examples (12.3%)  45,678/s`.
+  Example: `12,345/100,000 examples (12.3%)  45,678/s`. When the stream is
+  not a terminal (logs, CI), lines are printed whole instead, at most every
+  `log_interval_s` seconds, so no carriage returns end up in the log.
   """
 
   def __init__(
@@ -21,6 +23,7 @@ class Progress:
       *,
       unit: str = "examples",
       interval_s: float = 0.5,
+      log_interval_s: float = 10.0,
       stream: TextIO | None = None,
   ):
     self.desc = desc
@@ -29,24 +32,30 @@ class Progress:
     self.count = 0
     self._interval = interval_s
     self._stream = sys.stderr if stream is None else stream
+    self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+    if not self._tty:
+      self._interval = log_interval_s
     self._start = time.monotonic()
-    self._last = 0.0
+    self._last = self._start
+    self._written = -1
 
   def update(self, n: int) -> None:
     self.count += n
     now = time.monotonic()
     if now - self._last >= self._interval:
       self._last = now
-      self._write("\r")
+      self._write()
 
   def close(self) -> float:
     """Prints the final line and a newline; returns the elapsed seconds."""
-    self._write("\r")
-    self._stream.write("\n")
-    self._stream.flush()
+    if self._tty or self._written != self.count:
+      self._write()
+    if self._tty:
+      self._stream.write("\n")
+      self._stream.flush()
     return time.monotonic() - self._start
 
-  def _write(self, prefix: str) -> None:
+  def _write(self) -> None:
     elapsed = max(time.monotonic() - self._start, 1e-9)
     text = f"{self.desc}: {self.count:,}"
     if self.total:
@@ -54,7 +63,8 @@ class Progress:
     else:
       text += f" {self.unit}"
     text += f"  {self.count / elapsed:,.0f}/s"
-    self._stream.write(prefix + text)
+    self._stream.write("\r" + text if self._tty else text + "\n")
+    self._written = self.count
     self._stream.flush()
 
 

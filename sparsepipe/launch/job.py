@@ -398,7 +398,8 @@ class _Job:
         "event": "fdo",
         "after_batch": self.schedule.first_batch(segment + 1),
         "limits": transforms.get_stack_limits(specs),
-        "dropped_ids": {k: int(v) for k, v in merged.id_drop_counters.items()},
+        # Per host a running sum; across hosts the FDO merge takes the max.
+        "dropped_ids_largest_host": {k: int(v) for k, v in merged.id_drop_counters.items()},
     })
     self.progress.message(f"sparsepipe: FDO after batch {self.schedule.first_batch(segment + 1)}: {change}")
     if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
