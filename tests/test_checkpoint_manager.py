@@ -356,6 +356,20 @@ def test_explicit_corrupt_step_raises(saved):
     assert manager.restore(Job().targets(), step=4).step == 4
 
 
+def test_unreadable_item_is_named_when_reading_fails(saved):
+  # Regression: a read error inside Orbax (here a truncated value file) was
+  # reported as "reading failed" without the item, so the message depended
+  # on whether garbled bytes broke decoding or only the values.
+  directory, _ = saved
+  _truncate(_data_file(directory / "2", "embeddings"))
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with pytest.raises(
+        CorruptCheckpointError,
+        match=f"checkpoint at {directory} step 2: item 'embeddings': reading failed",
+    ):
+      manager.restore(Job().targets(), step=2)
+
+
 def test_saving_after_fallback_reuses_the_step_number(saved):
   directory, _ = saved
   _garble(_data_file(directory / "4", "embeddings"))

@@ -491,7 +491,8 @@ class TrainingCheckpointManager:
     try:
       out = self._mngr.restore(step, args=ocp.args.Composite(**args))
     except Exception as e:  # pylint: disable=broad-except
-      raise CorruptCheckpointError(f"{where}: reading failed ({_first_line(e)})") from e
+      item = self._unreadable_item(step, {i: args[i] for i in items})
+      raise CorruptCheckpointError(f"{where}: {item}reading failed ({_first_line(e)})") from e
     if checks["fingerprints"] is None:
       logging.info("%s was saved without array fingerprints: not verified", where)
     else:
@@ -525,6 +526,18 @@ class TrainingCheckpointManager:
         metadata=meta,
         relaid_out=tuple(items) if relaid else (),
     )
+
+  def _unreadable_item(self, step: int, args: Mapping[str, Any]) -> str:
+    """"item 'X': " for the first array item that fails to read alone, else "".
+
+    Only called after a failed restore, to name what is broken.
+    """
+    for item, arg in args.items():
+      try:
+        self._mngr.restore(step, args=ocp.args.Composite(**{item: arg}))
+      except Exception:  # pylint: disable=broad-except
+        return f"item '{item}': "
+    return ""
 
   def _quarantine(self, steps: list[int]) -> None:
     """Renames skipped corrupt steps to `<step>.corrupt[.k]` (kept on disk)."""
