@@ -25,7 +25,7 @@ from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch import config_specs
-from sparsepipe.launch import demo_data
+from sparsepipe.launch import dataset
 from sparsepipe.launch import fdo_retune
 from sparsepipe.launch.metrics import IntervalMeter
 from sparsepipe.launch.metrics import MetricsLog
@@ -85,7 +85,7 @@ class _Job:
     self.num_sc = int(config.num_sc_per_device)
     self.global_batch = int(config.per_host_batch_size) * jax.process_count()
     self.schedule = SegmentSchedule.create(int(config.num_steps), int(config.fdo.every_steps))
-    self.data_dir = demo_data.ensure_dataset(config, self.workdir, show_progress=self.is_chief)
+    self.data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=self.is_chief)
     self.num_dense = data.read_manifest(self.data_dir).schema.num_dense
     self.base_specs = config_specs.build_feature_specs(
         config, global_batch_size=self.global_batch, global_device_count=self.mesh.size
