@@ -69,5 +69,8 @@ def test_apply_stack_limits_refuses_a_zero_limit():
 
 def test_unprepared_specs_are_refused():
   table = transforms.TableSpec(name="t", vocabulary_size=10, embedding_dim=4)
-  with pytest.raises(ValueError, match=r"feature 'f': specs are not prepared for training"):
+  with pytest.raises(
+      transforms.StackingError,
+      match=r"feature 'f' \(table 't'\) is not prepared: call prepare_feature_specs_for_training first",
+  ):
     transforms.get_stack_limits({"f": transforms.FeatureSpec("f", table, (8, 1), (8, 4))})

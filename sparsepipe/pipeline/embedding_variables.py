@@ -24,6 +24,7 @@ from sparsepipe.pipeline.embedding_layout import logical_to_physical
 from sparsepipe.pipeline.embedding_layout import physical_to_logical
 from sparsepipe.pipeline.embedding_layout import stack_layouts
 from sparsepipe.pipeline.mesh import DATA_AXIS
+from sparsepipe.transforms.stacking import get_stacked_table_specs
 
 
 class EmbeddingVariables(NamedTuple):
@@ -61,16 +62,7 @@ def embedding_variables_sharding(
 ) -> dict[str, EmbeddingVariables]:
   """{stack: EmbeddingVariables of NamedSharding} (for jit in/out_shardings)."""
   sharding = table_sharding(mesh)
-  stacks = {}
-  for feature in jax.tree.leaves(feature_specs):
-    stack = feature.table_spec.stacked_table_spec
-    if stack is None:
-      raise EmbeddingLayoutError(
-          f"feature '{feature.name}' (table '{feature.table_spec.name}'):"
-          " table_spec.stacked_table_spec is None; pass feature specs"
-          " returned by prepare_feature_specs_for_training"
-      )
-    stacks[stack.stack_name] = stack
+  stacks = get_stacked_table_specs(feature_specs)
   return {
       name: EmbeddingVariables(
           sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names())

@@ -32,7 +32,6 @@ from sparsepipe.transforms.stacking import get_stacked_table_specs
 from sparsepipe.transforms.stacking import get_table_stacks
 from sparsepipe.transforms.stacking import prepare_feature_specs_for_training
 from sparsepipe.transforms.stacking import stack_tables
-from sparsepipe.transforms.stacking import update_preprocessing_parameters
 from sparsepipe.transforms.grain_parse import ParseRecords
 from sparsepipe.transforms.grain_parse import ParsedBatch
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
@@ -59,4 +58,5 @@ from sparsepipe.transforms.npz_fdo_client import NPZFileFDOClient
 from sparsepipe.transforms.limits import LIMIT_NAMES
 from sparsepipe.transforms.limits import apply_stack_limits
 from sparsepipe.transforms.limits import get_stack_limits
+from sparsepipe.transforms.limits import update_preprocessing_parameters
 from sparsepipe.transforms.stacking import stack_name_for

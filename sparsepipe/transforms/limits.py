@@ -1,4 +1,4 @@
-"""Reading and setting the COO limits of every stack (FDO, checkpoints).
+"""Reading, setting and FDO-updating the COO limits of every stack.
 
 The limits that decide buffer shapes are, per stack: max_ids_per_partition,
 max_unique_ids_per_partition and suggested_coo_buffer_size_per_device. They
@@ -11,8 +11,12 @@ import dataclasses
 from typing import Any, Mapping
 
 import jax
+import numpy as np
 
+from sparsepipe.transforms import coo_layout
+from sparsepipe.transforms import coo_types
 from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.transforms import stacking
 
 LIMIT_NAMES = (
     "max_ids_per_partition",
@@ -22,19 +26,18 @@ LIMIT_NAMES = (
 
 StackLimits = Mapping[str, Mapping[str, Any]]
 
+# Floors for stacks that saw no ids (the reference would derive 0).
+MIN_MAX_IDS_PER_PARTITION = 8
+MIN_MAX_UNIQUE_IDS_PER_PARTITION = 8
+
 
 def get_stack_limits(feature_specs: Any) -> dict[str, dict[str, Any]]:
   """{stack name: {limit name: value}} of prepared feature specs."""
-  out: dict[str, dict[str, Any]] = {}
-  for feature in jax.tree.leaves(feature_specs):
-    stacked = feature.table_spec.stacked_table_spec
-    if stacked is None:
-      raise ValueError(
-          f"feature '{feature.name}': specs are not prepared for training"
-          " (no stacked table spec); call prepare_feature_specs_for_training"
-      )
-    out[stacked.stack_name] = {k: getattr(stacked, k) for k in LIMIT_NAMES}
-  return dict(sorted(out.items()))
+  stacks = stacking.get_stacked_table_specs(feature_specs)
+  return {
+      name: {k: getattr(stacked, k) for k in LIMIT_NAMES}
+      for name, stacked in sorted(stacks.items())
+  }
 
 
 def apply_stack_limits(feature_specs: Any, limits: StackLimits) -> Any:
@@ -75,3 +78,67 @@ def apply_stack_limits(feature_specs: Any, limits: StackLimits) -> Any:
     return dataclasses.replace(feature, table_spec=table)
 
   return jax.tree.map(update, feature_specs)
+
+
+def _max_or_none(stats: Mapping[str, Any], stack: str) -> int | None:
+  if stack not in stats:
+    return None
+  values = np.asarray(stats[stack])
+  return int(values.max()) if values.size else 0
+
+
+def update_preprocessing_parameters(
+    feature_specs: Nested,
+    stats: coo_types.SparseDenseMatmulInputStats,
+    num_sc_per_device: int,
+    global_device_count: int | None = None,
+) -> Nested:
+  """New specs with limits derived from (merged) statistics.
+
+  Per stack present in `stats`: M = max(max_ids_per_partition),
+  U = max(max_unique_ids_per_partition), Q = max(required_buffer_size_per_sc)
+  * S. The numbers land on the StackedTableSpec and on every TableSpec of
+  the stack; stacks absent from `stats` keep their limits.
+
+  Differences from the reference, so the result is always usable:
+  * a stack that saw no ids would get M = U = Q = 0; instead M and U get the
+    floors MIN_MAX_IDS_PER_PARTITION / MIN_MAX_UNIQUE_IDS_PER_PARTITION and
+    Q = 8*S (one aligned group per SparseCore);
+  * Q is only derived together with M (same statistics), which guarantees
+    Q <= T = round8(M)*S*N, because every SC needs at most N partitions of
+    round8(M) entries. If `global_device_count` is given, Q is also clamped
+    to T explicitly (useful for hand-made statistics).
+
+  Args:
+    feature_specs: prepared feature specs.
+    stats: statistics of one batch or merged by an FDO client.
+    num_sc_per_device: S.
+    global_device_count: G, only needed for the explicit clamp.
+
+  Returns:
+    New feature specs with the same pytree structure.
+  """
+  s_per = int(num_sc_per_device)
+  updated: dict[str, dict[str, int | None]] = {}
+  for name, stacked in stacking.get_stacked_table_specs(feature_specs).items():
+    m = _max_or_none(stats.max_ids_per_partition, name)
+    u = _max_or_none(stats.max_unique_ids_per_partition, name)
+    r = _max_or_none(stats.required_buffer_size_per_sc, name)
+    new_m = stacked.max_ids_per_partition
+    new_q = stacked.suggested_coo_buffer_size_per_device
+    if m is not None:
+      new_m = m or MIN_MAX_IDS_PER_PARTITION
+      if r is not None:
+        new_q = max(r, coo_layout.ALIGNMENT) * s_per
+    new_u = stacked.max_unique_ids_per_partition
+    if u is not None:
+      new_u = u or MIN_MAX_UNIQUE_IDS_PER_PARTITION
+    if new_q is not None and global_device_count is not None:
+      new_q = min(new_q, coo_layout.compute_theoretical_max_coo_buffer_size(
+          new_m, global_device_count, s_per))
+    updated[name] = {
+        "max_ids_per_partition": int(new_m),
+        "max_unique_ids_per_partition": int(new_u),
+        "suggested_coo_buffer_size_per_device": None if new_q is None else int(new_q),
+    }
+  return apply_stack_limits(feature_specs, updated)
