@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sparsepipe import core
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -111,9 +112,9 @@ def decode_batch(manifest, workers, seconds):
 def _specs(manifest, devices):
   specs = {}
   for f in manifest.schema.sparse:
-    table = T.TableSpec(f.name.lower(), f.vocab_size, 16, combiner="sum",
+    table = core.TableSpec(f.name.lower(), f.vocab_size, 16, combiner="sum",
                         max_ids_per_partition=4096, max_unique_ids_per_partition=4096)
-    specs[f.name] = T.FeatureSpec(f.name, table, (_BATCH.value, 20), (_BATCH.value, 16))
+    specs[f.name] = core.FeatureSpec(f.name, table, (_BATCH.value, 20), (_BATCH.value, 16))
   specs = T.prepare_feature_specs_for_training(specs, devices, _SC.value)
   # FDO: limits from a few batches, as training would derive them.
   warm = T.make_host_pipeline(

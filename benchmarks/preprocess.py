@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from sparsepipe import core
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.data.ragged import RaggedBatch  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -56,9 +57,9 @@ def make_workload(seed: int = 0):
 
 def our_specs(vocabs):
   specs = [
-      T.FeatureSpec(
+      core.FeatureSpec(
           name=f"f{i:02d}",
-          table_spec=T.TableSpec(
+          table_spec=core.TableSpec(
               name=f"t{i:02d}", vocabulary_size=int(v), embedding_dim=16,
               combiner="mean", max_ids_per_partition=4096,
               max_unique_ids_per_partition=4096),

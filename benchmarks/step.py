@@ -40,9 +40,10 @@ import optax  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sparsepipe import core
 from sparsepipe import pipeline as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.pipeline import zero  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.pipeline.zero import optimizer as zero  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _BATCH = flags.DEFINE_integer("batch_size", 1024, "Global batch size.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 50_000, "Vocabulary of the model's tables.")
@@ -75,12 +76,12 @@ def _feature_specs(optimizer, num_tables, vocab, limits=None):
   features = {}
   for i in range(num_tables):
     max_ids, max_unique = (limits or {}).get(f"t{i}", (generous, generous))
-    table = T.TableSpec(
+    table = core.TableSpec(
         name=f"t{i}", vocabulary_size=vocab, embedding_dim=_DIM.value,
         combiner="mean", optimizer=optimizer, max_ids_per_partition=max_ids,
         max_unique_ids_per_partition=max_unique,
     )
-    features[f"f{i}"] = T.FeatureSpec(
+    features[f"f{i}"] = core.FeatureSpec(
         f"f{i}", table, (_BATCH.value, _IDS.value), (_BATCH.value, _DIM.value)
     )
   return features
@@ -117,7 +118,7 @@ def _sparse(specs, num_tables, vocab, g, seed):
 
 def _host_batch(specs, g, seed):
   r = np.random.default_rng(seed + 1000)
-  return T.TrainBatch(
+  return core.TrainBatch(
       labels=r.integers(0, 2, (_BATCH.value,)).astype(np.float32),
       dense=r.normal(size=(_BATCH.value, _ND)).astype(np.float32),
       sparse=_sparse(specs, _TABLES.value, _VOCAB.value, g, seed),
@@ -211,11 +212,11 @@ def _pipelined(trainer, state, device_batch):
 def _kernel_vs_baseline(mesh, vocab):
   """Lookup + SGD update of one table: COO kernels vs dense gather/scatter."""
   g = mesh.size
-  specs, _ = _prepared_specs(T.SGDOptimizerSpec(0.01), 1, vocab, g)
+  specs, _ = _prepared_specs(core.SGDOptimizerSpec(0.01), 1, vocab, g)
   emb = P.init_embedding_variables(
       jax.random.key(2), specs, mesh, num_sc_per_device=_SC.value
   )
-  data = P.data_sharding(mesh)
+  data = core.data_sharding(mesh)
 
   def kernel_step(sparse, emb):
     act = P.sparse_dense_matmul(sparse, emb, specs, mesh, num_sc_per_device=_SC.value)
@@ -257,13 +258,13 @@ def _median_ratio(times, a, b):
 def main(argv):
   del argv
   t_start = time.perf_counter()
-  mesh = P.make_mesh()
+  mesh = core.make_mesh()
   g = mesh.size
   specs, limits = _prepared_specs(
-      T.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g
+      core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g
   )
   host = [_host_batch(specs, g, s) for s in _SEEDS]
-  data = P.data_sharding(mesh)
+  data = core.data_sharding(mesh)
   device_batch = lambda i: jax.device_put(host[i % len(host)], data)
 
   zero_opt = P.ZeroOptimizer(optax.adam(1e-3), mesh)

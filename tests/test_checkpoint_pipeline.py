@@ -12,6 +12,7 @@ import optax
 import pytest
 
 import checkpoint_toy as toy
+from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.checkpointing import IncompatibleCheckpointError
@@ -29,13 +30,13 @@ CONFIG = {"num_sc_per_device": S, "batch": BATCH}
 
 
 def feature_specs(devices):
-  opt = transforms.AdagradOptimizerSpec(learning_rate=0.1)
+  opt = core.AdagradOptimizerSpec(learning_rate=0.1)
   tables = [
-      transforms.TableSpec(name, vocabulary_size=vocab, embedding_dim=8, optimizer=opt)
+      core.TableSpec(name, vocabulary_size=vocab, embedding_dim=8, optimizer=opt)
       for name, vocab in (("t_a", 100), ("t_b", 64))
   ]
   specs = {
-      t.name: transforms.FeatureSpec(f"f_{t.name}", t, (BATCH, 2), (BATCH, 8))
+      t.name: core.FeatureSpec(f"f_{t.name}", t, (BATCH, 2), (BATCH, 8))
       for t in tables
   }
   return transforms.prepare_feature_specs_for_training(specs, devices, S)
@@ -45,7 +46,7 @@ class Setup:
   """Model, trainer and initial state on the first `devices` devices."""
 
   def __init__(self, devices):
-    self.mesh = pipeline.make_mesh(jax.devices()[:devices])
+    self.mesh = core.make_mesh(jax.devices()[:devices])
     self.specs = feature_specs(devices)
     model = pipeline.DLRMConfig.from_feature_specs(
         self.specs, NUM_DENSE, bottom_mlp_dims=(16, 8), top_mlp_dims=(8,)
@@ -59,7 +60,7 @@ class Setup:
     self.train_state = pipeline.create_train_state(
         self.zero, params, self.mesh, embeddings
     )
-    example = transforms.abstract_train_batch(
+    example = pipeline.abstract_train_batch(
         self.specs, self.mesh, global_batch_size=BATCH, num_dense=NUM_DENSE,
         num_sc_per_device=S,
     )
@@ -164,7 +165,7 @@ def test_pipeline_state_round_trip_and_resume_is_exact(midway):
 def test_buffered_pipeline_refuses_another_device_count(midway):
   """Refused from the metadata alone: the targets are never built."""
   _, directory, _, _ = midway
-  mesh = pipeline.make_mesh(jax.devices()[:4])
+  mesh = core.make_mesh(jax.devices()[:4])
   run = RunInfo.create(CONFIG, mesh, data_worker_count=0)
 
   def targets(metadata):

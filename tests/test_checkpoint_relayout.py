@@ -24,13 +24,13 @@ from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import embedding_relayout
 from sparsepipe.pipeline import abstract_embedding_variables
 from sparsepipe.pipeline import init_embedding_variables
-from sparsepipe.pipeline import make_mesh
-from sparsepipe.pipeline.zero import abstract_zero_state
-from sparsepipe.pipeline.zero import zero_init
-from sparsepipe.pipeline.zero import zero_update
-from sparsepipe.transforms import AdagradOptimizerSpec
-from sparsepipe.transforms import FeatureSpec
-from sparsepipe.transforms import TableSpec
+from sparsepipe.core import make_mesh
+from sparsepipe.pipeline.zero.optimizer import abstract_zero_state
+from sparsepipe.pipeline.zero.optimizer import zero_init
+from sparsepipe.pipeline.zero.optimizer import zero_update
+from sparsepipe.core import AdagradOptimizerSpec
+from sparsepipe.core import FeatureSpec
+from sparsepipe.core import TableSpec
 from sparsepipe.transforms.stacking import stack_tables
 
 S = 2  # SparseCores per device

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 
@@ -26,11 +27,11 @@ def _replace_row(rows, i, row):
 
 def _specs(vocab=16, batch=4, max_ids=4, max_unique=4, suggested=None,
            global_devices=1, sc=2):
-  table = T.TableSpec(
+  table = core.TableSpec(
       name="c7", vocabulary_size=vocab, embedding_dim=8, combiner="sum",
       max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_unique,
       suggested_coo_buffer_size_per_device=suggested)
-  feature = T.FeatureSpec("C7", table, (batch, 4), (batch, 8))
+  feature = core.FeatureSpec("C7", table, (batch, 4), (batch, 8))
   return T.prepare_feature_specs_for_training({"C7": feature}, global_devices, sc)
 
 
@@ -77,10 +78,10 @@ def test_limit_names_device_sc_and_partition_with_several_devices():
 
 
 def test_multi_feature_stack_is_named_with_its_features():
-  a = T.TableSpec(name="a", vocabulary_size=16, embedding_dim=8)
-  b = T.TableSpec(name="b", vocabulary_size=16, embedding_dim=8)
-  specs = {"x": T.FeatureSpec("x", a, (2, 1), (2, 8)),
-           "y": T.FeatureSpec("y", b, (2, 1), (2, 8))}
+  a = core.TableSpec(name="a", vocabulary_size=16, embedding_dim=8)
+  b = core.TableSpec(name="b", vocabulary_size=16, embedding_dim=8)
+  specs = {"x": core.FeatureSpec("x", a, (2, 1), (2, 8)),
+           "y": core.FeatureSpec("y", b, (2, 1), (2, 8))}
   one = lambda stack, samples: 1
   specs = T.stack_tables(specs, ["a", "b"], 1, 2, stack_name="ab",
                          stack_to_max_ids_per_partition=one)
@@ -209,8 +210,8 @@ def test_structure_mismatch():
 
 
 def test_unprepared_specs():
-  table = T.TableSpec(name="t", vocabulary_size=16, embedding_dim=8)
-  specs = {"C7": T.FeatureSpec("C7", table, (4, 2), (4, 8))}
+  table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8)
+  specs = {"C7": core.FeatureSpec("C7", table, (4, 2), (4, 8))}
   with _raises(T.PreprocessingError,
                "feature 'C7' (table 't') is not prepared: call"
                " prepare_feature_specs_for_training (or stack_tables) first"):
@@ -220,9 +221,9 @@ def test_unprepared_specs():
 def test_features_of_one_stack_with_different_limits():
   specs = _specs()
   t = specs["C7"].table_spec
-  other = T.FeatureSpec("D", t, (4, 2), (4, 8), specs["C7"].id_transformation)
+  other = core.FeatureSpec("D", t, (4, 2), (4, 8), specs["C7"].id_transformation)
   other = T.update_preprocessing_parameters(
-      {"D": other}, T.SparseDenseMatmulInputStats(
+      {"D": other}, core.SparseDenseMatmulInputStats(
           {"c7": np.array([9])}, {"c7": np.array([9])}, {}, {}), 2)["D"]
   with _raises(T.PreprocessingError,
                "stack 'c7': features 'C7' and 'D' carry different"

@@ -5,6 +5,7 @@ dropping."""
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 
@@ -19,13 +20,13 @@ def _rows(*rows, dtype=np.int32):
 
 
 def _feature(name, table, batch, valency=4):
-  return T.FeatureSpec(
+  return core.FeatureSpec(
       name=name, table_spec=table, input_shape=(batch, valency),
       output_shape=(batch, table.embedding_dim))
 
 
 def _example_specs(combiner="mean", max_ids=4, max_unique=4, suggested=None):
-  table = T.TableSpec(
+  table = core.TableSpec(
       name="t", vocabulary_size=16, embedding_dim=8, combiner=combiner,
       max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_unique,
       suggested_coo_buffer_size_per_device=suggested)
@@ -95,7 +96,7 @@ def test_other_combiners(combiner, expected):
 def test_weighted_sqrtn_accumulates_like_reference():
   # sqrtn: w / sqrt(float32(double(acc) + double(w)^2)) per sample.
   w = np.float32([0.1, 0.7, 0.3])
-  table = T.TableSpec(name="t", vocabulary_size=64, embedding_dim=8,
+  table = core.TableSpec(name="t", vocabulary_size=64, embedding_dim=8,
                       combiner="sqrtn")
   specs = T.prepare_feature_specs_for_training({"f": _feature("f", table, 2)}, 1, 2)
   rows = _rows([2, 4, 6], [8])
@@ -116,17 +117,17 @@ def test_table_stacking_rotation_and_offsets():
   # Two tables (vocab 10 and 20) stacked with N = 2: padded vocab 16 and 32,
   # the second at row_offset_in_shard 8 with shard rotation S = 2 mod 2 = 0;
   # with rotation=1 the second table's ids move to the other partition.
-  a = T.TableSpec(name="a", vocabulary_size=10, embedding_dim=8)
-  b = T.TableSpec(name="b", vocabulary_size=20, embedding_dim=8)
+  a = core.TableSpec(name="a", vocabulary_size=10, embedding_dim=8)
+  b = core.TableSpec(name="b", vocabulary_size=20, embedding_dim=8)
   specs = {"fa": _feature("fa", a, 2), "fb": _feature("fb", b, 2)}
   four = lambda stack, samples: 4  # stacked M and U; C = 8*S*N = 32
   specs = T.stack_tables(specs, ["a", "b"], 1, 2, rotation=1,
                          stack_to_max_ids_per_partition=four,
                          stack_to_max_unique_ids_per_partition=four)
   fb = specs["fb"]
-  assert fb.id_transformation == T.FeatureIdTransformation(
+  assert fb.id_transformation == core.FeatureIdTransformation(
       row_offset=2, col_offset=16, col_shift=1)
-  assert fb.table_spec.setting_in_stack == T.TableSettingInStack(
+  assert fb.table_spec.setting_in_stack == core.TableSettingInStack(
       stack_name="a_b", padded_vocab_size=32, padded_embedding_dim=8,
       row_offset_in_shard=8, shard_rotation=1)
   out, _ = _run({"fa": _rows([3], [4]), "fb": _rows([3], [4])}, specs)

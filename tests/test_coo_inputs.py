@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.transforms import coo_inputs
@@ -19,10 +20,10 @@ def _object_rows(rows, dtype):
 
 
 def _specs(combiner="mean", batch=8):
-  table = T.TableSpec(name="t", vocabulary_size=16, embedding_dim=8,
+  table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8,
                       combiner=combiner)
   return T.prepare_feature_specs_for_training(
-      {"f": T.FeatureSpec("f", table, (batch, 4), (batch, 8))}, 2, 2)
+      {"f": core.FeatureSpec("f", table, (batch, 4), (batch, 8))}, 2, 2)
 
 
 def _run(feature, weights=None, specs=None):
@@ -104,11 +105,11 @@ def test_sparse_tensor_with_empty_rows_matches_ragged():
 
 
 def test_partially_weighted_pytree_and_nested_structures():
-  table_a = T.TableSpec(name="a", vocabulary_size=16, embedding_dim=8, combiner="sum")
-  table_b = T.TableSpec(name="b", vocabulary_size=16, embedding_dim=8, combiner="sum")
+  table_a = core.TableSpec(name="a", vocabulary_size=16, embedding_dim=8, combiner="sum")
+  table_b = core.TableSpec(name="b", vocabulary_size=16, embedding_dim=8, combiner="sum")
   specs = T.prepare_feature_specs_for_training(
-      {"group": [T.FeatureSpec("x", table_a, (8, 4), (8, 8)),
-                 T.FeatureSpec("y", table_b, (8, 4), (8, 8))]}, 2, 2)
+      {"group": [core.FeatureSpec("x", table_a, (8, 4), (8, 8)),
+                 core.FeatureSpec("y", table_b, (8, 4), (8, 8))]}, 2, 2)
   rows = _object_rows(IDS, np.int32)
   weights = {"group": [_object_rows(WEIGHTS, np.float32), None]}
   out, _ = T.preprocess_sparse_dense_matmul_input(
@@ -149,9 +150,9 @@ def test_normalize_feature_fast_path_keeps_values():
 
 
 def test_empty_batch_features_give_empty_buffers():
-  table = T.TableSpec(name="t", vocabulary_size=16, embedding_dim=8)
+  table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8)
   specs = T.prepare_feature_specs_for_training(
-      {"f": T.FeatureSpec("f", table, (4, 1), (4, 8))}, 1, 2)
+      {"f": core.FeatureSpec("f", table, (4, 1), (4, 8))}, 1, 2)
   rows = _object_rows([[], [], [], []], np.int32)
   out, stats = T.preprocess_sparse_dense_matmul_input(
       {"f": rows}, None, specs, 1, 1, num_sc_per_device=2)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline import dlrm
-from sparsepipe.pipeline import train_state as train_state_lib
-from sparsepipe.pipeline import zero
-from sparsepipe.pipeline.mesh import DATA_AXIS, make_mesh
+from sparsepipe.pipeline.models import dlrm
+from sparsepipe.pipeline.training import train_state as train_state_lib
+from sparsepipe.pipeline.zero import optimizer as zero
+from sparsepipe.core.mesh import DATA_AXIS, make_mesh
 
 B, ND = 16, 5
 CONFIG = dlrm.DLRMConfig(

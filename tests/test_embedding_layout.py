@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline import DATA_AXIS
+from sparsepipe.core import DATA_AXIS
 from sparsepipe.pipeline import EmbeddingLayoutError
 from sparsepipe.pipeline import EmbeddingVariables
 from sparsepipe.pipeline import abstract_embedding_variables
 from sparsepipe.pipeline import embedding_variables_sharding
 from sparsepipe.pipeline import init_embedding_variables
 from sparsepipe.pipeline import logical_to_physical
-from sparsepipe.pipeline import make_mesh
+from sparsepipe.core import make_mesh
 from sparsepipe.pipeline import physical_row_ids
 from sparsepipe.pipeline import physical_to_logical
 from sparsepipe.pipeline import stack_embedding_tables
@@ -23,11 +23,11 @@ from sparsepipe.pipeline import stack_embedding_variables
 from sparsepipe.pipeline import stack_layouts
 from sparsepipe.pipeline import unstack_embedding_tables
 from sparsepipe.pipeline import unstack_embedding_variables
-from sparsepipe.pipeline import embedding_variables
-from sparsepipe.pipeline.embedding_variables import table_key
-from sparsepipe.transforms import AdagradOptimizerSpec
-from sparsepipe.transforms import FeatureSpec
-from sparsepipe.transforms import TableSpec
+from sparsepipe.pipeline.embedding import variables as embedding_variables
+from sparsepipe.pipeline.embedding.variables import table_key
+from sparsepipe.core import AdagradOptimizerSpec
+from sparsepipe.core import FeatureSpec
+from sparsepipe.core import TableSpec
 from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import stack_tables
 

@@ -8,12 +8,13 @@ import os
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.transforms import npz_fdo_client
 
 
 def _stats(stack="s", ids=(1, 2), unique=(1, 1), required=(8, 16), drops=0):
-  return T.SparseDenseMatmulInputStats(
+  return core.SparseDenseMatmulInputStats(
       max_ids_per_partition={stack: np.array(ids, np.int32)},
       max_unique_ids_per_partition={stack: np.array(unique, np.int32)},
       required_buffer_size_per_sc={stack: np.array(required, np.int32)},
@@ -52,7 +53,7 @@ def test_load_takes_newest_file_per_process_and_merges_with_max(tmp_path):
   assert len(os.listdir(tmp_path)) == 3
   merged = p1.load()
   _assert_stats(merged, [7, 9], [2, 2], [8, 24], 5)
-  specs = {"f": T.FeatureSpec("f", T.TableSpec(name="s", vocabulary_size=64,
+  specs = {"f": core.FeatureSpec("f", core.TableSpec(name="s", vocabulary_size=64,
                                                 embedding_dim=8), (8, 1), (8, 8))}
   specs = T.prepare_feature_specs_for_training(specs, 1, 2)
   tuned = T.update_preprocessing_parameters(specs, merged, 2)

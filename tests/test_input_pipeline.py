@@ -10,9 +10,11 @@ import jax
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import data
+from sparsepipe import pipeline
 from sparsepipe import transforms as T
-from sparsepipe.pipeline.mesh import make_mesh
+from sparsepipe.core.mesh import make_mesh
 
 S = 2  # SparseCores per device in these tests
 SEED = 7
@@ -42,9 +44,9 @@ def dataset(tmp_path_factory):
 def make_specs(global_batch, global_devices, limit=64, combiners=("sum", "mean", "sqrtn")):
   specs = {}
   for f, combiner in zip(FEATURES, combiners):
-    table = T.TableSpec(f"t_{f.name}", f.vocab_size, 8, combiner=combiner,
+    table = core.TableSpec(f"t_{f.name}", f.vocab_size, 8, combiner=combiner,
                         max_ids_per_partition=limit, max_unique_ids_per_partition=limit)
-    specs[f.name] = T.FeatureSpec(f.name, table, (global_batch, 4), (global_batch, 8))
+    specs[f.name] = core.FeatureSpec(f.name, table, (global_batch, 4), (global_batch, 8))
   return T.prepare_feature_specs_for_training(specs, global_devices, S)
 
 
@@ -85,11 +87,11 @@ def expected_batches(path, specs, batch, num_batches, *, local, global_, index=0
     pre, stats = T.preprocess_sparse_dense_matmul_input(
         features, None, specs, local, global_, num_sc_per_device=S,
         allow_id_dropping=allow_id_dropping)
-    out.append((T.TrainBatch(ex.labels, ex.dense, pre.sparse_dense_matmul_input), stats))
+    out.append((core.TrainBatch(ex.labels, ex.dense, pre.sparse_dense_matmul_input), stats))
   return out
 
 
-def assert_batch_equal(got: T.TrainBatch, want: T.TrainBatch):
+def assert_batch_equal(got: core.TrainBatch, want: core.TrainBatch):
   np.testing.assert_array_equal(got.labels, want.labels)
   np.testing.assert_array_equal(got.dense, want.dense)
   for g, w in zip(got.sparse, want.sparse):
@@ -286,7 +288,7 @@ def test_corrupt_record_raises_with_file_and_index(tmp_path):
 
 def test_corrupt_records_skipped_and_counted(tmp_path):
   _write_with_corrupt_records(str(tmp_path / "ds"), bad={1, 4})
-  schema_specs = {"a": T.FeatureSpec("a", T.TableSpec("t", 10, 8), (2, 1), (2, 8))}
+  schema_specs = {"a": core.FeatureSpec("a", core.TableSpec("t", 10, 8), (2, 1), (2, 8))}
   specs = T.prepare_feature_specs_for_training(schema_specs, 1, 2)
   cfg = T.InputConfig(str(tmp_path / "ds"), 2, shuffle=False, skip_corrupt=True, num_sc_per_device=2)
   it = T.make_host_pipeline(cfg, specs, local_device_count=1, global_device_count=1,
@@ -302,7 +304,7 @@ def test_device_put_on_mesh_matches_host_batches(dataset):
   mesh = make_mesh()
   assert mesh.size == 8
   specs = make_specs(16, 8)
-  it = T.make_input_pipeline(config(dataset, 16), specs, mesh)
+  it = pipeline.make_input_pipeline(config(dataset, 16), specs, mesh)
   host = host_pipeline(dataset, specs, 16, local=8, global_=8)
   for _ in range(2):
     got, want = next(it), next(host).batch
@@ -328,7 +330,7 @@ def test_config_from_config_dict_and_spec_checks(dataset):
       r"feature 'a': global batch size 24 in its spec, but the pipeline makes"
       r" per_host_batch_size \* process_count = 12")):
     host_pipeline(dataset, make_specs(24, 2), 12)
-  other = {"zz": T.FeatureSpec("zz", T.TableSpec("t", 10, 8), (12, 1), (12, 8))}
+  other = {"zz": core.FeatureSpec("zz", core.TableSpec("t", 10, 8), (12, 1), (12, 8))}
   with pytest.raises(ValueError, match=r"feature 'zz' is not in the dataset"):
     host_pipeline(dataset, T.prepare_feature_specs_for_training(other, 2, S), 12)
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from sparsepipe import transforms
+from sparsepipe import core
 from sparsepipe.launch import distributed
 from sparsepipe.launch import fdo_retune
 from sparsepipe.launch.metrics import MetricsLog
@@ -55,7 +55,7 @@ def test_progress_line_without_terminal_prints_one_line_per_update():
 
 
 def _stats(max_ids, max_unique, required):
-  return transforms.SparseDenseMatmulInputStats(
+  return core.SparseDenseMatmulInputStats(
       max_ids_per_partition={"s": np.array(max_ids, np.int32)},
       max_unique_ids_per_partition={"s": np.array(max_unique, np.int32)},
       required_buffer_size_per_sc={"s": np.array(required, np.int32)},

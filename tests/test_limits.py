@@ -2,13 +2,14 @@
 
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms
 
 
 def _specs():
   def feature(name, vocab):
-    table = transforms.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=8)
-    return transforms.FeatureSpec(name, table, (64, 2), (64, 8))
+    table = core.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=8)
+    return core.FeatureSpec(name, table, (64, 2), (64, 8))
 
   specs = {"a": feature("a", 100), "b": feature("b", 300), "c": feature("c", 50)}
   specs = transforms.stack_tables(specs, ["a", "b"], 2, 2)
@@ -68,9 +69,9 @@ def test_apply_stack_limits_refuses_a_zero_limit():
 
 
 def test_unprepared_specs_are_refused():
-  table = transforms.TableSpec(name="t", vocabulary_size=10, embedding_dim=4)
+  table = core.TableSpec(name="t", vocabulary_size=10, embedding_dim=4)
   with pytest.raises(
       transforms.StackingError,
       match=r"feature 'f' \(table 't'\) is not prepared: call prepare_feature_specs_for_training first",
   ):
-    transforms.get_stack_limits({"f": transforms.FeatureSpec("f", table, (8, 1), (8, 4))})
+    transforms.get_stack_limits({"f": core.FeatureSpec("f", table, (8, 1), (8, 4))})

@@ -17,8 +17,8 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline import pipelining
-from sparsepipe.pipeline.mesh import DATA_AXIS, make_mesh
+from sparsepipe import pipeline
+from sparsepipe.core.mesh import DATA_AXIS, make_mesh
 
 # The buffered inputs of step i-2 are donated but have no output to alias.
 pytestmark = pytest.mark.filterwarnings(
@@ -69,9 +69,9 @@ def sc_bwd(sparse, grads, emb, tc_aux):
   return {"table": emb["table"] - 0.1 * g / jnp.sqrt(acc), "acc": acc}, tc_aux
 
 
-def make_batch(i: int) -> pipelining.CurrentStepInput:
+def make_batch(i: int) -> pipeline.CurrentStepInput:
   r = np.random.default_rng(i)
-  return pipelining.CurrentStepInput(
+  return pipeline.CurrentStepInput(
       sparse_inputs=Sparse(
           jnp.asarray(r.integers(0, V, (B, K)), jnp.int32),
           jnp.asarray(r.uniform(0.5, 1.5, (B, K)), jnp.float32),
@@ -105,16 +105,16 @@ class Runner:
     self.mesh, self.multiplier, self.stages = mesh, multiplier, stages
     self.traces = []
     state, emb = initial_states()
-    abstract = pipelining.get_abstract_pipeline_state(
+    abstract = pipeline.get_abstract_pipeline_state(
         make_batch(0), state, emb, stages[0], stages[1]
     )
-    self.sharding = pipelining.get_pipeline_state_sharding(abstract, mesh)
-    self.input_sharding = pipelining.pipeline_input_sharding(self.sharding)
+    self.sharding = pipeline.get_pipeline_state_sharding(abstract, mesh)
+    self.input_sharding = pipeline.pipeline_input_sharding(self.sharding)
     rep = NamedSharding(mesh, PartitionSpec())
 
     def train_step(inp, state, emb, pstate, num_steps, fake_tc_step):
       self.traces.append(fake_tc_step)
-      return pipelining.step(
+      return pipeline.step(
           inp, state, emb, pstate, *stages, fake_tc_step=fake_tc_step,
           num_steps=num_steps if multiplier else None,
       )
@@ -130,19 +130,19 @@ class Runner:
   def run(self, n, batches=None):
     state, emb = initial_states()
     batches = batches or [make_batch(i) for i in range(n)]
-    pstate = pipelining.get_initial_state(
+    pstate = pipeline.get_initial_state(
         batches[0], state, emb, self.stages[0], self.stages[1],
         sharding=self.sharding,
     )
     rep = NamedSharding(self.mesh, PartitionSpec())
     state, emb = jax.device_put(copy((state, emb)), rep)
     outputs = []
-    for i in range(pipelining.get_pipeline_train_steps(n)):
+    for i in range(pipeline.get_pipeline_train_steps(n)):
       if i < n:
         inp = jax.device_put(copy(batches[i]), self.input_sharding)
       else:
-        inp = pipelining.get_dummy_input(pstate)
-      fake = pipelining.is_fake_tc_step(i, n) and not self.multiplier
+        inp = pipeline.get_dummy_input(pstate)
+      fake = pipeline.is_fake_tc_step(i, n) and not self.multiplier
       out, aux, state, emb, pstate = self.jitted(
           inp, state, emb, pstate, jnp.int32(n), fake
       )
@@ -194,15 +194,15 @@ def assert_close(actual, expected):
 
 
 def test_steps_and_validity():
-  assert pipelining.get_pipeline_train_steps(5) == 7
-  assert [pipelining.is_output_valid(i, 3) for i in range(5)] == [
+  assert pipeline.get_pipeline_train_steps(5) == 7
+  assert [pipeline.is_output_valid(i, 3) for i in range(5)] == [
       False, True, True, True, False,
   ]
-  assert [pipelining.is_fake_tc_step(i, 3) for i in range(5)] == [
+  assert [pipeline.is_fake_tc_step(i, 3) for i in range(5)] == [
       True, False, False, False, True,
   ]
   with pytest.raises(ValueError, match="num_steps=-1 must be >= 0"):
-    pipelining.get_pipeline_train_steps(-1)
+    pipeline.get_pipeline_train_steps(-1)
 
 
 def test_schedule_and_aux_flow(fake_run):
@@ -265,7 +265,7 @@ def test_donation_updates_state_in_place(mesh):
       copy(initial_states()), NamedSharding(mesh, PartitionSpec())
   )
   batches = [make_batch(i) for i in range(4)]
-  pstate = pipelining.get_initial_state(
+  pstate = pipeline.get_initial_state(
       batches[0], state, emb, sc_fwd, tc, sharding=runner.sharding
   )
   pointer = lambda x: [s.data.unsafe_buffer_pointer() for s in x.addressable_shards]
@@ -282,11 +282,11 @@ def test_donation_updates_state_in_place(mesh):
 
 def test_initial_state_zeros_with_shardings(mesh):
   state, emb = initial_states()
-  abstract = pipelining.get_abstract_pipeline_state(
+  abstract = pipeline.get_abstract_pipeline_state(
       make_batch(0), state, emb, sc_fwd, tc
   )
-  sharding = pipelining.get_pipeline_state_sharding(abstract, mesh)
-  init = pipelining.get_initial_state(
+  sharding = pipeline.get_pipeline_state_sharding(abstract, mesh)
+  init = pipeline.get_initial_state(
       make_batch(0), state, emb, sc_fwd, tc, sharding=sharding
   )
   data = NamedSharding(mesh, PartitionSpec(DATA_AXIS))
@@ -296,7 +296,7 @@ def test_initial_state_zeros_with_shardings(mesh):
   assert int(init.pipeline_step) == 0
   for leaf in jax.tree.leaves(init):
     assert not np.any(np.asarray(leaf))
-  with_sharding = pipelining.get_abstract_pipeline_state(
+  with_sharding = pipeline.get_abstract_pipeline_state(
       make_batch(0), state, emb, sc_fwd, tc, sharding=sharding
   )
   assert jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), with_sharding) == (
@@ -308,11 +308,11 @@ def test_initial_state_zeros_with_shardings(mesh):
 
 def test_sharding_overrides_and_errors(mesh):
   state, emb = initial_states()
-  abstract = pipelining.get_abstract_pipeline_state(
+  abstract = pipeline.get_abstract_pipeline_state(
       make_batch(0), state, emb, sc_fwd, tc
   )
   rep = NamedSharding(mesh, PartitionSpec())
-  sharding = pipelining.get_pipeline_state_sharding(
+  sharding = pipeline.get_pipeline_state_sharding(
       abstract, mesh, dense_input_sharding=rep
   )
   assert sharding.last_step_inputs.dense_inputs.x == rep
@@ -326,19 +326,19 @@ def test_sharding_overrides_and_errors(mesh):
       match=r"pipeline state embedding_activations: leading dimension 12 is not"
       r" divisible by the 8 devices of mesh axis 'data'",
   ):
-    pipelining.get_pipeline_state_sharding(bad, mesh)
+    pipeline.get_pipeline_state_sharding(bad, mesh)
   with pytest.raises(ValueError, match="pipeline state tc_aux: sharding tree"):
-    pipelining.get_pipeline_state_sharding(abstract, mesh, tc_aux_sharding=[rep, rep])
+    pipeline.get_pipeline_state_sharding(abstract, mesh, tc_aux_sharding=[rep, rep])
 
 
 def test_dummy_input_from_state_keeps_shapes_and_shardings(fake_run):
   runner, _ = fake_run
   state, emb = initial_states()
-  pstate = pipelining.get_initial_state(
+  pstate = pipeline.get_initial_state(
       make_batch(0), state, emb, sc_fwd, tc, sharding=runner.sharding
   )
-  dummy = pipelining.get_dummy_input(pstate)
-  expected = pipelining.pipeline_input_sharding(runner.sharding)
+  dummy = pipeline.get_dummy_input(pstate)
+  expected = pipeline.pipeline_input_sharding(runner.sharding)
   assert jax.tree.map(lambda x: x.sharding, dummy) == expected
   assert dummy.sparse_inputs.ids.shape == (B, K)
   assert not np.any(np.asarray(dummy.dense_inputs.x))
@@ -347,7 +347,7 @@ def test_dummy_input_from_state_keeps_shapes_and_shardings(fake_run):
 def test_stage_changing_dtype_is_an_error():
   state, emb = initial_states()
   batch = make_batch(0)
-  pstate = pipelining.get_initial_state(batch, state, emb, sc_fwd, tc)
+  pstate = pipeline.get_initial_state(batch, state, emb, sc_fwd, tc)
 
   def bad_fwd(sparse, emb):
     act, aux = sc_fwd(sparse, emb)
@@ -359,7 +359,7 @@ def test_stage_changing_dtype_is_an_error():
       r"embedding_activations came out as float16\[16, 4\] but went in as"
       r" float32\[16, 4\]",
   ):
-    pipelining.step(
+    pipeline.step(
         batch, state, emb, pstate, bad_fwd, tc, sc_bwd, fake_tc_step=False
     )
 
@@ -367,9 +367,9 @@ def test_stage_changing_dtype_is_an_error():
 def test_fake_tc_step_with_multiplier_is_an_error():
   state, emb = initial_states()
   batch = make_batch(0)
-  pstate = pipelining.get_initial_state(batch, state, emb, sc_fwd, tc)
+  pstate = pipeline.get_initial_state(batch, state, emb, sc_fwd, tc)
   with pytest.raises(ValueError, match="fake_tc_step=True cannot be combined"):
-    pipelining.step(
+    pipeline.step(
         batch, state, emb, pstate, sc_fwd, tc, sc_bwd, fake_tc_step=True,
         num_steps=jnp.int32(3),
     )

@@ -5,17 +5,18 @@ import re
 import numpy as np
 import pytest
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 
 
 def _table(name, vocab=100, dim=8, combiner="sum", optimizer=None, **kw):
-  return T.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=dim,
-                     combiner=combiner, optimizer=optimizer or T.SGDOptimizerSpec(),
+  return core.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=dim,
+                     combiner=combiner, optimizer=optimizer or core.SGDOptimizerSpec(),
                      **kw)
 
 
 def _feature(name, table, batch=16):
-  return T.FeatureSpec(name, table, (batch, 4), (batch, table.embedding_dim))
+  return core.FeatureSpec(name, table, (batch, 4), (batch, table.embedding_dim))
 
 
 def test_prepare_gives_each_table_its_own_stack_and_feature_stacking():
@@ -28,15 +29,15 @@ def test_prepare_gives_each_table_its_own_stack_and_feature_stacking():
   out = T.prepare_feature_specs_for_training(specs, 2, 4)  # N = 8
   assert specs["z"].table_spec.stacked_table_spec is None  # inputs untouched
   # Features of one table are ordered by name: "a" then "z".
-  assert out["a"].id_transformation == T.FeatureIdTransformation(0, 0, 0)
-  assert out["z"].id_transformation == T.FeatureIdTransformation(32, 0, 0)
-  assert out["m"].id_transformation == T.FeatureIdTransformation(0, 0, 0)
-  assert out["a"].table_spec.setting_in_stack == T.TableSettingInStack(
+  assert out["a"].id_transformation == core.FeatureIdTransformation(0, 0, 0)
+  assert out["z"].id_transformation == core.FeatureIdTransformation(32, 0, 0)
+  assert out["m"].id_transformation == core.FeatureIdTransformation(0, 0, 0)
+  assert out["a"].table_spec.setting_in_stack == core.TableSettingInStack(
       stack_name="t", padded_vocab_size=128, padded_embedding_dim=16,
       row_offset_in_shard=0, shard_rotation=0)
-  assert out["z"].table_spec.stacked_table_spec == T.StackedTableSpec(
+  assert out["z"].table_spec.stacked_table_spec == core.StackedTableSpec(
       stack_name="t", stack_vocab_size=128, stack_embedding_dim=16,
-      optimizer=T.SGDOptimizerSpec(), combiner="sum", total_sample_count=48,
+      optimizer=core.SGDOptimizerSpec(), combiner="sum", total_sample_count=48,
       max_ids_per_partition=33, max_unique_ids_per_partition=22,
       suggested_coo_buffer_size_per_device=640)
   assert out["a"].table_spec == out["z"].table_spec
@@ -59,9 +60,9 @@ def test_stack_tables_offsets_rotation_and_limits():
   settings = {n: out[f].table_spec.setting_in_stack
               for n, f in (("a", "fa"), ("b", "fb"), ("c", "fc"))}
   # padded vocab: b 320, a 128, c 32 (multiples of 8*N = 32).
-  assert settings["b"] == T.TableSettingInStack("b_a_c", 320, 8, 0, 0)
-  assert settings["a"] == T.TableSettingInStack("b_a_c", 128, 8, 80, 2)
-  assert settings["c"] == T.TableSettingInStack("b_a_c", 32, 8, 112, 0)
+  assert settings["b"] == core.TableSettingInStack("b_a_c", 320, 8, 0, 0)
+  assert settings["a"] == core.TableSettingInStack("b_a_c", 128, 8, 80, 2)
+  assert settings["c"] == core.TableSettingInStack("b_a_c", 32, 8, 112, 0)
   # Row offsets: running sum of batches in pytree-leaf order (sorted keys).
   assert [out[f].id_transformation.row_offset for f in ("fa", "fa2", "fb", "fc")] == [0, 16, 24, 32]
   assert out["fa"].id_transformation.col_offset == 80 * 4
@@ -86,7 +87,7 @@ def test_stack_tables_offsets_rotation_and_limits():
      "stack 'a_b': tables 'a' and 'b' have different combiners ('sum' vs 'mean')"),
     ((_table("a", dim=8), _table("b", dim=9)),
      "stack 'a_b': tables 'a' and 'b' have different padded embedding dims (8 vs 16)"),
-    ((_table("a"), _table("b", optimizer=T.AdagradOptimizerSpec())),
+    ((_table("a"), _table("b", optimizer=core.AdagradOptimizerSpec())),
      "stack 'a_b': tables 'a' and 'b' have different optimizers"),
 ])
 def test_stack_tables_rejects_incompatible_tables(tables, message):
@@ -147,7 +148,7 @@ def test_get_stacked_table_specs_and_table_stacks():
 
 
 def _stats(max_ids, max_unique, required):
-  return T.SparseDenseMatmulInputStats(
+  return core.SparseDenseMatmulInputStats(
       max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_unique,
       required_buffer_size_per_sc=required, id_drop_counters={})
 
@@ -215,7 +216,7 @@ def test_buffer_sizes(max_ids, g, s, theoretical, row_pointers):
 
 @pytest.mark.parametrize("suggested,size", [(None, 128), (1, 16), (16, 16), (17, 32), (100, 112)])
 def test_coo_buffer_size_per_device(suggested, size):
-  stacked = T.StackedTableSpec("s", 64, 8, T.SGDOptimizerSpec(), "sum", 8,
+  stacked = core.StackedTableSpec("s", 64, 8, core.SGDOptimizerSpec(), "sum", 8,
                                max_ids_per_partition=9,
                                suggested_coo_buffer_size_per_device=suggested)
   assert T.compute_coo_buffer_size_per_device(stacked, 2, 2) == size
@@ -250,8 +251,8 @@ def test_stacking_matches_reference_names_and_settings():
 
 
 def _big_feature(name, vocab):
-  table = T.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=8)
-  return T.FeatureSpec(name, table, (16, 1), (16, 8))
+  table = core.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=8)
+  return core.FeatureSpec(name, table, (16, 1), (16, 8))
 
 
 def test_stack_whose_columns_pass_int32_is_refused():

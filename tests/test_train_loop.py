@@ -12,16 +12,16 @@ import numpy as np
 import optax
 import pytest
 
-from sparsepipe.pipeline import dlrm
-from sparsepipe.pipeline import pipelining
-from sparsepipe.pipeline import train_loop
-from sparsepipe.pipeline import train_state as train_state_lib
-from sparsepipe.pipeline import zero
-from sparsepipe.pipeline.embedding_variables import abstract_embedding_variables
-from sparsepipe.pipeline.embedding_variables import init_embedding_variables
-from sparsepipe.pipeline.mesh import data_sharding, make_mesh
-from sparsepipe.transforms import specs
-from sparsepipe.transforms import TrainBatch
+from sparsepipe.pipeline.models import dlrm
+from sparsepipe import pipeline
+from sparsepipe.pipeline.training import trainer as train_loop
+from sparsepipe.pipeline.training import train_state as train_state_lib
+from sparsepipe.pipeline.zero import optimizer as zero
+from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
+from sparsepipe.pipeline.embedding.variables import init_embedding_variables
+from sparsepipe.core.mesh import data_sharding, make_mesh
+from sparsepipe.core import specs
+from sparsepipe.core import TrainBatch
 from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import preprocess_sparse_dense_matmul_input
 
@@ -117,9 +117,9 @@ def host(tree):
 
 def reference_run(setup):
   """Non-pipelined loop whose embedding updates land one step late."""
-  fwd = jax.jit(pipelining.get_default_sc_fwd_function(
+  fwd = jax.jit(pipeline.get_default_sc_fwd_function(
       setup.feature_specs, setup.mesh, num_sc_per_device=S))
-  bwd = jax.jit(pipelining.get_default_sc_bwd_function(
+  bwd = jax.jit(pipeline.get_default_sc_bwd_function(
       setup.feature_specs, setup.mesh, num_sc_per_device=S))
   tc = jax.jit(setup.tc)
   state = setup.fresh_state()
@@ -272,11 +272,11 @@ def test_short_iterator_and_bad_state_are_errors(setup):
 
 def test_default_sc_bwd_on_dummy_inputs_is_a_no_op(setup):
   """Zero COO buffers (fill/drain) leave tables and Adam slots untouched."""
-  bwd = pipelining.get_default_sc_bwd_function(
+  bwd = pipeline.get_default_sc_bwd_function(
       setup.feature_specs, setup.mesh, num_sc_per_device=S
   )
   state = setup.fresh_state()
-  dummy = pipelining.get_dummy_input(
+  dummy = pipeline.get_dummy_input(
       setup.trainer.abstract_input, setup.trainer.input_sharding
   )
   grads = jax.tree.map(

@@ -11,8 +11,8 @@ import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline import zero
-from sparsepipe.pipeline.mesh import DATA_AXIS, make_mesh
+from sparsepipe.pipeline.zero import optimizer as zero
+from sparsepipe.core.mesh import DATA_AXIS, make_mesh
 
 OPTIMIZERS = {
     "adam": optax.adam(0.05),

@@ -117,8 +117,8 @@ def embedding_relayout(
   """
   # Imported here so that the checkpointing package does not need the
   # pipeline package unless embeddings are re-laid out.
-  from sparsepipe.pipeline.embedding_variables import stack_embedding_variables  # pylint: disable=g-import-not-at-top
-  from sparsepipe.pipeline.embedding_variables import unstack_embedding_variables  # pylint: disable=g-import-not-at-top
+  from sparsepipe.pipeline.embedding.variables import stack_embedding_variables  # pylint: disable=g-import-not-at-top
+  from sparsepipe.pipeline.embedding.variables import unstack_embedding_variables  # pylint: disable=g-import-not-at-top
 
   def relayout(restored: Any, target: Any, context: RelayoutContext) -> Any:
     del target  # The current layout follows from feature_specs and mesh.

@@ -7,13 +7,15 @@ from typing import Any
 import optax
 from jax.sharding import Mesh
 
+from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
+from sparsepipe.core.rounding import round_up
 
 _EMBEDDING_OPTIMIZERS = {
-    "sgd": transforms.SGDOptimizerSpec,
-    "adagrad": transforms.AdagradOptimizerSpec,
-    "adam": transforms.AdamOptimizerSpec,
+    "sgd": core.SGDOptimizerSpec,
+    "adagrad": core.AdagradOptimizerSpec,
+    "adam": core.AdamOptimizerSpec,
 }
 _DENSE_OPTIMIZERS = {"sgd": optax.sgd, "adagrad": optax.adagrad, "adam": optax.adam}
 
@@ -49,14 +51,14 @@ def worst_case_ids_per_partition(
   0 (automatic); FDO then shrinks the limits to what the data needs.
   """
   num_sc = global_device_count * int(config.num_sc_per_device)
-  samples = -(-global_batch_size // num_sc)
+  samples = round_up(global_batch_size, num_sc) // num_sc
   ids = sum(int(f.max_ids) for f in config.features.values())
-  return max(8, -(-samples * ids // 8) * 8)
+  return max(8, round_up(samples * ids, 8))
 
 
 def build_feature_specs(
     config: Any, *, global_batch_size: int, global_device_count: int
-) -> dict[str, transforms.FeatureSpec]:
+) -> dict[str, core.FeatureSpec]:
   """Prepared (and, with config.stacking='auto', stacked) feature specs.
 
   One table per configured feature, all with model.embedding_dim, initial
@@ -70,7 +72,7 @@ def build_feature_specs(
   optimizer = embedding_optimizer_spec(config)
   specs = {}
   for name, feature in config.features.items():
-    table = transforms.TableSpec(
+    table = core.TableSpec(
         name=name,
         vocabulary_size=int(feature.vocab_size),
         embedding_dim=dim,
@@ -79,7 +81,7 @@ def build_feature_specs(
         max_unique_ids_per_partition=max_unique,
         optimizer=optimizer,
     )
-    specs[name] = transforms.FeatureSpec(
+    specs[name] = core.FeatureSpec(
         name=name,
         table_spec=table,
         input_shape=(global_batch_size, int(feature.max_ids)),

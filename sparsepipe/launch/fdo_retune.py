@@ -19,6 +19,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from sparsepipe import core
 from sparsepipe import transforms
 
 
@@ -28,8 +29,8 @@ def _barrier(name: str) -> None:
 
 
 def scale_stats(
-    stats: transforms.SparseDenseMatmulInputStats, headroom: float
-) -> transforms.SparseDenseMatmulInputStats:
+    stats: core.SparseDenseMatmulInputStats, headroom: float
+) -> core.SparseDenseMatmulInputStats:
   """Statistics multiplied by `headroom` (>= 1), rounded up (buffer sizes to 8)."""
   if not headroom >= 1.0:
     raise ValueError(f"fdo.headroom={headroom} must be >= 1.0")
@@ -39,7 +40,7 @@ def scale_stats(
     scaled = np.ceil(values * headroom).astype(np.int64)
     return ((scaled + align - 1) // align * align).astype(np.int32)
 
-  return transforms.SparseDenseMatmulInputStats(
+  return core.SparseDenseMatmulInputStats(
       max_ids_per_partition={k: scale(v, 1) for k, v in stats.max_ids_per_partition.items()},
       max_unique_ids_per_partition={
           k: scale(v, 1) for k, v in stats.max_unique_ids_per_partition.items()
@@ -53,13 +54,13 @@ def scale_stats(
 
 def retune_limits(
     feature_specs: Any,
-    local_stats: transforms.SparseDenseMatmulInputStats,
+    local_stats: core.SparseDenseMatmulInputStats,
     *,
     stats_dir: str,
     headroom: float,
     num_sc_per_device: int,
     global_device_count: int,
-) -> tuple[Any, transforms.SparseDenseMatmulInputStats]:
+) -> tuple[Any, core.SparseDenseMatmulInputStats]:
   """Publishes `local_stats`, merges all processes', returns (new specs, merged).
 
   Call on every process at the same point. `stats_dir` should be specific

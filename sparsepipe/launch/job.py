@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 import jax
-from absl import logging
 
+from sparsepipe import core
 from sparsepipe import checkpointing
 from sparsepipe import data
 from sparsepipe import pipeline
@@ -81,7 +81,7 @@ class _Job:
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.is_chief = jax.process_index() == 0
-    self.mesh = pipeline.make_mesh()
+    self.mesh = core.make_mesh()
     self.num_sc = int(config.num_sc_per_device)
     self.global_batch = int(config.per_host_batch_size) * jax.process_count()
     self.schedule = SegmentSchedule.create(int(config.num_steps), int(config.fdo.every_steps))
@@ -120,7 +120,7 @@ class _Job:
     return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
   def make_trainer(self, feature_specs: Any) -> pipeline.PipelinedTrainer:
-    example = transforms.abstract_train_batch(
+    example = pipeline.abstract_train_batch(
         feature_specs,
         self.mesh,
         global_batch_size=self.global_batch,
@@ -137,7 +137,7 @@ class _Job:
     )
 
   def make_iterator(self, feature_specs: Any) -> transforms.InputPipelineIterator:
-    return transforms.make_input_pipeline(
+    return pipeline.make_input_pipeline(
         self.input_config,
         feature_specs,
         self.mesh,

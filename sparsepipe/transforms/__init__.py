@@ -1,21 +1,5 @@
-"""Per-host work on numpy: specs and stacking, COO preprocessing, FDO, Grain transforms."""
+"""Per-host work on numpy: COO preprocessing, stacking, FDO statistics, Grain transforms."""
 
-from sparsepipe.transforms.specs import AdagradOptimizerSpec
-from sparsepipe.transforms.specs import AdamOptimizerSpec
-from sparsepipe.transforms.specs import ConstantInitializer
-from sparsepipe.transforms.specs import FeatureIdTransformation
-from sparsepipe.transforms.specs import FeatureSpec
-from sparsepipe.transforms.specs import SGDOptimizerSpec
-from sparsepipe.transforms.specs import StackedTableSpec
-from sparsepipe.transforms.specs import TableSettingInStack
-from sparsepipe.transforms.specs import TableSpec
-from sparsepipe.transforms.specs import TruncatedNormalInitializer
-from sparsepipe.transforms.specs import UniformInitializer
-from sparsepipe.transforms.batch import TrainBatch
-from sparsepipe.transforms.batch import abstract_train_batch
-from sparsepipe.transforms.coo_types import PreprocessedInput
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInput
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInputStats
 from sparsepipe.transforms.errors import FDOStatsError
 from sparsepipe.transforms.errors import LimitExceededError
 from sparsepipe.transforms.errors import PreprocessingError
@@ -32,22 +16,17 @@ from sparsepipe.transforms.stacking import get_stacked_table_specs
 from sparsepipe.transforms.stacking import get_table_stacks
 from sparsepipe.transforms.stacking import prepare_feature_specs_for_training
 from sparsepipe.transforms.stacking import stack_tables
-from sparsepipe.transforms.grain_parse import ParseRecords
-from sparsepipe.transforms.grain_parse import ParsedBatch
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
 from sparsepipe.transforms.grain_preprocess import PreprocessedBatch
 from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
-from sparsepipe.transforms.grain_device_put import DevicePutIterDataset
-from sparsepipe.transforms.grain_device_put import to_global_batch
 from sparsepipe.transforms.input_pipeline import InputConfig
 from sparsepipe.transforms.input_pipeline import InputPipelineIterator
 from sparsepipe.transforms.input_pipeline import IteratorStateMismatchError
 from sparsepipe.transforms.input_pipeline import make_example_dataset
 from sparsepipe.transforms.input_pipeline import make_host_dataset
 from sparsepipe.transforms.input_pipeline import make_host_pipeline
-from sparsepipe.transforms.input_pipeline import make_input_pipeline
 from sparsepipe.transforms.input_pipeline import prefetch_in_workers
 from sparsepipe.transforms.grain_transfer import PackArrays
 from sparsepipe.transforms.grain_transfer import UnpackArrays

@@ -21,7 +21,7 @@ import numpy as np
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import coo_sort
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
 
 _INT_MAX = coo_layout.INT_MAX
 

@@ -12,7 +12,8 @@ import dataclasses
 from typing import Mapping
 
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
+from sparsepipe.core.rounding import round_up
 
 INT_MAX = 2**31 - 1
 ALIGNMENT = 8
@@ -37,11 +38,6 @@ class Geometry:
   @property
   def row_pointer_stride(self) -> int:  # R
     return max(self.num_sc, ALIGNMENT)
-
-
-def round_up(value: int, multiple: int) -> int:
-  """Smallest multiple of `multiple` that is >= value."""
-  return -(-int(value) // multiple) * multiple
 
 
 def num_global_sparsecores(global_device_count: int, num_sc_per_device: int) -> int:

@@ -16,9 +16,9 @@ import jax
 from sparsepipe.transforms import coo_inputs
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import coo_stack
-from sparsepipe.transforms import coo_types
+from sparsepipe.core import coo_types
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
 
 Nested = Any
 

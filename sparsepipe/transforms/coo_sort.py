@@ -35,7 +35,7 @@ from sparsepipe.transforms import coo_gains
 from sparsepipe.transforms import coo_inputs
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
 
 
 class StackFeature(NamedTuple):

@@ -13,7 +13,7 @@ from sparsepipe.transforms import coo_inputs
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import coo_sort
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
 
 Geometry = coo_layout.Geometry
 StackResult = coo_buffers.StackResult

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsepipe.transforms import coo_types
+from sparsepipe.core import coo_types
 from sparsepipe.transforms import errors
 
 # Stats field -> key suffix in stats files (jax-tpu-embedding's names).

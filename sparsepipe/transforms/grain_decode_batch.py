@@ -17,7 +17,7 @@ moves past it, so the counts do not depend on read-ahead either.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, NamedTuple
 
 from absl import logging
 import grain
@@ -27,12 +27,23 @@ from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import ExampleBatch, concat_batches, slice_batch
 from sparsepipe.data.manifest import RecordLocator
 from sparsepipe.data.schema import ExampleSchema
-from sparsepipe.transforms.grain_parse import ParsedBatch
 
 # This many corrupt records in a row means the data is beyond skipping.
 MAX_CONSECUTIVE_CORRUPT = 1000
 # Most records read in one go.
 MAX_READ = 8192
+
+
+class ParsedBatch(NamedTuple):
+  """Examples with the number of corrupt records skipped to get them.
+
+  Attributes:
+    examples: columnar examples, or None for a skipped corrupt record.
+    num_corrupt_records: corrupt records skipped (0 unless skip_corrupt).
+  """
+
+  examples: ExampleBatch | None
+  num_corrupt_records: int = 0
 
 
 class DecodeBatchIterDataset(grain.IterDataset):

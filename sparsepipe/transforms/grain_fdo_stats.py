@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import grain
 import numpy as np
 
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInputStats
+from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
 from sparsepipe.transforms.grain_preprocess import PreprocessedBatch
 
 _MAX_FIELDS = (

@@ -9,10 +9,10 @@ import jax
 import numpy as np
 
 from sparsepipe.data.example import ExampleBatch
-from sparsepipe.transforms.batch import TrainBatch
+from sparsepipe.core.batch import TrainBatch
 from sparsepipe.transforms.coo_preprocess import preprocess_sparse_dense_matmul_input
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInputStats
-from sparsepipe.transforms.grain_parse import ParsedBatch
+from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
+from sparsepipe.transforms.grain_decode_batch import ParsedBatch
 
 
 class PreprocessedBatch(NamedTuple):

@@ -10,7 +10,8 @@
       -> mp_prefetch(num_workers)      # everything above runs in the workers;
                                        # arrays travel packed, one shm block per dtype
       -> RecordStatsIterDataset(fdo_client)   # main process
-      -> DevicePutIterDataset(mesh)    # make_input_pipeline only
+      -> placement (optional)          # e.g. pipeline.make_input_pipeline's
+                                       # device_put onto the mesh
 
 Granularity: records hold R examples (manifest.examples_per_record); the
 shuffle permutes records, and examples inside a record stay together (write
@@ -42,9 +43,8 @@ import jax
 
 from sparsepipe.data.manifest import Manifest, RecordLocator, read_manifest
 from sparsepipe.data.source import manifest_source
-from sparsepipe.transforms.grain_device_put import DevicePutIterDataset
 from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
-from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterator, RecordStatsIterDataset
+from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
@@ -299,14 +299,36 @@ class InputPipelineIterator(grain.DatasetIterator):
     return self.metadata["num_workers"]
 
   def stats_totals(self) -> StatsTotals:
-    """Running totals of the recorded statistics (checkpointed with the state)."""
-    it = self._parent
-    while not isinstance(it, RecordStatsIterator):
-      it = it._parent  # pylint: disable=protected-access
-    return it.totals
+    """Running totals of the statistics of the batches handed out so far.
+
+    Read from the state, not from the recording stage: a prefetch after it
+    may have run ahead, and a resumed job must see the same totals.
+    """
+    return StatsTotals.from_state(_find_totals(self._parent.get_state()))
 
   def __str__(self) -> str:
     return f"InputPipelineIterator({self.metadata})"
+
+
+def _find_totals(state: Any) -> Mapping[str, Any]:
+  """The RecordStatsIterator's totals inside a (nested) iterator state."""
+  found = []
+
+  def visit(node: Any) -> None:
+    if isinstance(node, Mapping):
+      if "totals" in node and "parent" in node:
+        found.append(node["totals"])
+        return
+      for value in node.values():
+        visit(value)
+    elif isinstance(node, (list, tuple)):
+      for value in node:
+        visit(value)
+
+  visit(state)
+  if len(found) != 1:
+    raise ValueError(f"expected one statistics stage in the iterator state, found {len(found)}")
+  return found[0]
 
 
 class _PipelineDataset(grain.IterDataset):
@@ -353,73 +375,29 @@ def make_host_pipeline(
     process_count: int | None = None,
     fdo_client: Any = None,
     worker_init_fn: Callable[[int, int], None] | None = None,
+    placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
 ) -> InputPipelineIterator:
-  """Host-side iterator of PreprocessedBatch (numpy TrainBatch + stats), no device_put.
+  """The checkpointable iterator of the whole host pipeline.
 
-  For tools and tests; `process_index/process_count` simulate other hosts.
+  Yields PreprocessedBatch (numpy TrainBatch + stats), or what `placement`
+  makes of them (the device side passes its device_put stage). With
+  `process_index/process_count` (default: this JAX process) tools and tests
+  simulate other hosts.
   """
   config = InputConfig.from_config(config)
   index, count = _process_slice(process_index, process_count)
-  return _pipeline_iterator(
-      config,
-      feature_specs,
-      index,
-      count,
-      local_device_count=local_device_count,
-      global_device_count=global_device_count,
-      fdo_client=fdo_client,
-      worker_init_fn=worker_init_fn,
-  )
-
-
-def make_input_pipeline(
-    config: InputConfig | Any,
-    feature_specs: Any,
-    mesh: jax.sharding.Mesh,
-    *,
-    fdo_client: Any = None,
-    worker_init_fn: Callable[[int, int], None] | None = None,
-) -> InputPipelineIterator:
-  """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
-
-  Args:
-    config: InputConfig (or ConfigDict/mapping with its keys).
-    feature_specs: pytree of prepared FeatureSpecs; each reads the example
-      feature of the same name; global batch = per_host_batch_size * processes.
-    mesh: the 1-D data mesh; local devices = mesh.local_devices, global = mesh.size.
-    fdo_client: optional, gets `record(stats)` for every batch (main process).
-    worker_init_fn: optional `(worker_index, worker_count)` run in each worker
-      (after it starts ignoring SIGTERM).
-  """
-  config = InputConfig.from_config(config)
-  return _pipeline_iterator(
-      config,
-      feature_specs,
-      jax.process_index(),
-      jax.process_count(),
-      local_device_count=len(mesh.local_devices),
-      global_device_count=mesh.size,
-      fdo_client=fdo_client,
-      worker_init_fn=worker_init_fn,
-      mesh=mesh,
-  )
-
-
-def _pipeline_iterator(
-    config: InputConfig,
-    feature_specs: Any,
-    index: int,
-    count: int,
-    *,
-    mesh: jax.sharding.Mesh | None = None,
-    **host_kwargs: Any,
-) -> InputPipelineIterator:
-  """make_host_dataset(**host_kwargs), device_put onto `mesh` if given, with the state metadata."""
   manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
   ds = make_host_dataset(
-      config, feature_specs, process_index=index, process_count=count, manifest=manifest,
-      **host_kwargs,
+      config,
+      feature_specs,
+      local_device_count=local_device_count,
+      global_device_count=global_device_count,
+      process_index=index,
+      process_count=count,
+      fdo_client=fdo_client,
+      worker_init_fn=worker_init_fn,
+      manifest=manifest,
   )
-  if mesh is not None:
-    ds = DevicePutIterDataset(ds, mesh)
+  if placement is not None:
+    ds = placement(ds)
   return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))

@@ -14,9 +14,12 @@ import jax
 import numpy as np
 
 from sparsepipe.transforms import coo_layout
-from sparsepipe.transforms import coo_types
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import coo_types
+from sparsepipe.core import specs as specs_lib
 from sparsepipe.transforms import stacking
+
+# A pytree of FeatureSpecs (dict, list, ...), as the reference accepts.
+Nested = Any
 
 LIMIT_NAMES = (
     "max_ids_per_partition",

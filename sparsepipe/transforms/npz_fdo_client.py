@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from sparsepipe.transforms import coo_types
+from sparsepipe.core import coo_types
 from sparsepipe.transforms import errors
 from sparsepipe.transforms import fdo_client
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import errors
-from sparsepipe.transforms import specs as specs_lib
+from sparsepipe.core import specs as specs_lib
+from sparsepipe.core.rounding import round_up
 
 Nested = Any
 # (stack_name, stack_sample_count) -> limit, like the reference's callables.
@@ -78,11 +79,11 @@ def _batch(feature: specs_lib.FeatureSpec) -> int:
 
 
 def _padded_dim(table: specs_lib.TableSpec) -> int:
-  return coo_layout.round_up(table.embedding_dim, coo_layout.ALIGNMENT)
+  return round_up(table.embedding_dim, coo_layout.ALIGNMENT)
 
 
 def _padded_vocab(table: specs_lib.TableSpec, num_sc: int) -> int:
-  return coo_layout.round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
+  return round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
 
 
 def _check_columns_fit_int32(stack_name: str, table: specs_lib.TableSpec,
@@ -94,7 +95,7 @@ def _check_columns_fit_int32(stack_name: str, table: specs_lib.TableSpec,
   computes them in int32 too), and a row id (column div N) of INT_MAX would
   read as padding, so such a stack is refused.
   """
-  last = col_offset + coo_layout.round_up(table.vocabulary_size, num_sc) - 1
+  last = col_offset + round_up(table.vocabulary_size, num_sc) - 1
   if last > coo_layout.INT_MAX or last // num_sc >= coo_layout.INT_MAX:
     raise errors.StackingError(
         f"stack '{stack_name}': table '{table.name}' reaches column {last}"

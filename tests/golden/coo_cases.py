@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 
@@ -103,7 +104,7 @@ def _limit_callables(case: dict) -> dict:
 def build_specs(case: dict) -> dict:
   """Our prepared feature specs (dict by feature name) for a case."""
   tables = {
-      t["name"]: T.TableSpec(
+      t["name"]: core.TableSpec(
           name=t["name"],
           vocabulary_size=t["vocab"],
           embedding_dim=t["dim"],
@@ -115,7 +116,7 @@ def build_specs(case: dict) -> dict:
       for t in case["tables"]
   }
   specs = {
-      f["name"]: T.FeatureSpec(
+      f["name"]: core.FeatureSpec(
           name=f["name"],
           table_spec=tables[f["table"]],
           input_shape=(f["batch"], f["valency"]),

@@ -26,11 +26,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.pipeline.embedding_layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding_layout import StackLayout
-from sparsepipe.pipeline.mesh import DATA_AXIS
+from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.layout import StackLayout
+from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.transforms import coo_layout
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInput
+from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 _FIELDS = (
     "lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains"

@@ -35,7 +35,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline.mesh import DATA_AXIS
+from sparsepipe.core.mesh import DATA_AXIS
+from sparsepipe.core.rounding import round_up
 
 Params = Any
 Updates = Any
@@ -43,7 +44,7 @@ Updates = Any
 
 def padded_size(size: int, num_shards: int) -> int:
   """`size` rounded up to a multiple of `num_shards`."""
-  return -(-size // num_shards) * num_shards
+  return round_up(size, num_shards)
 
 
 def _flatten(x: jax.Array, num_shards: int) -> jax.Array:

@@ -21,11 +21,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from sparsepipe.pipeline.embedding_lookup import sparse_dense_matmul
-from sparsepipe.pipeline.embedding_update import sparse_dense_matmul_grad
-from sparsepipe.pipeline.pipeline_state import ScBwdStageFun
-from sparsepipe.pipeline.pipeline_state import ScFwdStageFun
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInput
+from sparsepipe.pipeline.embedding.lookup import sparse_dense_matmul
+from sparsepipe.pipeline.embedding.update import sparse_dense_matmul_grad
+from sparsepipe.pipeline.pipelining.state import ScBwdStageFun
+from sparsepipe.pipeline.pipelining.state import ScFwdStageFun
+from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 DefaultSparseInputs = SparseDenseMatmulInput
 DefaultEmbeddingActivations = Any  # pytree like the feature specs

@@ -35,13 +35,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline import pipeline_state as ps
-from sparsepipe.pipeline.dlrm import DenseInputs
-from sparsepipe.pipeline.pipeline_step import step as pipeline_step_fn
-from sparsepipe.pipeline.sc_stages import get_default_sc_bwd_function
-from sparsepipe.pipeline.sc_stages import get_default_sc_fwd_function
-from sparsepipe.pipeline.train_state import TrainState
-from sparsepipe.transforms.batch import TrainBatch
+from sparsepipe.pipeline.pipelining import state as ps
+from sparsepipe.pipeline.models.dlrm import DenseInputs
+from sparsepipe.pipeline.pipelining.step import step as pipeline_step_fn
+from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
+from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
+from sparsepipe.pipeline.training.train_state import TrainState
+from sparsepipe.core.batch import TrainBatch
 
 StepCallback = Callable[[int, TrainState, ps.PipelineState], Any]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.transforms.specs import COMBINERS
+from sparsepipe.core.specs import COMBINERS
 
 
 def dense_gains(ids: jax.Array, weights: jax.Array, combiner: str) -> jax.Array:

@@ -28,11 +28,11 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, PartitionSpec
 
-from sparsepipe.pipeline.mesh import DATA_AXIS
-from sparsepipe.pipeline.pipeline_state import TcStageFun
-from sparsepipe.pipeline.train_state import DenseOptimizer
-from sparsepipe.pipeline.train_state import TrainState
-from sparsepipe.pipeline.zero import ZeroOptimizer
+from sparsepipe.core.mesh import DATA_AXIS
+from sparsepipe.pipeline.pipelining.state import TcStageFun
+from sparsepipe.pipeline.training.train_state import DenseOptimizer
+from sparsepipe.pipeline.training.train_state import TrainState
+from sparsepipe.pipeline.zero.optimizer import ZeroOptimizer
 
 
 class DenseInputs(NamedTuple):

@@ -5,16 +5,21 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
 
 
 def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
-  """A 1-D mesh over `devices` (default: all global devices), axis 'data'."""
+  """A 1-D mesh over `devices` (default: all global devices), axis 'data'.
+
+  The axis is `Auto` (jax.make_mesh defaults to `Explicit`): the step's
+  shardings are given by NamedShardings and shard_map, not by types.
+  """
   devices = jax.devices() if devices is None else list(devices)
-  return Mesh(np.asarray(devices), (DATA_AXIS,))
+  return jax.make_mesh(
+      (len(devices),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+  )
 
 
 def data_sharding(mesh: Mesh) -> NamedSharding:

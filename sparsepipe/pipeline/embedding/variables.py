@@ -18,12 +18,12 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline.embedding_layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding_layout import StackLayout
-from sparsepipe.pipeline.embedding_layout import logical_to_physical
-from sparsepipe.pipeline.embedding_layout import physical_to_logical
-from sparsepipe.pipeline.embedding_layout import stack_layouts
-from sparsepipe.pipeline.mesh import DATA_AXIS
+from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.layout import StackLayout
+from sparsepipe.pipeline.embedding.layout import logical_to_physical
+from sparsepipe.pipeline.embedding.layout import physical_to_logical
+from sparsepipe.pipeline.embedding.layout import stack_layouts
+from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.transforms.stacking import get_stacked_table_specs
 
 

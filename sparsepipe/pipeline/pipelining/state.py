@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from sparsepipe.pipeline.mesh import DATA_AXIS
+from sparsepipe.core.mesh import DATA_AXIS
 
 # User types (pytrees) flowing through the stages.
 SparseInputT = TypeVar("SparseInputT")

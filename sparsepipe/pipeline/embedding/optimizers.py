@@ -16,9 +16,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.transforms.specs import AdagradOptimizerSpec
-from sparsepipe.transforms.specs import AdamOptimizerSpec
-from sparsepipe.transforms.specs import SGDOptimizerSpec
+from sparsepipe.core.specs import AdagradOptimizerSpec
+from sparsepipe.core.specs import AdamOptimizerSpec
+from sparsepipe.core.specs import SGDOptimizerSpec
 
 
 class UnsupportedOptimizerError(ValueError):

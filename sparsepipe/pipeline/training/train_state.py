@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline.zero import ZeroOptimizer
+from sparsepipe.pipeline.zero.optimizer import ZeroOptimizer
 
 DenseOptimizer = Union[ZeroOptimizer, optax.GradientTransformation]
 

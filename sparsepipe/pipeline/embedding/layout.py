@@ -22,17 +22,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sparsepipe.transforms.specs import FeatureSpec
-from sparsepipe.transforms.specs import StackedTableSpec
-from sparsepipe.transforms.specs import TableSpec
+from sparsepipe.core.specs import FeatureSpec
+from sparsepipe.core.specs import StackedTableSpec
+from sparsepipe.core.specs import TableSpec
+from sparsepipe.core.rounding import round_up
 
 
 class EmbeddingLayoutError(ValueError):
   """Feature specs that cannot describe a MOD-sharded stacked table."""
-
-
-def round_up(value: int, multiple: int) -> int:
-  return -(-value // multiple) * multiple
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,18 +16,18 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
-from sparsepipe.pipeline.embedding_exchange import check_sparse_input
-from sparsepipe.pipeline.embedding_exchange import from_owners
-from sparsepipe.pipeline.embedding_exchange import local_rows
-from sparsepipe.pipeline.embedding_exchange import send_buffers
-from sparsepipe.pipeline.embedding_exchange import to_owners
-from sparsepipe.pipeline.embedding_layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding_layout import StackLayout
-from sparsepipe.pipeline.embedding_layout import stack_layouts
-from sparsepipe.pipeline.embedding_variables import EmbeddingVariables
-from sparsepipe.pipeline.embedding_variables import num_sparsecores
-from sparsepipe.pipeline.mesh import DATA_AXIS
-from sparsepipe.transforms.coo_types import SparseDenseMatmulInput
+from sparsepipe.pipeline.embedding.exchange import check_sparse_input
+from sparsepipe.pipeline.embedding.exchange import from_owners
+from sparsepipe.pipeline.embedding.exchange import local_rows
+from sparsepipe.pipeline.embedding.exchange import send_buffers
+from sparsepipe.pipeline.embedding.exchange import to_owners
+from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.layout import StackLayout
+from sparsepipe.pipeline.embedding.layout import stack_layouts
+from sparsepipe.pipeline.embedding.variables import EmbeddingVariables
+from sparsepipe.pipeline.embedding.variables import num_sparsecores
+from sparsepipe.core.mesh import DATA_AXIS
+from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 
 def _stack_activations(

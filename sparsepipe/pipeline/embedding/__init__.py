@@ -1,0 +1,1 @@
+"""Sharded embedding tables: MOD layout, lookup/update kernels, optimizers (see sparsepipe.pipeline)."""

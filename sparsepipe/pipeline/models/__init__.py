@@ -1,0 +1,1 @@
+"""Reference dense (TC) stages: the DLRM model (see sparsepipe.pipeline)."""

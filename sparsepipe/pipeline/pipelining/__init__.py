@@ -1,0 +1,1 @@
+"""The pipelined step: PipelineState, step, default SC stages (see sparsepipe.pipeline)."""

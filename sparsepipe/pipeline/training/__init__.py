@@ -1,0 +1,1 @@
+"""TrainState, the jitted trainer, the training loop, device placement (see sparsepipe.pipeline)."""

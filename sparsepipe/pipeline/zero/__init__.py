@@ -1,0 +1,1 @@
+"""The ZeRO-sharded dense optimizer (see sparsepipe.pipeline)."""
