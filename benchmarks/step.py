@@ -267,7 +267,7 @@ def main(argv):
   data = core.data_sharding(mesh)
   device_batch = lambda i: jax.device_put(host[i % len(host)], data)
 
-  zero_opt = P.ZeroOptimizer(optax.adam(1e-3), mesh)
+  zero_opt = P.zero_sharded(optax.adam(1e-3), mesh)
   trainer, state = _trainer(mesh, specs, zero_opt, host[0])
   copies = [jax.tree.map(jnp.copy, state) for _ in range(2)]
   variants = {}

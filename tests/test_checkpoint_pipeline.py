@@ -51,7 +51,7 @@ class Setup:
     model = pipeline.DLRMConfig.from_feature_specs(
         self.specs, NUM_DENSE, bottom_mlp_dims=(16, 8), top_mlp_dims=(8,)
     )
-    self.zero = pipeline.ZeroOptimizer(optax.adam(0.01), self.mesh)
+    self.zero = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
     params = pipeline.init_dlrm_params(jax.random.key(1), model)
     self.params_shape = jax.eval_shape(lambda: params)
     embeddings = pipeline.init_embedding_variables(

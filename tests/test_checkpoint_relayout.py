@@ -25,9 +25,8 @@ from sparsepipe.checkpointing import embedding_relayout
 from sparsepipe.pipeline import abstract_embedding_variables
 from sparsepipe.pipeline import init_embedding_variables
 from sparsepipe.core import make_mesh
-from sparsepipe.pipeline.zero.optimizer import abstract_zero_state
-from sparsepipe.pipeline.zero.optimizer import zero_init
-from sparsepipe.pipeline.zero.optimizer import zero_update
+from sparsepipe.pipeline import abstract_train_state
+from sparsepipe.pipeline import zero_sharded
 from sparsepipe.core import AdagradOptimizerSpec
 from sparsepipe.core import FeatureSpec
 from sparsepipe.core import TableSpec
@@ -68,8 +67,10 @@ def state_on(count):
   mesh = mesh_of(count)
   rep = NamedSharding(mesh, P())
   params = jax.device_put(PARAMS, rep)
-  opt = zero_init(ADAM, params, mesh)
-  params, opt = zero_update(ADAM, jax.device_put(GRADS, rep), opt, params, mesh)
+  zero = zero_sharded(ADAM, mesh)
+  opt = jax.jit(zero.init)(params)
+  updates, opt = jax.jit(zero.update)(jax.device_put(GRADS, rep), opt, params)
+  params = optax.apply_updates(params, updates)
   train = {"params": params, "opt": opt, "step": jax.device_put(jnp.int32(1), rep)}
   embeddings = init_embedding_variables(
       jax.random.key(EMBEDDING_KEY),
@@ -88,7 +89,7 @@ def abstract_state_on(mesh):
   struct = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep)
   train = {
       "params": jax.tree.map(struct, PARAMS),
-      "opt": abstract_zero_state(ADAM, PARAMS, mesh),
+      "opt": abstract_train_state(zero_sharded(ADAM, mesh), PARAMS, mesh, None).opt_state,
       "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
   }
   embeddings = abstract_embedding_variables(

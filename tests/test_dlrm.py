@@ -10,7 +10,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from sparsepipe.pipeline.models import dlrm
 from sparsepipe.pipeline.training import train_state as train_state_lib
-from sparsepipe.pipeline.zero import optimizer as zero
+from sparsepipe import pipeline
 from sparsepipe.core.mesh import DATA_AXIS, make_mesh
 
 B, ND = 16, 5
@@ -129,7 +129,7 @@ def run_stage(mesh, optimizer, steps=3):
 
 def test_tc_stage_zero_equals_replicated_and_global_gradients(mesh):
   opt = optax.adam(0.01)
-  z_state, z_results = run_stage(mesh, zero.ZeroOptimizer(opt, mesh))
+  z_state, z_results = run_stage(mesh, pipeline.zero_sharded(opt, mesh))
   r_state, r_results = run_stage(mesh, opt)
   for a, b in zip(jax.tree.leaves(z_state.params), jax.tree.leaves(r_state.params)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

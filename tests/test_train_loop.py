@@ -14,7 +14,6 @@ import pytest
 
 from sparsepipe.pipeline.models import dlrm
 from sparsepipe import pipeline
-from sparsepipe.pipeline.training import trainer as train_loop
 from sparsepipe.pipeline.training import train_state as train_state_lib
 from sparsepipe.pipeline.zero import optimizer as zero
 from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
@@ -58,7 +57,7 @@ class Setup:
     self.config = dlrm.DLRMConfig.from_feature_specs(
         self.feature_specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
     )
-    self.optimizer = zero.ZeroOptimizer(optax.adam(0.01), self.mesh)
+    self.optimizer = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
     self.tc = dlrm.make_dlrm_tc_stage(self.config, self.optimizer, self.mesh)
     params = dlrm.init_dlrm_params(jax.random.key(0), self.config)
     emb = init_embedding_variables(
@@ -69,7 +68,7 @@ class Setup:
     )
     self.state_sharding = jax.tree.map(lambda x: x.sharding, state)
     self.host_state = host(state)
-    self.trainer = train_loop.make_pipelined_trainer(
+    self.trainer = pipeline.make_pipelined_trainer(
         self.mesh, self.fresh_state(), self.batch(0), self.tc,
         feature_specs=self.feature_specs, num_sc_per_device=S,
     )
@@ -108,7 +107,7 @@ def setup():
 
 @pytest.fixture(scope="module")
 def full_run(setup):
-  return train_loop.train(setup.trainer, setup.fresh_state(), setup.batches(), N)
+  return pipeline.train(setup.trainer, setup.fresh_state(), setup.batches(), N)
 
 
 def host(tree):
@@ -170,7 +169,30 @@ def test_metrics(full_run):
   assert metrics.finished
   assert metrics.examples == N * B
   assert metrics.examples_per_second > 0
-  assert metrics.steady_examples_per_second > 0
+
+
+def test_hooks_see_every_step_and_a_true_return_stops(setup, full_run):
+  _, _, full_metrics = full_run
+  seen = []
+
+  def record(result):
+    loss = None if result.output is None else float(result.output["loss"])
+    seen.append((result.next_pipeline_step, result.batch_index, loss, result.finished,
+                 int(result.train_state.step), int(result.pipeline_state.pipeline_step)))
+
+  def stop_at_three(result):
+    return result.next_pipeline_step == 3
+
+  _, pstate, metrics = pipeline.train(
+      setup.trainer, setup.fresh_state(), setup.batches(), N, hooks=(stop_at_three, record)
+  )
+  # The hook after the stopping one still ran for that step.
+  assert seen == [
+      (1, None, None, False, 0, 1),
+      (2, 0, full_metrics.losses[0], False, 1, 2),
+      (3, 1, full_metrics.losses[1], False, 2, 3),
+  ]
+  assert metrics.next_pipeline_step == 3 and int(pstate.pipeline_step) == 3
 
 
 def checkpoint_roundtrip(setup, state, pstate):
@@ -188,14 +210,14 @@ def checkpoint_roundtrip(setup, state, pstate):
 def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
   full_state, full_pstate, full_metrics = full_run
   iterator = setup.batches()
-  state, pstate, first = train_loop.train(
+  state, pstate, first = pipeline.train(
       setup.trainer, setup.fresh_state(), iterator, N,
       max_pipeline_steps=stop_after,
   )
   assert first.next_pipeline_step == stop_after and not first.finished
   consumed = min(stop_after, N)
   state, pstate = checkpoint_roundtrip(setup, state, pstate)
-  state, pstate, second = train_loop.train(
+  state, pstate, second = pipeline.train(
       setup.trainer, state, setup.batches(consumed), N, pipeline_state=pstate
   )
   assert second.first_pipeline_step == stop_after and second.finished
@@ -204,28 +226,13 @@ def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
   assert_trees((state, pstate), (full_state, full_pstate), exact=True)
 
 
-def test_step_callback_stops_at_boundary(setup):
-  seen = []
-
-  def callback(next_step, state, pstate):
-    seen.append((next_step, int(state.step), int(pstate.pipeline_step)))
-    return next_step == 3
-
-  _, pstate, metrics = train_loop.train(
-      setup.trainer, setup.fresh_state(), setup.batches(), N,
-      step_callback=callback,
-  )
-  assert seen == [(1, 0, 1), (2, 1, 2), (3, 2, 3)]
-  assert metrics.next_pipeline_step == 3 and int(pstate.pipeline_step) == 3
-
-
 def test_gradient_multiplier_trainer_matches(setup, full_run):
-  trainer = train_loop.make_pipelined_trainer(
+  trainer = pipeline.make_pipelined_trainer(
       setup.mesh, setup.fresh_state(), setup.batch(0), setup.tc,
       feature_specs=setup.feature_specs, num_sc_per_device=S,
       gradient_multiplier=True,
   )
-  state, _, metrics = train_loop.train(trainer, setup.fresh_state(), setup.batches(), N)
+  state, _, metrics = pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
   assert trainer.traced_programs == (False,)
   assert_trees(state, full_run[0], exact=False)
   np.testing.assert_allclose(metrics.losses, full_run[2].losses, rtol=1e-6)
@@ -256,7 +263,7 @@ def test_abstract_states_match_the_real_ones(setup, full_run):
 
 def test_short_iterator_and_bad_state_are_errors(setup):
   with pytest.raises(ValueError, match="data iterator ended at batch 3; num_batches=5"):
-    train_loop.train(
+    pipeline.train(
         setup.trainer, setup.fresh_state(), (setup.batch(i) for i in range(3)), N
     )
   pstate = setup.trainer.initial_pipeline_state()
@@ -264,7 +271,7 @@ def test_short_iterator_and_bad_state_are_errors(setup):
   with pytest.raises(
       ValueError, match=r"pipeline step 9, outside 0\.\.7 for num_batches=5"
   ):
-    train_loop.train(
+    pipeline.train(
         setup.trainer, setup.fresh_state(), setup.batches(), N,
         pipeline_state=pstate,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +10,10 @@ import optax
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sparsepipe import core
+from sparsepipe import pipeline
 from sparsepipe.pipeline.zero import optimizer as zero
-from sparsepipe.core.mesh import DATA_AXIS, make_mesh
+from sparsepipe.core import DATA_AXIS, make_mesh
 
 OPTIMIZERS = {
     "adam": optax.adam(0.05),
@@ -55,10 +56,15 @@ def assert_close(actual, expected):
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_update_matches_optax(mesh, name):
   optimizer = OPTIMIZERS[name]
-  z = zero.ZeroOptimizer(optimizer, mesh)
+  z = pipeline.zero_sharded(optimizer, mesh)
   params = make_params(mesh)
-  state = z.init(params)
-  update = jax.jit(lambda g, s, p: z.update(g, s, p))
+  state = jax.jit(z.init)(params)
+
+  @jax.jit
+  def update(grads, state, params):
+    updates, state = z.update(grads, state, params)
+    return optax.apply_updates(params, updates), state
+
   for i in range(4):
     params, state = update(grads_at(params, i), state, params)
   assert_close(params, reference(optimizer, make_params(mesh), 4))
@@ -75,7 +81,7 @@ def dyadic_part(x, d):
 def test_reduce_scatter_path_matches_optax(mesh, name):
   """Per-device partial gradients, reduce-scattered, then the update."""
   optimizer = OPTIMIZERS[name]
-  z = zero.ZeroOptimizer(optimizer, mesh)
+  z = pipeline.zero_sharded(optimizer, mesh)
   data = PartitionSpec(DATA_AXIS)
   base = make_params(mesh)
 
@@ -83,7 +89,7 @@ def test_reduce_scatter_path_matches_optax(mesh, name):
   def step(params, state, i):
     def local(base):
       d = jax.lax.axis_index(DATA_AXIS).astype(jnp.float32)
-      return z.scatter_gradients(
+      return pipeline.scatter_gradients(
           jax.tree.map(lambda g: dyadic_part(g, d), grads_at(base, i))
       )
 
@@ -91,10 +97,11 @@ def test_reduce_scatter_path_matches_optax(mesh, name):
         local, mesh=mesh, in_specs=PartitionSpec(), out_specs=data,
         check_vma=False,
     )(base)
-    return z.update_scattered(flat, state, params)
+    updates, state = z.update(pipeline.ScatteredGradients(flat), state, params)
+    return optax.apply_updates(params, updates), state
 
   params = make_params(mesh)
-  state = z.init(params)
+  state = jax.jit(z.init)(params)
   ref_params = make_params(mesh)
   ref_state = optimizer.init(ref_params)
   for i in range(4):
@@ -113,7 +120,7 @@ def test_reduce_scatter_path_matches_optax(mesh, name):
 def test_memory_is_exactly_one_over_d(mesh):
   params = make_params(mesh)
   d = mesh.shape[DATA_AXIS]
-  state = zero.zero_init(optax.adam(0.1), params, mesh)
+  state = jax.jit(pipeline.zero_sharded(optax.adam(0.1), mesh).init)(params)
   rep = NamedSharding(mesh, PartitionSpec())
   replicated = jax.jit(optax.adam(0.1).init, out_shardings=rep)(params)
   # Adam: mu and nu per param (sharded) plus the int32 count (replicated).
@@ -134,7 +141,7 @@ def test_memory_is_exactly_one_over_d(mesh):
 
 def test_no_padding_case_is_exactly_one_over_d(mesh):
   params = {"w": jnp.ones((8, 4), jnp.float32)}
-  state = zero.zero_init(optax.sgd(0.1, momentum=0.9), params, mesh)
+  state = jax.jit(pipeline.zero_sharded(optax.sgd(0.1, momentum=0.9), mesh).init)(params)
   replicated = jax.jit(
       optax.sgd(0.1, momentum=0.9).init,
       out_shardings=NamedSharding(mesh, PartitionSpec()),
@@ -148,39 +155,45 @@ def test_sharding_and_abstract_state(mesh):
   abstract_params = jax.tree.map(
       lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params
   )
-  opt = optax.adam(0.1)
-  abstract = zero.abstract_zero_state(opt, abstract_params, mesh)
-  state = zero.zero_init(opt, params, mesh)
+  z = pipeline.zero_sharded(optax.adam(0.1), mesh)
+  abstract = pipeline.abstract_train_state(z, abstract_params, mesh, None).opt_state
+  state = jax.jit(z.init)(params)
   as_tuple = lambda x: (x.shape, x.dtype, x.sharding)
   assert jax.tree.map(as_tuple, abstract) == jax.tree.map(as_tuple, state)
-  assert jax.tree.map(lambda x: x.sharding, state) == zero.zero_state_sharding(
-      opt, abstract_params, mesh
-  )
+  sharding = pipeline.train_state_sharding(z, abstract_params, mesh, None).opt_state
+  assert jax.tree.map(lambda x: x.sharding, state) == sharding
   assert abstract[0].count.sharding.spec == PartitionSpec()
   assert abstract[0].mu["a"].shape == (16,)
+  assert abstract[0].mu["a"].sharding.spec == PartitionSpec(DATA_AXIS)
 
 
-def test_functional_update_matches_class(mesh):
-  opt = optax.adam(0.05)
-  params = make_params(mesh)
-  state = zero.zero_init(opt, params, mesh)
-  update = jax.jit(functools.partial(zero.zero_update, opt, mesh=mesh))
-  new_params, _ = update(grads_at(params, 0), state, params)
-  assert_close(new_params, reference(opt, make_params(mesh), 1))
+def test_chains_with_optax_like_any_gradient_transformation(mesh):
+  """Clipping before ZeRO, and ZeRO around a chain, equal plain optax."""
+  inner = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.05))
+  for z in (
+      optax.chain(optax.clip_by_global_norm(0.5), pipeline.zero_sharded(optax.adam(0.05), mesh)),
+      pipeline.zero_sharded(inner, mesh),
+  ):
+    assert isinstance(pipeline.zero_sharded(inner, mesh), optax.GradientTransformation)
+    params = make_params(mesh)
+    state = jax.jit(z.init)(params)
+    for i in range(3):
+      updates, state = jax.jit(z.update)(grads_at(params, i), state, params)
+      params = optax.apply_updates(params, updates)
+    assert_close(params, reference(inner, make_params(mesh), 3))
 
 
 def test_single_device_mesh():
-  mesh = Mesh(np.asarray(jax.devices()[:1]), (DATA_AXIS,))
+  mesh = core.make_mesh(jax.devices()[:1])
   opt = optax.adam(0.05)
+  z = pipeline.zero_sharded(opt, mesh)
   params = make_params(mesh)
-  state = zero.zero_init(opt, params, mesh)
-  new_params, _ = jax.jit(zero.ZeroOptimizer(opt, mesh).update)(
-      grads_at(params, 0), state, params
-  )
-  assert_close(new_params, reference(opt, make_params(mesh), 1))
+  state = jax.jit(z.init)(params)
+  updates, _ = jax.jit(z.update)(grads_at(params, 0), state, params)
+  assert_close(optax.apply_updates(params, updates), reference(opt, make_params(mesh), 1))
 
 
 def test_mesh_without_data_axis_is_an_error():
   mesh = Mesh(np.asarray(jax.devices()), ("model",))
   with pytest.raises(ValueError, match=r"ZeRO: mesh axes \('model',\) lack the 'data' axis"):
-    zero.ZeroOptimizer(optax.adam(0.1), mesh)
+    pipeline.zero_sharded(optax.adam(0.1), mesh)

@@ -34,11 +34,11 @@ def embedding_optimizer_spec(config: Any) -> Any:
   )
 
 
-def dense_optimizer(config: Any, mesh: Mesh) -> pipeline.ZeroOptimizer:
+def dense_optimizer(config: Any, mesh: Mesh) -> optax.GradientTransformation:
   """config.dense_optimizer -> optax optimizer with ZeRO-sharded state."""
   opt = config.dense_optimizer
   make = _choice(_DENSE_OPTIMIZERS, opt.name, "dense_optimizer")
-  return pipeline.ZeroOptimizer(make(float(opt.learning_rate)), mesh)
+  return pipeline.zero_sharded(make(float(opt.learning_rate)), mesh)
 
 
 def worst_case_ids_per_partition(

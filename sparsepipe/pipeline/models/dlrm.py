@@ -13,8 +13,8 @@ features of dim d are used as they are. Parameters are a plain dict pytree.
 `make_dlrm_tc_stage` is the default TC stage of the pipeline: the loss and
 gradients are computed per device inside shard_map (the local batch), the
 activation gradients stay local, and the parameter gradients are
-reduce-scattered into the ZeRO optimizer (or all-reduced for a replicated
-optax optimizer).
+reduce-scattered into a `zero_sharded` optimizer (or all-reduced for any
+other optax optimizer).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from jax.sharding import Mesh, PartitionSpec
 
 from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.pipeline.pipelining.state import TcStageFun
-from sparsepipe.pipeline.training.train_state import DenseOptimizer
 from sparsepipe.pipeline.training.train_state import TrainState
-from sparsepipe.pipeline.zero.optimizer import ZeroOptimizer
+from sparsepipe.pipeline.zero.optimizer import ScatteredGradients
+from sparsepipe.pipeline.zero.optimizer import ZeroTransformation
+from sparsepipe.pipeline.zero.optimizer import scatter_gradients
 
 
 class DenseInputs(NamedTuple):
@@ -193,15 +194,14 @@ def dlrm_loss(
 
 
 def make_dlrm_tc_stage(
-    config: DLRMConfig, optimizer: DenseOptimizer, mesh: Mesh
+    config: DLRMConfig, optimizer: optax.GradientTransformation, mesh: Mesh
 ) -> TcStageFun:
   """The DLRM TC stage: per-device loss and grads, dense update.
 
   Args:
     config: the model shape.
-    optimizer: a ZeroOptimizer (gradients reduce-scattered onto its shards)
-      or an optax GradientTransformation (gradients all-reduced, state
-      replicated).
+    optimizer: the dense optax optimizer; a `zero_sharded` one gets its
+      gradients reduce-scattered onto its shards, any other all-reduced.
     mesh: the device mesh (data axis).
 
   Returns:
@@ -210,7 +210,7 @@ def make_dlrm_tc_stage(
     tc_aux is the step before the update (int32 scalar, for the default SC
     bwd stage).
   """
-  zero = optimizer if isinstance(optimizer, ZeroOptimizer) else None
+  zero = isinstance(optimizer, ZeroTransformation)
   data, replicated = PartitionSpec(DATA_AXIS), PartitionSpec()
 
   def tc(activations, dense_inputs, train_state: TrainState, sc_fwd_aux=None):
@@ -218,7 +218,7 @@ def make_dlrm_tc_stage(
     global_batch = dense_inputs.labels.shape[0]
 
     def local(params, activations, dense, labels):
-      if zero is not None:
+      if zero:
         # Per-device partial gradients (no implicit all-reduce).
         params = jax.tree.map(
             lambda p: jax.lax.pcast(p, DATA_AXIS, to="varying"), params
@@ -233,26 +233,23 @@ def make_dlrm_tc_stage(
           loss_fn, argnums=(0, 1)
       )(params, activations)
       loss = jax.lax.psum(loss, DATA_AXIS)
-      if zero is not None:
-        param_grads = zero.scatter_gradients(param_grads)
+      if zero:
+        param_grads = scatter_gradients(param_grads)
       return loss, param_grads, act_grads
 
     loss, param_grads, act_grads = jax.shard_map(
         local,
         mesh=mesh,
         in_specs=(replicated, data, data, data),
-        out_specs=(replicated, data if zero is not None else replicated, data),
+        out_specs=(replicated, data if zero else replicated, data),
     )(train_state.params, activations, dense_inputs.dense, dense_inputs.labels)
 
-    if zero is not None:
-      params, opt_state = zero.update_scattered(
-          param_grads, train_state.opt_state, train_state.params
-      )
-    else:
-      updates, opt_state = optimizer.update(
-          param_grads, train_state.opt_state, train_state.params
-      )
-      params = optax.apply_updates(train_state.params, updates)
+    if zero:
+      param_grads = ScatteredGradients(param_grads)
+    updates, opt_state = optimizer.update(
+        param_grads, train_state.opt_state, train_state.params
+    )
+    params = optax.apply_updates(train_state.params, updates)
     new_state = train_state.replace(
         step=train_state.step + 1, params=params, opt_state=opt_state
     )

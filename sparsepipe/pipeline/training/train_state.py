@@ -7,23 +7,21 @@ schedules and Adam's bias correction continue across pipeline runs.
 The TC stage sees the TrainState with `embedding_variables=None` (it never
 touches the tables); the SC stages see only the embedding variables.
 
-The dense optimizer is a `ZeroOptimizer` (state partitioned over the data
-axis) or a plain optax GradientTransformation (state replicated).
+The dense optimizer is any optax GradientTransformation; its state has the
+shardings its `init` gives it under jit (replicated for a plain optax
+optimizer on replicated params, partitioned for `zero_sharded`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Union
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline.zero.optimizer import ZeroOptimizer
-
-DenseOptimizer = Union[ZeroOptimizer, optax.GradientTransformation]
 
 
 @jax.tree_util.register_dataclass
@@ -52,16 +50,22 @@ def _replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def opt_state_sharding(optimizer: DenseOptimizer, params: Any, mesh: Mesh) -> Any:
-  """Shardings of the dense optimizer state (params may be abstract)."""
-  if isinstance(optimizer, ZeroOptimizer):
-    return optimizer.state_sharding(params)
-  shapes = jax.eval_shape(optimizer.init, params)
-  return jax.tree.map(lambda _: _replicated(mesh), shapes)
+def opt_state_sharding(
+    optimizer: optax.GradientTransformation, params: Any, mesh: Mesh
+) -> Any:
+  """Shardings of the dense optimizer state: what `optimizer.init` gives under jit.
+
+  Params may be abstract; they are taken as replicated on `mesh`.
+  """
+  replicated = _replicated(mesh)
+  abstract = jax.tree.map(
+      lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
+  )
+  return jax.jit(optimizer.init).lower(abstract).compile().output_shardings
 
 
 def train_state_sharding(
-    optimizer: DenseOptimizer,
+    optimizer: optax.GradientTransformation,
     params: Any,
     mesh: Mesh,
     embedding_variables_sharding: Any,
@@ -87,7 +91,7 @@ def train_state_sharding(
 
 
 def abstract_train_state(
-    optimizer: DenseOptimizer,
+    optimizer: optax.GradientTransformation,
     params: Any,
     mesh: Mesh,
     abstract_embedding_variables: Any,
@@ -107,12 +111,11 @@ def abstract_train_state(
   """
   replicated = _replicated(mesh)
   as_struct = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
-  if isinstance(optimizer, ZeroOptimizer):
-    opt_state = optimizer.abstract_state(params)
-  else:
-    opt_state = jax.tree.map(
-        lambda x: as_struct(x, replicated), jax.eval_shape(optimizer.init, params)
-    )
+  opt_state = jax.tree.map(
+      as_struct,
+      jax.eval_shape(optimizer.init, params),
+      opt_state_sharding(optimizer, params, mesh),
+  )
   return TrainState(
       step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
       params=jax.tree.map(lambda x: as_struct(x, replicated), params),
@@ -122,7 +125,7 @@ def abstract_train_state(
 
 
 def create_train_state(
-    optimizer: DenseOptimizer,
+    optimizer: optax.GradientTransformation,
     params: Any,
     mesh: Mesh,
     embedding_variables: Any,
@@ -147,13 +150,7 @@ def create_train_state(
   replicated = _replicated(mesh)
   strong = lambda tree: jax.tree.map(lambda x: x.astype(x.dtype), tree)
   params = jax.jit(strong, out_shardings=replicated)(params)
-  if isinstance(optimizer, ZeroOptimizer):
-    opt_state = optimizer.init(params)
-  else:
-    opt_state = jax.jit(
-        optimizer.init,
-        out_shardings=opt_state_sharding(optimizer, params, mesh),
-    )(params)
+  opt_state = jax.jit(optimizer.init)(params)
   return TrainState(
       step=jax.device_put(jnp.asarray(step, jnp.int32), replicated),
       params=params,

@@ -1,35 +1,16 @@
-"""The training loop: drives the pipelined step from a data iterator.
+"""The pipelined trainer: stages, shardings and the jitted, donating step.
 
-A pipeline run trains `num_batches` batches in `num_batches + 2` pipeline
-steps: step i feeds batch i (i < num_batches) or zero dummies (the two
-drain steps), and its output belongs to batch i-1.
-
-Stopping and resuming. Every pipeline step boundary is a valid stopping
-point. After pipeline step i has run, the iterator has yielded batches
-0..min(i, num_batches-1) and `pipeline_state.pipeline_step == i + 1`. Save
-(TrainState, PipelineState, iterator state) there; to resume, restore them
-(`PipelinedTrainer.abstract_pipeline_state` and `abstract_train_state` give
-the targets) and call `train` again with the restored `pipeline_state` and
-iterator and the same `num_batches`: the loop starts at the saved
-pipeline step, reads the next batch from the iterator, and makes the drain
-dummies from the state's buffers, so the resumed run is bit-identical to an
-uninterrupted one. `step_callback` is where a checkpointer hooks in; it must
-not keep references to the device arrays after returning (the next step
-donates them): take host copies or save synchronously.
-
-Changing shapes (FDO limits, batch size) means new programs and a new
-PipelineState layout: finish the current pipeline run (its drain steps
-apply every pending embedding update), build a new trainer from the new
-specs, and start the next run with `pipeline_state=None`. Runs chain
-exactly: TrainState.step, which drives the embedding update's step, keeps
-counting across runs.
+`make_pipelined_trainer` builds a `PipelinedTrainer` from a TrainState, an
+example batch and the stage functions; `train` (loop.py) drives it. A
+pipeline run of n batches takes n + 2 pipeline steps: step i feeds batch i
+(i < n) or zero dummies (the two drain steps), and its TC output belongs
+to batch i-1 (pipelining/step.py has the schedule).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable
 
 import jax
 import numpy as np
@@ -42,9 +23,6 @@ from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.core.batch import TrainBatch
-
-StepCallback = Callable[[int, TrainState, ps.PipelineState], Any]
-
 
 def batch_to_pipeline_input(batch: TrainBatch) -> ps.CurrentStepInput:
   """TrainBatch -> CurrentStepInput(sparse COO buffers, DenseInputs)."""
@@ -365,129 +343,3 @@ def make_pipelined_trainer(
       jitted_step=jitted,
       trace_log=trace_log,
   )
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainMetrics:
-  """What one `train` call measured (JSON-able with dataclasses.asdict).
-
-  Attributes:
-    batch_indices: index (within the pipeline run) of each batch whose TC
-      output this call produced, i.e. pipeline step - 1.
-    losses: its loss (output["loss"]), same order; empty if no loss.
-    first_pipeline_step: the pipeline step this call started at.
-    next_pipeline_step: the pipeline step a resumed call would start at.
-    finished: True when the pipeline run is complete (all drain steps run).
-    examples: examples trained by this call (valid TC steps * global batch).
-    seconds: wall time of this call's steps, to the last result.
-    examples_per_second: examples / seconds.
-    steady_examples_per_second: the same without the call's first two
-      pipeline steps (they compile); None with fewer than 3 steps.
-  """
-
-  batch_indices: tuple[int, ...]
-  losses: tuple[float, ...]
-  first_pipeline_step: int
-  next_pipeline_step: int
-  finished: bool
-  examples: int
-  seconds: float
-  examples_per_second: float
-  steady_examples_per_second: float | None
-
-
-def _loss_of(output: Any) -> Any:
-  if isinstance(output, Mapping):
-    return output.get("loss")
-  return getattr(output, "loss", None)
-
-
-def train(
-    trainer: PipelinedTrainer,
-    train_state: TrainState,
-    data_iterator: Iterator[Any],
-    num_batches: int,
-    *,
-    pipeline_state: ps.PipelineState | None = None,
-    max_pipeline_steps: int | None = None,
-    step_callback: StepCallback | None = None,
-) -> tuple[TrainState, ps.PipelineState, TrainMetrics]:
-  """Runs (part of) a pipeline run of `num_batches` batches.
-
-  Args:
-    trainer: from `make_pipelined_trainer`.
-    train_state: the TrainState (donated: use the returned one).
-    data_iterator: yields the batches; exactly one is read per pipeline step
-      i < num_batches, none during the drain.
-    num_batches: batches of the whole pipeline run (not of this call).
-    pipeline_state: None to start a fresh run at pipeline step 0, or a saved
-      PipelineState to continue at its `pipeline_step`.
-    max_pipeline_steps: run at most this many pipeline steps in this call.
-    step_callback: called after every pipeline step as `callback(next
-      pipeline step, train_state, pipeline_state)`; a truthy return stops the
-      loop at that boundary (e.g. after a preemption checkpoint).
-
-  Returns:
-    (train_state, pipeline_state, metrics). The pipeline_state can be saved
-    and passed back to continue.
-  """
-  total = ps.get_pipeline_train_steps(num_batches)
-  if pipeline_state is None:
-    pipeline_state = trainer.initial_pipeline_state()
-    start = 0
-  else:
-    start = int(jax.device_get(pipeline_state.pipeline_step))
-  if not 0 <= start <= total:
-    raise ValueError(
-        f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
-        f" num_batches={num_batches}"
-    )
-  end = total
-  if max_pipeline_steps is not None:
-    end = min(total, start + max_pipeline_steps)
-  outputs: list[tuple[int, Any]] = []
-  t0 = time.perf_counter()
-  t_steady, steady_from = None, start + 2
-  i = start
-  while i < end:
-    if i == steady_from:
-      jax.block_until_ready(train_state)
-      t_steady = time.perf_counter()
-    if i < num_batches:
-      try:
-        batch = next(data_iterator)
-      except StopIteration:
-        raise ValueError(
-            f"data iterator ended at batch {i}; num_batches={num_batches}"
-        ) from None
-    else:
-      batch = None
-    fake = ps.is_fake_tc_step(i, num_batches) and not trainer.gradient_multiplier
-    train_state, pipeline_state, output = trainer.run_pipeline_step(
-        train_state, pipeline_state, batch, fake, num_batches=num_batches
-    )
-    if ps.is_output_valid(i, num_batches):
-      outputs.append((i - 1, _loss_of(output)))
-    i += 1
-    if step_callback is not None and step_callback(i, train_state, pipeline_state):
-      break
-  jax.block_until_ready((train_state, pipeline_state))
-  t1 = time.perf_counter()
-  losses = jax.device_get([loss for _, loss in outputs])
-  examples = len(outputs) * trainer.global_batch_size
-  steady = None
-  if t_steady is not None:
-    steady_examples = sum(1 for b, _ in outputs if b + 1 >= steady_from)
-    steady = steady_examples * trainer.global_batch_size / max(t1 - t_steady, 1e-9)
-  metrics = TrainMetrics(
-      batch_indices=tuple(b for b, _ in outputs),
-      losses=tuple(float(np.asarray(l)) for l in losses if l is not None),
-      first_pipeline_step=start,
-      next_pipeline_step=i,
-      finished=i == total,
-      examples=examples,
-      seconds=t1 - t0,
-      examples_per_second=examples / max(t1 - t0, 1e-9),
-      steady_examples_per_second=steady,
-  )
-  return train_state, pipeline_state, metrics
