@@ -11,8 +11,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEMO_CONFIG = os.path.join(REPO_ROOT, "configs", "demo.py")
+from sparsepipe.launch.configs import config_path
+
+DEMO_CONFIG = config_path("demo")
 
 # Small enough to compile and train in seconds on 2 cores, big enough to
 # exercise stacking, FDO retunes (limits change) and several checkpoints.

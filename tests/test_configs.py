@@ -7,15 +7,33 @@ import pytest
 
 from sparsepipe import transforms
 from sparsepipe.launch import config_specs
+from sparsepipe.launch.configs import config_path
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CHECKOUT_CONFIGS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs"
+)
 
 
-def _load(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(CONFIGS, f"{name}.py"))
+def _load_file(path):
+  spec = importlib.util.spec_from_file_location("config_under_test", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
+
+
+def _load(name):
+  return _load_file(config_path(name))
+
+
+@pytest.mark.parametrize("name", ["demo", "criteo"])
+def test_shipped_configs_are_in_the_package_and_the_checkout_files_match(name):
+  assert config_path(name).startswith(os.path.dirname(config_specs.__file__))
+  assert _load_file(os.path.join(CHECKOUT_CONFIGS, f"{name}.py")) == _load(name)
+
+
+def test_unknown_or_path_like_names_are_not_shipped_configs():
+  assert config_path("nope") is None
+  assert config_path("../configs/demo") is None
 
 
 @pytest.mark.parametrize("name, num_features, num_dense", [("demo", 4, 4), ("criteo", 26, 13)])

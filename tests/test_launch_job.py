@@ -1,11 +1,14 @@
 """train_and_evaluate in process: trains, retunes FDO, checkpoints, resumes."""
 
 import os
+import re
 
+import numpy as np
 import pytest
 
 from sparsepipe import checkpointing
 from sparsepipe.launch import Position
+from sparsepipe.launch import NonFiniteLossError
 from sparsepipe.launch import train_and_evaluate
 
 import launch_testing  # pylint: disable=g-bad-import-order
@@ -78,3 +81,33 @@ def test_fewer_steps_that_cut_a_saved_segment_are_refused(first_run):
       match=r"is in segment \d of \d batches; with num_steps=5 that segment would not exist or have another length",
   ):
     train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
+
+
+def test_non_finite_training_stops_before_saving_it(tmp_path):
+  """A dense step so large that float32 overflows: the job stops naming the
+  batch, and no checkpoint holds the non-finite model."""
+  workdir = str(tmp_path)
+  config = launch_testing.tiny_config(
+      dense_optimizer__name="sgd",
+      dense_optimizer__learning_rate=1e38,
+      fdo__every_steps=0,
+      checkpoint__every_steps=1,
+      checkpoint__keep=100,
+      log_every_steps=100,  # losses are read only when a checkpoint is due
+  )
+  with pytest.raises(
+      NonFiniteLossError,
+      match=r"^batch (\d+): the loss is \S+ or an update is not finite; training stopped"
+      r" before saving it \(the newest checkpoint predates this batch\)\.",
+  ) as info:
+    train_and_evaluate(config, workdir)
+  bad = int(re.match(r"batch (\d+)", str(info.value)).group(1))
+  assert bad >= 0
+  saved = [e["step"] for e in launch_testing.events(workdir, "checkpoint")]
+  on_disk = sorted(int(name) for name in os.listdir(os.path.join(workdir, "checkpoints")))
+  assert saved == on_disk == list(range(1, len(saved) + 1))
+  for step in saved:
+    for path, array in launch_testing.checkpoint_arrays(workdir, step).items():
+      assert np.all(np.isfinite(array)), (step, path)
+  # Losses were logged only for the batches before it.
+  assert sorted(launch_testing.batch_losses(workdir)) == list(range(bad))

@@ -79,7 +79,7 @@ def test_sigkill_also_during_an_async_save_resumes_exactly(shared):
       [
           # Killed while step 6 is being written in the background: the
           # half-written step is ignored and step 3 is restored.
-          harness.Interruption(signal.SIGKILL, r"checkpoint 6 saving"),
+          harness.Interruption(signal.SIGKILL, r"checkpoint step 6 saving"),
           harness.Interruption(signal.SIGKILL, rf"batch 7/{NUM_STEPS} .*"),
       ],
       env=env,

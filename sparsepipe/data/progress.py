@@ -1,4 +1,4 @@
-"""A one-line progress report on stderr (no dependency)."""
+"""The converters' progress line (on stderr) and their summary line."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import sys
 import time
 from typing import TextIO
 
+from sparsepipe.core.status_line import StatusLine
+
 
 class Progress:
-  """Rewrites one stderr line at most every `interval_s` seconds.
+  """Counts examples on one stderr line, at most every `interval_s` seconds.
 
   Example: `12,345/100,000 examples (12.3%)  45,678/s`. When the stream is
   not a terminal (logs, CI), lines are printed whole instead, at most every
-  `log_interval_s` seconds, so no carriage returns end up in the log.
+  `log_interval_s` seconds.
   """
 
   def __init__(
@@ -30,42 +32,34 @@ class Progress:
     self.total = total
     self.unit = unit
     self.count = 0
-    self._interval = interval_s
-    self._stream = sys.stderr if stream is None else stream
-    self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
-    if not self._tty:
-      self._interval = log_interval_s
+    self._line = StatusLine(
+        sys.stderr if stream is None else stream,
+        interval_s=interval_s,
+        log_interval_s=log_interval_s,
+    )
     self._start = time.monotonic()
-    self._last = self._start
-    self._written = -1
 
   def update(self, n: int) -> None:
     self.count += n
-    now = time.monotonic()
-    if now - self._last >= self._interval:
-      self._last = now
-      self._write()
+    self._line.show(self._text())
 
   def close(self) -> float:
-    """Prints the final line and a newline; returns the elapsed seconds."""
-    if self._tty or self._written != self.count:
-      self._write()
-    if self._tty:
-      self._stream.write("\n")
-      self._stream.flush()
+    """Shows the final count (in a log: unless already shown), ends the line; returns seconds."""
+    text = self._text()
+    shown_count = self._line.shown.split("  ")[0]
+    if self._line.is_terminal or text.split("  ")[0] != shown_count:
+      self._line.show(text, force=True)
+    self._line.end()
     return time.monotonic() - self._start
 
-  def _write(self) -> None:
+  def _text(self) -> str:
     elapsed = max(time.monotonic() - self._start, 1e-9)
     text = f"{self.desc}: {self.count:,}"
     if self.total:
       text += f"/{self.total:,} {self.unit} ({100.0 * self.count / self.total:.1f}%)"
     else:
       text += f" {self.unit}"
-    text += f"  {self.count / elapsed:,.0f}/s"
-    self._stream.write("\r" + text if self._tty else text + "\n")
-    self._written = self.count
-    self._stream.flush()
+    return text + f"  {self.count / elapsed:,.0f}/s"
 
 
 def summarize(manifest, seconds: float) -> str:

@@ -4,4 +4,5 @@ from sparsepipe.launch.job import JobResult
 from sparsepipe.launch.job import MUTABLE_CONFIG_KEYS
 from sparsepipe.launch.job import train_and_evaluate
 from sparsepipe.launch.schedule import Position
+from sparsepipe.launch.step_hooks import NonFiniteLossError
 from sparsepipe.launch.schedule import SegmentSchedule

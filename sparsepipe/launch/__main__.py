@@ -1,6 +1,6 @@
 """python -m sparsepipe.launch [--config=configs/demo.py] [--workdir=DIR] [...]
 
-With no arguments: the demo (configs/demo.py) in ./workdir/demo: writes a
+With no arguments: the demo (`--config=demo`) in ./workdir/demo: writes a
 small synthetic dataset, trains with the pipelined step, checkpoints,
 prints a summary. Rerunning resumes from the newest checkpoint. A
 preempted run (SIGTERM) saves and exits with status 42.
@@ -10,7 +10,6 @@ Multi-host: run one process per host with --coordinator_address,
 managed clusters).
 """
 
-import os
 import sys
 
 from absl import app
@@ -18,14 +17,13 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-_DEMO_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "configs",
-    "demo.py",
-)
+from sparsepipe.launch.configs import config_path
 
 config_flags.DEFINE_config_file(
-    "config", _DEMO_CONFIG, "ml_collections config file (see configs/).", lock_config=True
+    "config",
+    config_path("demo"),
+    "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
+    lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics, generated data.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
@@ -48,17 +46,31 @@ def main(argv) -> int:
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import distributed  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch import NonFiniteLossError  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   started = distributed.initialize(
       _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
   )
   try:
     result = train_and_evaluate(flags.FLAGS.config, _WORKDIR.value)
+  except NonFiniteLossError as e:
+    print(f"sparsepipe: error: {e}", file=sys.stderr)
+    return 1
   finally:
     distributed.shutdown(started)
   return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0
 
 
+def _shipped_config_names(argv: list[str]) -> list[str]:
+  """--config=NAME of a shipped config -> its file (installed configs need no checkout)."""
+  out = []
+  for arg in argv:
+    name = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+    path = config_path(name) if name else None
+    out.append(f"--config={path}" if path else arg)
+  return out
+
+
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  sys.exit(app.run(main, argv=_shipped_config_names(sys.argv)))

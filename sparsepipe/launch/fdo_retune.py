@@ -1,12 +1,12 @@
 """FDO in the loop: merge every process's statistics and derive new limits.
 
-At a segment boundary (pipeline drained) every process publishes its
-running statistics (element-wise max over all batches it has preprocessed,
-kept in the input iterator's state, so a resumed job publishes the same
-numbers), a barrier waits for all, each loads the merged (max) statistics,
-a second barrier keeps a fast process from publishing the next segment's
-file before a slow one has loaded this one, and the limits follow with
-`headroom`: a later batch may exceed what earlier batches showed, and
+At a segment boundary (pipeline drained) every process writes its running
+statistics (element-wise max over all batches it has preprocessed, kept in
+the input iterator's state, so a resumed job writes the same numbers) as an
+NPZ file, the record of what FDO saw, in the reference's format. The merge
+itself is a collective (`multihost_utils.process_allgather`, then the
+element-wise max), so no process waits on another's file. The limits follow
+with `headroom`: a later batch may exceed what earlier batches showed, and
 exceeding a limit is an error (or counted drops with allow_id_dropping).
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
@@ -23,9 +22,16 @@ from sparsepipe import core
 from sparsepipe import transforms
 
 
-def _barrier(name: str) -> None:
-  if jax.process_count() > 1:
-    multihost_utils.sync_global_devices(name)
+def merge_across_processes(
+    stats: core.SparseDenseMatmulInputStats,
+) -> core.SparseDenseMatmulInputStats:
+  """Element-wise max of every process's statistics (call on all processes)."""
+  fields = [{k: np.asarray(v) for k, v in sorted(part.items())} for part in stats]
+  gathered = multihost_utils.process_allgather(fields)
+  return core.SparseDenseMatmulInputStats(
+      *({k: np.max(v, axis=0) for k, v in part.items()} for part in gathered[:3]),
+      id_drop_counters={k: int(np.max(v)) for k, v in gathered[3].items()},
+  )
 
 
 def scale_stats(
@@ -61,19 +67,16 @@ def retune_limits(
     num_sc_per_device: int,
     global_device_count: int,
 ) -> tuple[Any, core.SparseDenseMatmulInputStats]:
-  """Publishes `local_stats`, merges all processes', returns (new specs, merged).
+  """Records `local_stats`, merges all processes', returns (new specs, merged).
 
-  Call on every process at the same point. `stats_dir` should be specific
-  to this retune (e.g. per segment) so that files of other runs or other
-  segments never take part.
+  Call on every process at the same point. `stats_dir` (one per retune, e.g.
+  per segment) receives this process's statistics file.
   """
   os.makedirs(stats_dir, exist_ok=True)
   client = transforms.NPZFileFDOClient(stats_dir)
   client.record(local_stats)
   client.publish()
-  _barrier(f"sparsepipe:fdo_published:{stats_dir}")
-  merged = client.load()
-  _barrier(f"sparsepipe:fdo_loaded:{stats_dir}")
+  merged = merge_across_processes(local_stats)
   specs = transforms.update_preprocessing_parameters(
       feature_specs,
       scale_stats(merged, headroom),

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import Any, TextIO
+
+from sparsepipe.core.status_line import StatusLine
 
 
 class MetricsLog:
@@ -64,27 +65,18 @@ class MetricsLog:
 
 
 class ProgressLine:
-  """One live status line: step, examples/s, loss, data-wait share, events.
-
-  On a terminal the line is redrawn in place; otherwise (logs, CI) one line
-  is printed per update.
-  """
+  """The training line: batch, examples/s, loss, data-wait share, latest event."""
 
   def __init__(self, total_batches: int, *, stream: TextIO | None = None, enabled: bool = True):
     self._total = total_batches
-    self._stream = stream or sys.stdout
-    self._enabled = enabled
-    self._tty = bool(getattr(self._stream, "isatty", lambda: False)())
+    self._line = StatusLine(stream, enabled=enabled)
     self._event = ""
-    self._last_len = 0
 
   def event(self, text: str) -> None:
-    """The latest event, shown on every update until the next (e.g. 'ckpt 42')."""
+    """The latest event, shown on every update until the next (e.g. 'ckpt @42')."""
     self._event = text
 
   def update(self, batch: int, examples_per_second: float, loss: float | None, data_wait: float) -> None:
-    if not self._enabled:
-      return
     parts = [
         f"batch {batch}/{self._total}",
         f"{examples_per_second:,.0f} ex/s",
@@ -93,24 +85,11 @@ class ProgressLine:
     ]
     if self._event:
       parts.append(self._event)
-    text = " | ".join(parts)
-    if self._tty:
-      pad = " " * max(0, self._last_len - len(text))
-      self._stream.write("\r" + text + pad)
-      self._last_len = len(text)
-    else:
-      self._stream.write(text + "\n")
-    self._stream.flush()
+    self._line.show(" | ".join(parts), force=True)
 
   def message(self, text: str) -> None:
     """A line of its own (ends the live line first)."""
-    if not self._enabled:
-      return
-    if self._tty and self._last_len:
-      self._stream.write("\n")
-      self._last_len = 0
-    self._stream.write(text + "\n")
-    self._stream.flush()
+    self._line.message(text)
 
 
 class IntervalMeter:

@@ -206,7 +206,8 @@ def make_dlrm_tc_stage(
 
   Returns:
     `(activations, DenseInputs, TrainState, sc_fwd_aux) -> (activation
-    gradients, {"loss": scalar}, TrainState with step + 1, tc_aux)` where
+    gradients, {"loss": scalar, "finite": bool scalar: loss, dense update and
+    activation gradients all finite}, TrainState with step + 1, tc_aux)` where
     tc_aux is the step before the update (int32 scalar, for the default SC
     bwd stage).
   """
@@ -253,6 +254,9 @@ def make_dlrm_tc_stage(
     new_state = train_state.replace(
         step=train_state.step + 1, params=params, opt_state=opt_state
     )
-    return act_grads, {"loss": loss}, new_state, train_state.step
+    # One flag for the loss, the dense update and the embedding gradients,
+    # so a job can stop before it saves a non-finite model.
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm((updates, act_grads)))
+    return act_grads, {"loss": loss, "finite": finite}, new_state, train_state.step
 
   return tc
