@@ -386,3 +386,23 @@ def test_orbax_checkpoint_of_the_iterator(dataset, tmp_path):
   assert restored.stats_totals().batches == 4
   with open(tmp_path / "ckpt" / "2" / "data_iter" / "process_0-of-1.json") as f:
     assert json.load(f)["metadata"]["num_workers"] == 0
+
+
+def test_labels_outside_the_range_are_an_error_naming_the_dataset(tmp_path):
+  """Ratings 1..5 fed to a click model: refused before they reach a device."""
+  path = str(tmp_path / "ratings")
+  schema = data.synthetic_gen.synthetic_schema(FEATURES, 2)
+  examples = data.concat_batches(list(data.synthetic_gen.generate_batches(FEATURES, 2, 16, 3)))
+  examples.labels[:] = np.arange(16) % 5 + 1
+  with data.ShardedRecordWriter(path, schema, examples_per_record=1) as writer:
+    writer.write_batch(examples)
+  mesh = make_mesh()
+  it = pipeline.make_input_pipeline(config(path, 16), make_specs(16, 8), mesh, label_range=(0, 1))
+  with pytest.raises(pipeline.LabelRangeError, match=(
+      rf"^labels outside \[0, 1\] in dataset '{path}': a batch has labels from 1 to 5"
+      r" \(non-finite: 0\); the DLRM's sigmoid cross-entropy needs click labels in \[0, 1\]:"
+      r" convert ratings with --label_threshold(\n|$)")):
+    next(it)
+  # Without a range (a regression model's pipeline) the same data passes.
+  batch = next(pipeline.make_input_pipeline(config(path, 16), make_specs(16, 8), mesh))
+  assert sorted(np.asarray(batch.labels)) == sorted(np.arange(16) % 5 + 1)

@@ -114,8 +114,8 @@ def host(tree):
   return jax.tree.map(np.asarray, tree)
 
 
-def reference_run(setup):
-  """Non-pipelined loop whose embedding updates land one step late."""
+def reference_run(setup, *, delayed=True):
+  """Non-pipelined loop; with `delayed` the embedding updates land one step late."""
   fwd = jax.jit(pipeline.get_default_sc_fwd_function(
       setup.feature_specs, setup.mesh, num_sc_per_device=S))
   bwd = jax.jit(pipeline.get_default_sc_bwd_function(
@@ -125,7 +125,7 @@ def reference_run(setup):
   tc_state, emb = state.replace(embedding_variables=None), state.embedding_variables
   grads, losses = [], []
   for k in range(N):
-    if k >= 2:
+    if delayed and k >= 2:
       emb, _ = bwd(setup.batch(k - 2).sparse, grads[k - 2], emb, jnp.int32(k - 2))
     batch = setup.batch(k)
     act, aux = fwd(batch.sparse, emb)
@@ -134,7 +134,9 @@ def reference_run(setup):
     )
     grads.append(g)
     losses.append(float(out["loss"]))
-  for k in (N - 2, N - 1):
+    if not delayed:
+      emb, _ = bwd(batch.sparse, g, emb, jnp.int32(k))
+  for k in (N - 2, N - 1) if delayed else ():
     emb, _ = bwd(setup.batch(k).sparse, grads[k], emb, jnp.int32(k))
   return tc_state.replace(embedding_variables=emb), losses
 
@@ -150,6 +152,31 @@ def assert_trees(actual, expected, exact):
       np.testing.assert_array_equal(a, b, err_msg=msg)
     else:
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=msg)
+
+
+def test_sequential_mode_updates_the_tables_before_the_next_lookup(setup):
+  """pipelining=False: each batch's lookup, dense step and update in one step."""
+  trainer = pipeline.make_pipelined_trainer(
+      setup.mesh, setup.fresh_state(), setup.batch(0), setup.tc,
+      feature_specs=setup.feature_specs, num_sc_per_device=S, pipelining=False,
+  )
+  seen = []
+  state, pstate, metrics = pipeline.train(
+      trainer, setup.fresh_state(), setup.batches(), N,
+      hooks=(lambda result: seen.append((result.next_pipeline_step, result.batch_index)),),
+  )
+  assert seen == [(k + 1, k) for k in range(N)]  # no fill or drain steps
+  assert metrics.batch_indices == tuple(range(N)) and metrics.finished
+  assert trainer.traced_programs == (False,)
+  ref_state, ref_losses = reference_run(setup, delayed=False)
+  assert_trees(state, ref_state, exact=False)
+  np.testing.assert_allclose(metrics.losses, ref_losses, rtol=1e-6)
+  assert int(state.step) == N and int(pstate.pipeline_step) == N
+  # The delay is real: with it, batch 1 is looked up before batch 0's update.
+  delayed_losses = reference_run(setup, delayed=True)[1]
+  assert delayed_losses[0] == pytest.approx(ref_losses[0], rel=1e-6)
+  for delayed, sequential in zip(delayed_losses[1:], ref_losses[1:]):
+    assert delayed != pytest.approx(sequential, rel=1e-6)
 
 
 def test_pipelined_training_equals_delayed_sequential(setup, full_run):

@@ -99,6 +99,7 @@ class JobModel:
         feature_specs,
         self.mesh,
         worker_init_fn=checkpointing.ignore_sigterm_in_worker,
+        label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
     )
 
   def setup(self, feature_specs: Any) -> Setup:

@@ -67,6 +67,7 @@ from sparsepipe.pipeline.training.trainer import batch_to_pipeline_input
 from sparsepipe.pipeline.training.trainer import make_pipelined_trainer
 from sparsepipe.pipeline.training.loop import loss_of
 from sparsepipe.pipeline.training.loop import train
+from sparsepipe.pipeline.training.placement import LabelRangeError
 from sparsepipe.pipeline.training.placement import abstract_train_batch
 from sparsepipe.pipeline.training.placement import make_input_pipeline
 from sparsepipe.pipeline.training.placement import place_on_mesh

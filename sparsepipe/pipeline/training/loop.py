@@ -1,12 +1,12 @@
 """The training loop: one pipeline run of `num_batches` batches, with hooks.
 
 A pipeline run trains `num_batches` batches in `num_batches + 2` pipeline
-steps (the trainer's schedule); exactly one batch is read per pipeline step
-i < num_batches, none during the drain. After every step the loop calls
-its hooks with a `StepResult`; a hook returning True stops the loop at that
-boundary. Checkpoints, preemption, metrics and evaluation are hooks (the
-job in sparsepipe.launch plugs in its own); FDO retuning happens between
-runs, when the pipeline is drained.
+steps (`trainer.pipeline_steps`; without pipelining, `num_batches`); exactly
+one batch is read per pipeline step i < num_batches, none during the drain.
+After every step the loop calls its hooks with a `StepResult`; a hook
+returning True stops the loop at that boundary. Checkpoints, preemption,
+metrics and evaluation are hooks (the job in sparsepipe.launch plugs in its
+own); FDO retuning happens between runs, when the pipeline is drained.
 
 Stopping and resuming. Every pipeline step boundary is a valid stopping
 point. After pipeline step i has run, the iterator has yielded batches
@@ -46,7 +46,7 @@ class StepResult:
 
   Attributes:
     next_pipeline_step: the pipeline step a resumed run would start at.
-    num_batches: batches of this pipeline run.
+    pipeline_steps: pipeline steps of this run.
     batch_index: the batch (within this run) whose TC output this step
       produced, or None (fill and drain steps).
     output: the TC output of that batch (device arrays), or None.
@@ -56,7 +56,7 @@ class StepResult:
   """
 
   next_pipeline_step: int
-  num_batches: int
+  pipeline_steps: int
   batch_index: int | None
   output: Any
   data_wait_seconds: float
@@ -66,7 +66,7 @@ class StepResult:
   @property
   def finished(self) -> bool:
     """True after the last (drain) step of the run."""
-    return self.next_pipeline_step == ps.get_pipeline_train_steps(self.num_batches)
+    return self.next_pipeline_step == self.pipeline_steps
 
 
 StepHook = Callable[[StepResult], Any]
@@ -105,9 +105,8 @@ def loss_of(output: Any) -> Any:
   return getattr(output, "loss", None)
 
 
-def _start_step(pipeline_state: ps.PipelineState, num_batches: int) -> int:
+def _start_step(pipeline_state: ps.PipelineState, num_batches: int, total: int) -> int:
   start = int(jax.device_get(pipeline_state.pipeline_step))
-  total = ps.get_pipeline_train_steps(num_batches)
   if not 0 <= start <= total:
     raise ValueError(
         f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
@@ -158,27 +157,28 @@ def train(
   """
   if pipeline_state is None:
     pipeline_state = trainer.initial_pipeline_state()
-  start = i = _start_step(pipeline_state, num_batches)
-  end = ps.get_pipeline_train_steps(num_batches)
+  total = trainer.pipeline_steps(num_batches)
+  start = i = _start_step(pipeline_state, num_batches, total)
+  end = total
   if max_pipeline_steps is not None:
     end = min(end, start + max_pipeline_steps)
   outputs: list[tuple[int, Any]] = []
   t0 = time.perf_counter()
   while i < end:
     batch, waited = _next_batch(data_iterator, i, num_batches)
-    fake = ps.is_fake_tc_step(i, num_batches) and not trainer.gradient_multiplier
     train_state, pipeline_state, output = trainer.run_pipeline_step(
-        train_state, pipeline_state, batch, fake, num_batches=num_batches
+        train_state, pipeline_state, batch, trainer.fake_tc_step(i, num_batches),
+        num_batches=num_batches,
     )
-    valid = ps.is_output_valid(i, num_batches)
-    if valid:
-      outputs.append((i - 1, loss_of(output)))
+    batch_index = trainer.output_batch(i, num_batches)
+    if batch_index is not None:
+      outputs.append((batch_index, loss_of(output)))
     i += 1
     result = StepResult(
         next_pipeline_step=i,
-        num_batches=num_batches,
-        batch_index=i - 2 if valid else None,
-        output=output if valid else None,
+        pipeline_steps=total,
+        batch_index=batch_index,
+        output=None if batch_index is None else output,
         data_wait_seconds=waited,
         train_state=train_state,
         pipeline_state=pipeline_state,
@@ -194,7 +194,7 @@ def train(
       losses=tuple(float(np.asarray(loss)) for loss in losses if loss is not None),
       first_pipeline_step=start,
       next_pipeline_step=i,
-      finished=i == ps.get_pipeline_train_steps(num_batches),
+      finished=i == total,
       examples=examples,
       seconds=seconds,
       examples_per_second=examples / max(seconds, 1e-9),

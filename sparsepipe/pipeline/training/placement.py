@@ -40,13 +40,40 @@ def to_global_batch(batch: TrainBatch, mesh: Mesh) -> TrainBatch:
   return TrainBatch(put(batch.labels), put(batch.dense), sparse)
 
 
+class LabelRangeError(ValueError):
+  """Labels the model's loss cannot take (e.g. ratings 1..5 for a click loss)."""
+
+
+def check_label_range(labels: np.ndarray, label_range: tuple[float, float], where: str) -> None:
+  """Raises LabelRangeError if a label is outside `label_range` (or not finite)."""
+  lo, hi = label_range
+  labels = np.asarray(labels)
+  if labels.size and not (np.all(labels >= lo) and np.all(labels <= hi)):
+    raise LabelRangeError(
+        f"labels outside [{lo:g}, {hi:g}] in {where}: a batch has labels from"
+        f" {np.nanmin(labels):g} to {np.nanmax(labels):g} (non-finite:"
+        f" {int(np.sum(~np.isfinite(labels)))}); the DLRM's sigmoid cross-entropy needs click"
+        " labels in [0, 1]: convert ratings with --label_threshold"
+    )
+
+
 def place_on_mesh(
-    ds: grain.IterDataset, mesh: Mesh, *, prefetch: int = PREFETCH_BATCHES
+    ds: grain.IterDataset,
+    mesh: Mesh,
+    *,
+    prefetch: int = PREFETCH_BATCHES,
+    label_range: tuple[float, float] | None = None,
+    where: str = "the data",
 ) -> grain.IterDataset:
-  """PreprocessedBatch (or TrainBatch) elements -> TrainBatch of global jax.Arrays."""
+  """PreprocessedBatch (or TrainBatch) elements -> TrainBatch of global jax.Arrays.
+
+  With `label_range`, every batch's labels are checked on the host first.
+  """
 
   def put(element: Any) -> TrainBatch:
     batch = element if isinstance(element, TrainBatch) else element.batch
+    if label_range is not None:
+      check_label_range(batch.labels, label_range, where)
     return to_global_batch(batch, mesh)
 
   ds = ds.map(put)
@@ -62,6 +89,7 @@ def make_input_pipeline(
     *,
     fdo_client: Any = None,
     worker_init_fn: Callable[[int, int], None] | None = None,
+    label_range: tuple[float, float] | None = None,
 ) -> transforms.InputPipelineIterator:
   """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
 
@@ -73,7 +101,10 @@ def make_input_pipeline(
     fdo_client: optional, gets `record(stats)` for every batch (main process).
     worker_init_fn: optional `(worker_index, worker_count)` run in each worker
       (after it starts ignoring SIGTERM).
+    label_range: if given, (lo, hi): a batch with a label outside it is a
+      LabelRangeError naming the dataset.
   """
+  where = f"dataset '{transforms.InputConfig.from_config(config).data_dir}'"
   return transforms.make_host_pipeline(
       config,
       feature_specs,
@@ -83,7 +114,7 @@ def make_input_pipeline(
       process_count=jax.process_count(),
       fdo_client=fdo_client,
       worker_init_fn=worker_init_fn,
-      placement=lambda ds: place_on_mesh(ds, mesh),
+      placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
   )
 
 

@@ -110,6 +110,12 @@ class PipelinedTrainer:
   (see `_order`) and has explicit in/out shardings, so no step copies the
   state; `fake_tc_step` is static (two programs), or, with
   `gradient_multiplier=True`, one program serves all steps.
+
+  With `pipelining=False` (sequential mode, for debugging and to measure
+  what pipelining costs in model quality) one step runs the lookup, the
+  dense step and the embedding update of the same batch: a run of n batches
+  takes n steps, and the PipelineState's buffers stay unused (zeros), so
+  checkpoints have the same layout in both modes.
   """
 
   mesh: Mesh
@@ -125,6 +131,7 @@ class PipelinedTrainer:
   global_batch_size: int
   gradient_multiplier: bool
   jitted_step: Any = dataclasses.field(repr=False)
+  pipelining: bool = True
   trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
   num_batches_arrays: dict[int, jax.Array] = dataclasses.field(
       default_factory=dict, repr=False, compare=False
@@ -153,6 +160,22 @@ class PipelinedTrainer:
       )
       self.num_batches_arrays[num_batches] = num
     return num
+
+  def pipeline_steps(self, num_batches: int) -> int:
+    """Pipeline steps of a run of `num_batches` batches (fill and drain add 2)."""
+    return ps.get_pipeline_train_steps(num_batches) if self.pipelining else num_batches
+
+  def fake_tc_step(self, pipeline_step: int, num_batches: int) -> bool:
+    """The static `fake_tc_step` of pipeline step `pipeline_step`."""
+    if not self.pipelining or self.gradient_multiplier:
+      return False
+    return ps.is_fake_tc_step(pipeline_step, num_batches)
+
+  def output_batch(self, pipeline_step: int, num_batches: int) -> int | None:
+    """The batch whose TC output pipeline step `pipeline_step` produces, or None."""
+    if not self.pipelining:
+      return pipeline_step
+    return pipeline_step - 1 if ps.is_output_valid(pipeline_step, num_batches) else None
 
   def initial_pipeline_state(self) -> ps.PipelineState:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
@@ -206,6 +229,144 @@ class PipelinedTrainer:
     return train_state, pipeline_state, output
 
 
+def _default_sc_stages(
+    mesh: Mesh,
+    feature_specs: Any,
+    num_sc_per_device: int | None,
+    sc_fwd_function: ps.ScFwdStageFun | None,
+    sc_bwd_function: ps.ScBwdStageFun | None,
+) -> tuple[ps.ScFwdStageFun, ps.ScBwdStageFun]:
+  if sc_fwd_function is None or sc_bwd_function is None:
+    if feature_specs is None or num_sc_per_device is None:
+      raise ValueError("the default SC stages need feature_specs and num_sc_per_device")
+  if sc_fwd_function is None:
+    sc_fwd_function = get_default_sc_fwd_function(
+        feature_specs, mesh, num_sc_per_device=num_sc_per_device
+    )
+  if sc_bwd_function is None:
+    sc_bwd_function = get_default_sc_bwd_function(
+        feature_specs, mesh, num_sc_per_device=num_sc_per_device
+    )
+  return sc_fwd_function, sc_bwd_function
+
+
+def _with_shardings(tree: Any, shardings: Any) -> Any:
+  return jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """Abstract values and shardings of the step's arguments and output."""
+
+  train_state_sharding: Any
+  abstract_input: Any
+  abstract_state: Any
+  state_sharding: Any
+  input_sharding: Any
+  output_sharding: Any
+
+
+def _layout(mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function,
+            output_sharding) -> _Layout:
+  ts_sharding = _sharding_of(train_state, "train_state")
+  abstract_ts = _with_shardings(train_state, ts_sharding)
+  abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(example_batch))
+  tc_state = abstract_ts.replace(embedding_variables=None)
+  abstract_state = ps.get_abstract_pipeline_state(
+      abstract_input, tc_state, abstract_ts.embedding_variables, sc_fwd_function, tc_function,
+  )
+  state_sharding = ps.get_pipeline_state_sharding(abstract_state, mesh)
+  abstract_state = _with_shardings(abstract_state, state_sharding)
+  last = abstract_state.last_step_inputs
+  output_shapes = jax.eval_shape(
+      tc_function, last.embedding_activations, last.dense_inputs, tc_state, last.sc_fwd_aux
+  )[1]
+  if output_sharding is None:
+    output_sharding = NamedSharding(mesh, PartitionSpec())
+  if isinstance(output_sharding, jax.sharding.Sharding):
+    output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
+  return _Layout(
+      train_state_sharding=ts_sharding,
+      abstract_input=abstract_input,
+      abstract_state=abstract_state,
+      state_sharding=state_sharding,
+      input_sharding=ps.pipeline_input_sharding(state_sharding),
+      output_sharding=output_sharding,
+  )
+
+
+def _jit_pipelined_step(layout: _Layout, mesh: Mesh, stages: tuple, gradient_multiplier: bool,
+                        trace_log: list[bool]) -> Callable[..., Any]:
+  """The pipelined step (pipelining/step.py), jitted with donation ordered by `_order`."""
+  sc_fwd_function, tc_function, sc_bwd_function = stages
+
+  def ordered_step(donated, kept, num_batches, fake_tc_step):
+    trace_log.append(fake_tc_step)
+    pipeline_input, train_state, pipeline_state = _unorder(donated, kept)
+    output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
+        pipeline_input,
+        train_state.replace(embedding_variables=None),
+        train_state.embedding_variables,
+        pipeline_state,
+        sc_fwd_function,
+        tc_function,
+        sc_bwd_function,
+        fake_tc_step=fake_tc_step,
+        num_steps=num_batches if gradient_multiplier else None,
+    )
+    train_state = tc_state.replace(embedding_variables=embedding_variables)
+    return train_state, pipeline_state, output
+
+  donated_sharding, kept_sharding = _order(
+      layout.input_sharding, layout.train_state_sharding, layout.state_sharding
+  )
+  ordered = jax.jit(
+      ordered_step,
+      static_argnums=(3,),
+      donate_argnums=(0,),
+      in_shardings=(donated_sharding, kept_sharding, NamedSharding(mesh, PartitionSpec())),
+      out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
+  )
+
+  def jitted(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
+    donated, kept = _order(pipeline_input, train_state, pipeline_state)
+    return ordered(donated, kept, num_batches, fake_tc_step)
+
+  return jitted
+
+
+def _jit_sequential_step(layout: _Layout, mesh: Mesh, stages: tuple,
+                         trace_log: list[bool]) -> Callable[..., Any]:
+  """Lookup, dense step and embedding update of the same batch in one program."""
+  sc_fwd_function, tc_function, sc_bwd_function = stages
+
+  def step(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
+    del num_batches
+    trace_log.append(fake_tc_step)
+    sparse, embeddings = pipeline_input.sparse_inputs, train_state.embedding_variables
+    activations, sc_fwd_aux = sc_fwd_function(sparse, embeddings)
+    gradients, output, tc_state, tc_aux = tc_function(
+        activations, pipeline_input.dense_inputs,
+        train_state.replace(embedding_variables=None), sc_fwd_aux,
+    )
+    embeddings, _ = sc_bwd_function(sparse, gradients, embeddings, tc_aux)
+    pipeline_state = dataclasses.replace(
+        pipeline_state, pipeline_step=pipeline_state.pipeline_step + 1
+    )
+    return tc_state.replace(embedding_variables=embeddings), pipeline_state, output
+
+  return jax.jit(
+      step,
+      static_argnums=(4,),
+      donate_argnums=(1, 2),
+      in_shardings=(layout.input_sharding, layout.train_state_sharding, layout.state_sharding,
+                    NamedSharding(mesh, PartitionSpec())),
+      out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
+  )
+
+
 def make_pipelined_trainer(
     mesh: Mesh,
     train_state: TrainState,
@@ -219,8 +380,9 @@ def make_pipelined_trainer(
     input_fn: Callable[[Any], ps.CurrentStepInput] = batch_to_pipeline_input,
     gradient_multiplier: bool = False,
     output_sharding: Any = None,
+    pipelining: bool = True,
 ) -> PipelinedTrainer:
-  """Builds the stages, shardings and the jitted pipelined step.
+  """Builds the stages, shardings and the jitted step.
 
   Args:
     mesh: the device mesh (data axis).
@@ -236,110 +398,40 @@ def make_pipelined_trainer(
     gradient_multiplier: one program for all steps with on-device masks.
     output_sharding: sharding of the TC output (one Sharding or a tree);
       default replicated.
+    pipelining: False runs each batch's lookup, dense step and embedding
+      update in one step (sequential mode, no one-step delay).
 
   Returns:
     A PipelinedTrainer.
   """
-  if sc_fwd_function is None or sc_bwd_function is None:
-    if feature_specs is None or num_sc_per_device is None:
-      raise ValueError(
-          "the default SC stages need feature_specs and num_sc_per_device"
-      )
-    if sc_fwd_function is None:
-      sc_fwd_function = get_default_sc_fwd_function(
-          feature_specs, mesh, num_sc_per_device=num_sc_per_device
-      )
-    if sc_bwd_function is None:
-      sc_bwd_function = get_default_sc_bwd_function(
-          feature_specs, mesh, num_sc_per_device=num_sc_per_device
-      )
-  ts_sharding = _sharding_of(train_state, "train_state")
-  abstract_ts = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      train_state,
-      ts_sharding,
+  if gradient_multiplier and not pipelining:
+    raise ValueError("gradient_multiplier is a pipelining mode: it needs pipelining=True")
+  sc_fwd_function, sc_bwd_function = _default_sc_stages(
+      mesh, feature_specs, num_sc_per_device, sc_fwd_function, sc_bwd_function
   )
-  abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(example_batch))
-  tc_state = abstract_ts.replace(embedding_variables=None)
-  abstract_state = ps.get_abstract_pipeline_state(
-      abstract_input, tc_state, abstract_ts.embedding_variables,
-      sc_fwd_function, tc_function,
-  )
-  state_sharding = ps.get_pipeline_state_sharding(abstract_state, mesh)
-  abstract_state = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      abstract_state,
-      state_sharding,
-  )
-  input_sharding = ps.pipeline_input_sharding(state_sharding)
-  replicated = NamedSharding(mesh, PartitionSpec())
-  output_shapes = jax.eval_shape(
-      tc_function,
-      abstract_state.last_step_inputs.embedding_activations,
-      abstract_state.last_step_inputs.dense_inputs,
-      tc_state,
-      abstract_state.last_step_inputs.sc_fwd_aux,
-  )[1]
-  if output_sharding is None:
-    output_sharding = replicated
-  if isinstance(output_sharding, jax.sharding.Sharding):
-    output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
-
+  layout = _layout(mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function,
+                   output_sharding)
+  stages = (sc_fwd_function, tc_function, sc_bwd_function)
   trace_log: list[bool] = []
-
-  def train_step(pipeline_input, train_state, pipeline_state, num_batches,
-                 fake_tc_step):
-    trace_log.append(fake_tc_step)
-    output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
-        pipeline_input,
-        train_state.replace(embedding_variables=None),
-        train_state.embedding_variables,
-        pipeline_state,
-        sc_fwd_function,
-        tc_function,
-        sc_bwd_function,
-        fake_tc_step=fake_tc_step,
-        num_steps=num_batches if gradient_multiplier else None,
-    )
-    train_state = tc_state.replace(embedding_variables=embedding_variables)
-    return train_state, pipeline_state, output
-
-  def ordered_step(donated, kept, num_batches, fake_tc_step):
-    pipeline_input, train_state, pipeline_state = _unorder(donated, kept)
-    return train_step(pipeline_input, train_state, pipeline_state, num_batches,
-                      fake_tc_step)
-
-  donated_sharding, kept_sharding = _order(
-      input_sharding, ts_sharding, state_sharding
-  )
-  ordered = jax.jit(
-      ordered_step,
-      static_argnums=(3,),
-      donate_argnums=(0,),
-      in_shardings=(donated_sharding, kept_sharding, replicated),
-      out_shardings=(ts_sharding, state_sharding, output_sharding),
-  )
-
-  def jitted(pipeline_input, train_state, pipeline_state, num_batches,
-             fake_tc_step):
-    donated, kept = _order(pipeline_input, train_state, pipeline_state)
-    return ordered(donated, kept, num_batches, fake_tc_step)
-
-  labels = jax.tree.leaves(abstract_input.dense_inputs)
-  global_batch = int(labels[0].shape[0]) if labels and labels[0].shape else 0
+  if pipelining:
+    jitted = _jit_pipelined_step(layout, mesh, stages, gradient_multiplier, trace_log)
+  else:
+    jitted = _jit_sequential_step(layout, mesh, stages, trace_log)
+  labels = jax.tree.leaves(layout.abstract_input.dense_inputs)
   return PipelinedTrainer(
       mesh=mesh,
       sc_fwd_function=sc_fwd_function,
       tc_function=tc_function,
       sc_bwd_function=sc_bwd_function,
       input_fn=input_fn,
-      train_state_sharding=ts_sharding,
-      pipeline_state_sharding=state_sharding,
-      input_sharding=input_sharding,
-      abstract_input=abstract_input,
-      abstract_pipeline_state=abstract_state,
-      global_batch_size=global_batch,
+      train_state_sharding=layout.train_state_sharding,
+      pipeline_state_sharding=layout.state_sharding,
+      input_sharding=layout.input_sharding,
+      abstract_input=layout.abstract_input,
+      abstract_pipeline_state=layout.abstract_state,
+      global_batch_size=int(labels[0].shape[0]) if labels and labels[0].shape else 0,
       gradient_multiplier=gradient_multiplier,
       jitted_step=jitted,
       trace_log=trace_log,
+      pipelining=pipelining,
   )
