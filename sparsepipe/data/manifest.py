@@ -177,11 +177,14 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
     for shard, full in zip(shards, manifest.shard_paths()):
       if not os.path.exists(full):
         raise ManifestError(f"shard '{full}' listed in '{path}' does not exist")
-      reader = array_record_module.ArrayRecordReader(full)
       try:
-        n = reader.num_records()
-      finally:
-        reader.close()
+        reader = array_record_module.ArrayRecordReader(full)
+        try:
+          n = reader.num_records()
+        finally:
+          reader.close()
+      except (RuntimeError, ValueError) as e:  # ArrayRecord's message names no file
+        raise ManifestError(f"shard '{full}' cannot be read (damaged or truncated): {e}") from None
       if n != shard.num_records:
         raise ManifestError(
             f"shard '{full}' holds {n} records, manifest says {shard.num_records}"

@@ -87,7 +87,7 @@ class ShardedRecordWriter:
       shards = [e for e in ours if e.endswith(SHARD_SUFFIX)]
       raise FileExistsError(
           f"'{self.directory}' already holds a dataset ({MANIFEST_NAME} or"
-          f" {len(shards)} shard files); pass overwrite=True to replace it"
+          f" {len(shards)} shard files); pass overwrite=True (--overwrite) to replace it"
       )
     foreign = sorted(set(entries) - set(ours))
     if ours and foreign:
