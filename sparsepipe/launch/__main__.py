@@ -11,6 +11,7 @@ managed clusters).
 """
 
 import os
+import re
 import sys
 
 from absl import app
@@ -24,9 +25,26 @@ _DEMO_CONFIG = os.path.join(
     "demo.py",
 )
 
-config_flags.DEFINE_config_file(
-    "config", _DEMO_CONFIG, "ml_collections config file (see configs/).", lock_config=True
-)
+
+def _unknown_config_field(error: Exception) -> str:
+  """One line for an override of a field the config lacks (ml_collections' 'did you mean')."""
+  text = str(error.args[0] if error.args else error)
+  match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  key = match.group(2) if match else re.search(r"(\w+)", text + " ?").group(1)
+  given = [a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")]
+  flag = next((g for g in given if g.split(".")[-1] == key), f"--config.*.{key}")
+  hint = f"; did you mean {match.group(1)}?" if match else ""
+  return f"error: {flag}: the config has no field '{key}'{hint}"
+
+
+try:  # ml_collections applies the --config.* overrides while defining the flag
+  config_flags.DEFINE_config_file(
+      "config", _DEMO_CONFIG, "ml_collections config file (see configs/).", lock_config=True
+  )
+except (AttributeError, KeyError) as e:
+  print(_unknown_config_field(e), file=sys.stderr)
+  sys.exit(2)
+
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics, generated data.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes (hosts) in the job.")
