@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence, SupportsIndex
 
+from array_record.python import array_record_data_source as _ards
 import grain
 
 from sparsepipe.data.codec import UnreadableRecord
@@ -24,8 +25,9 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
   each record that still fails comes back as an UnreadableRecord naming
   the shard, the record index in it and ArrayRecord's reason, so decoding
   reports it like a corrupt record (an error naming file and record, or
-  skipped and counted with skip_corrupt). A shard that cannot be opened is
-  tried once.
+  skipped and counted with skip_corrupt). A shard that cannot be opened, or
+  holds fewer records than the manifest lists, is tried once. Relies on the
+  pinned array_record's reader helpers (_create_reader, _check_group_size).
   """
 
   def __init__(self, paths: Sequence[str], reader_options: Mapping[str, str] | None = None):
@@ -33,13 +35,33 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
     self._unopenable: dict[int, str] = {}
 
   def _ensure_reader_exists(self, reader_idx: int) -> None:
-    if reader_idx in self._unopenable:
-      raise RuntimeError(self._unopenable[reader_idx])
-    try:
-      super()._ensure_reader_exists(reader_idx)
-    except _READ_ERRORS as e:
-      self._unopenable[reader_idx] = f"the shard cannot be opened: {e}"
-      raise RuntimeError(self._unopenable[reader_idx]) from None
+    """Opens a shard once, checking it holds the records the manifest lists.
+
+    (ArrayRecord opens some truncated files as holding 0 records and then
+    reads empty bytes for every position, silently.)
+    """
+    if self._readers[reader_idx] is not None:
+      return
+    with self._lock:
+      if self._readers[reader_idx] is not None:
+        return
+      if reader_idx in self._unopenable:
+        raise RuntimeError(self._unopenable[reader_idx])
+      filename = self._read_instructions[reader_idx].filename
+      try:
+        reader = _ards._create_reader(filename, self._reader_options_string)  # pylint: disable=protected-access
+        _ards._check_group_size(filename, reader)  # pylint: disable=protected-access
+        held = reader.num_records()
+      except (*_READ_ERRORS, ValueError) as e:
+        self._unopenable[reader_idx] = f"the shard cannot be opened: {_why(e)}"
+        raise RuntimeError(self._unopenable[reader_idx]) from None
+      needed = self._read_instructions[reader_idx].end
+      if held < needed:
+        _close_quietly(reader)
+        self._unopenable[reader_idx] = (
+            f"the shard holds {held} readable records, the manifest lists {needed} (truncated?)")
+        raise RuntimeError(self._unopenable[reader_idx])
+      self._readers[reader_idx] = reader
 
   def __getitem__(self, record_key: SupportsIndex) -> bytes:
     try:
@@ -47,13 +69,26 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
     except _READ_ERRORS as e:
       reader_idx, position = self._reader_idx_and_position(record_key)
       path = self._read_instructions[reader_idx].filename
-      return UnreadableRecord(f"ArrayRecord cannot read it: {e}", path, position)
+      return UnreadableRecord(f"ArrayRecord cannot read it: {_why(e)}", path, position)
 
   def __getitems__(self, record_keys: Sequence[SupportsIndex]) -> Sequence[bytes]:
     try:
       return super().__getitems__(record_keys)
     except _READ_ERRORS:
       return [self[k] for k in record_keys]
+
+
+def _close_quietly(reader) -> None:
+  """Closes a reader; ArrayRecord's close raises on a truncated file (after reading it fine)."""
+  try:
+    reader.close()
+  except RuntimeError:
+    pass
+
+
+def _why(error: Exception) -> str:
+  """ArrayRecord's message (some of its errors, e.g. on truncated files, have none)."""
+  return str(error) or f"{type(error).__name__} with no message (a truncated file?)"
 
 
 def manifest_source(
