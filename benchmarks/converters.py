@@ -75,8 +75,9 @@ def main(argv) -> None:
   with tempfile.TemporaryDirectory() as tmp:
     for compress in (False, True):
       path = _criteo_file(tmp, _LINES.value, compress)
-      base = _best_of(lambda: _plain_lines(path))  # pylint: disable=cell-var-from-loop
-      ours = _best_of(lambda: sum(1 for _ in read_lines(path)))  # pylint: disable=cell-var-from-loop
+      # pylint: disable=cell-var-from-loop
+      base = _best_of(lambda: _plain_lines(path))
+      ours = _best_of(lambda: sum(1 for _ in read_lines(path)))
       rows.append((f"read lines ({'gzip' if compress else 'plain'})", base, ours))
     out = os.path.join(tmp, "out")
     convert = _best_of(lambda: data.convert_criteo([path], out, vocab_sizes=100_000,

@@ -39,8 +39,9 @@ def test_criteo_float32_overflow_is_refused_for_stored_values(tmp_path, column, 
     m = _criteo(tmp_path, ["\t".join(fields)])
     assert m.num_examples == 1
   else:
-    with pytest.raises(InputFormatError, match=r"^'.*in.tsv' line 1: column label value '1e39' is not"
-                       r" finite as float32 \(magnitude at most 3.4028235e\+38\)$"):
+    with pytest.raises(InputFormatError, match=(
+        r"^'.*in.tsv' line 1: column label value '1e39' is not finite as float32"
+        r" \(magnitude at most 3.4028235e\+38\)$")):
       _criteo(tmp_path, ["\t".join(fields)])
 
 
@@ -62,7 +63,8 @@ def test_labels_outside_0_1_name_column_line_value_and_flag(tmp_path):
     _csv(tmp_path, CSV.replace("u3,i3,1,50", "u3,i3,5,50"))
   m = _csv(tmp_path, CSV.replace("u3,i3,1,50", "u3,i3,5,50"), label_threshold=4, overwrite=True)
   assert m.num_examples == 3
-  with pytest.raises(InputFormatError, match=r"line 2: label column label value '-1' is outside \[0, 1\]$"):
+  with pytest.raises(InputFormatError,
+                     match=r"line 2: label column label value '-1' is outside \[0, 1\]$"):
     _criteo(tmp_path, [CRITEO, "-1" + CRITEO[1:]], overwrite=True)
 
 
@@ -148,7 +150,8 @@ def test_writer_refuses_to_replace_a_directory_holding_other_files(tmp_path):
   m = _csv(tmp_path, CSV)
   (tmp_path / "out" / "notes.txt").write_text("mine")
   with pytest.raises(FileExistsError, match=(
-      r"holds a dataset and other files \['notes.txt'\]: overwriting replaces the whole directory")):
+      r"holds a dataset and other files \['notes.txt'\]: overwriting replaces the whole"
+      r" directory, so move those files or choose another output$")):
     _csv(tmp_path, CSV, overwrite=True)
   assert read_manifest(m.directory).num_examples == 3
 

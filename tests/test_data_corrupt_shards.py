@@ -1,4 +1,4 @@
-"""Damaged or truncated ArrayRecord shards: errors name shard and record; skip_corrupt skips them."""
+"""Damaged or truncated ArrayRecord shards: errors name shard and record, or are skipped."""
 
 import grain
 import numpy as np

@@ -96,7 +96,8 @@ def test_criteo_eval_split(tmp_path):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(eval_fraction=0.0), r"eval_fraction=0.0 must lie in \(0, 1\) with an eval output"),
     (dict(eval_fraction=1.0), r"eval_fraction=1.0 must lie in \(0, 1\) with an eval output"),
-    (dict(eval_fraction=0.001), r"the eval split got none of the 200 examples \(eval_fraction=0.001\)"),
+    (dict(eval_fraction=0.001),
+     r"the eval split got none of the 200 examples \(eval_fraction=0.001\)"),
 ])
 def test_eval_split_errors(tmp_path, kwargs, message):
   path = tmp_path / "in.csv"

@@ -55,7 +55,7 @@ def split_kwargs() -> dict[str, Any]:
   f = flags.FLAGS
   if f.eval_output is None and f["eval_fraction"].present:
     raise ValueError("--eval_fraction needs --eval_output (the directory of the eval split)")
-  return {"eval_output": f.eval_output, "eval_fraction": f.eval_fraction, "split_seed": f.split_seed}
+  return dict(eval_output=f.eval_output, eval_fraction=f.eval_fraction, split_seed=f.split_seed)
 
 
 def input_paths(argv: Sequence[str]) -> list[str]:

@@ -186,7 +186,8 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
           pass
       except (RuntimeError, ValueError) as e:  # ArrayRecord's message names no file
         why = str(e) or f"{type(e).__name__} with no message"
-        raise ManifestError(f"shard '{full}' cannot be read (damaged or truncated): {why}") from None
+        raise ManifestError(
+            f"shard '{full}' cannot be read (damaged or truncated): {why}") from None
       if n != shard.num_records:
         raise ManifestError(
             f"shard '{full}' holds {n} records, manifest says {shard.num_records}"

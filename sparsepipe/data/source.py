@@ -49,8 +49,9 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
         raise RuntimeError(self._unopenable[reader_idx])
       filename = self._read_instructions[reader_idx].filename
       try:
-        reader = _ards._create_reader(filename, self._reader_options_string)  # pylint: disable=protected-access
-        _ards._check_group_size(filename, reader)  # pylint: disable=protected-access
+        # pylint: disable=protected-access
+        reader = _ards._create_reader(filename, self._reader_options_string)
+        _ards._check_group_size(filename, reader)
         held = reader.num_records()
       except (*_READ_ERRORS, ValueError) as e:
         self._unopenable[reader_idx] = f"the shard cannot be opened: {_why(e)}"

@@ -88,7 +88,9 @@ def parse_float(
   return value
 
 
-def check_label(label: float, text: str, path: str, line: int, column: str, hint: str = "") -> float:
+def check_label(
+    label: float, text: str, path: str, line: int, column: str, hint: str = ""
+) -> float:
   """The label if it lies in [0, 1] (what sigmoid cross-entropy expects), else InputFormatError."""
   if not 0.0 <= label <= 1.0:
     raise InputFormatError(

@@ -121,9 +121,8 @@ class ShardedRecordWriter:
       os.rename(self._work, self.directory)
       shutil.rmtree(old)
     else:  # a directory with unrelated files only: move ours in, the manifest last
-      for shard in self._shards:
-        os.replace(os.path.join(self._work, shard.path), os.path.join(self.directory, shard.path))
-      os.replace(os.path.join(self._work, MANIFEST_NAME), os.path.join(self.directory, MANIFEST_NAME))
+      for name in [s.path for s in self._shards] + [MANIFEST_NAME]:
+        os.replace(os.path.join(self._work, name), os.path.join(self.directory, name))
       os.rmdir(self._work)
 
   # ------------------------------------------------------------------ API
@@ -279,8 +278,8 @@ def write_batches(
     else:
       train, evals = (
           stack.enter_context(ShardedRecordWriter(
-              out, schema, info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)},
-              **options))
+              out, schema, **options,
+              info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)}))
           for part, out in (("train", output_dir), ("eval", eval_output))
       )
     seen = 0
