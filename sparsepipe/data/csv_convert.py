@@ -25,6 +25,7 @@ starts on).
 
 from __future__ import annotations
 
+import contextlib
 import csv as _csv
 from typing import Iterator, Mapping, Sequence
 
@@ -176,7 +177,8 @@ def read_csv(
   """
   if not paths:
     raise ValueError("no input files")
-  first = next(read_lines(paths[0]), "")
+  with contextlib.closing(read_lines(paths[0])) as lines:
+    first = next(lines, "")
   if not first:
     raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
   delim = resolve_delimiter(delimiter, first)
