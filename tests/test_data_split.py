@@ -3,12 +3,15 @@
 import numpy as np
 import pytest
 
+from sparsepipe.data import ExampleBatch
+from sparsepipe.data import RaggedBatch
 from sparsepipe.data import concat_batches
 from sparsepipe.data import convert_criteo
 from sparsepipe.data import convert_csv
 from sparsepipe.data import decode_batch
 from sparsepipe.data import manifest_source
 from sparsepipe.data import read_manifest
+from sparsepipe.data import select_examples
 from sparsepipe.data import stable_hash64
 from sparsepipe.data.split import eval_mask
 
@@ -117,3 +120,18 @@ def test_manifest_records_ids_per_example(tmp_path):
       "user": {"max": 1, "mean": 1.0},
       "tags": {"max": 3, "mean": sum(tags) / N},
   }
+
+
+def test_select_examples_keeps_ids_and_weights_of_the_chosen_rows():
+  rb = RaggedBatch(np.array([1, 2, 3, 4, 5], np.int32), np.array([2, 0, 3], np.int32),
+                   np.array([.1, .2, .3, .4, .5], np.float32))
+  dense = np.arange(6, dtype=np.float32).reshape(3, 2)
+  batch = ExampleBatch(np.array([0, 1, 0], np.float32), dense, {"a": rb})
+  out = select_examples(batch, np.array([True, False, True]))
+  np.testing.assert_array_equal(out.labels, [0, 0])
+  np.testing.assert_array_equal(out.dense, [[0, 1], [4, 5]])
+  np.testing.assert_array_equal(out.sparse["a"].values, [1, 2, 3, 4, 5])
+  np.testing.assert_array_equal(out.sparse["a"].row_lengths, [2, 3])
+  out = select_examples(batch, np.array([False, True, True]))
+  np.testing.assert_array_equal(out.sparse["a"].values, [3, 4, 5])
+  np.testing.assert_array_equal(out.sparse["a"].weights, np.float32([.3, .4, .5]))
