@@ -167,14 +167,17 @@ def test_csv_avazu_all_categorical(tmp_path):
     [
         (MOVIELENS, dict(label_column="stars"), ValueError,
          r"columns \['stars'\] are not in the header"),
-        (MOVIELENS.replace("3299,235", "3299,99999"), dict(label_column="rating", sparse_columns=["movie_id"],
-         integer_id_columns=["movie_id"], vocab_sizes=["movie_id=3953"]), InputFormatError,
+        (MOVIELENS.replace("3299,235", "3299,99999"), dict(label_column="rating",
+         label_threshold=4, sparse_columns=["movie_id"], integer_id_columns=["movie_id"],
+         vocab_sizes=["movie_id=3953"]), InputFormatError,
          r"line 2: column movie_id id 99999 out of range \[0, 3953\)"),
-        (MOVIELENS.replace(",F,25,4", ",F,x,4"), dict(label_column="rating", dense_columns=["age"]),
+        (MOVIELENS.replace(",F,25,4", ",F,x,4"), dict(label_column="rating",
+         label_threshold=4, dense_columns=["age"]),
          InputFormatError, r"line 2: column age value 'x' is not a number"),
-        (MOVIELENS + "1,2,3\n", dict(label_column="rating"), InputFormatError,
+        (MOVIELENS + "1,2,3\n", dict(label_column="rating", label_threshold=4), InputFormatError,
          r"line 6: expected 10 fields, got 3"),
-        (MOVIELENS, dict(label_column="rating", sparse_columns=["zip"], vocab_sizes=["title=5"]), ValueError,
+        (MOVIELENS, dict(label_column="rating", label_threshold=4, sparse_columns=["zip"],
+                         vocab_sizes=["title=5"]), ValueError,
          r"vocab size given for 'title', which is not a sparse column"),
     ],
 )
@@ -196,7 +199,8 @@ def test_commands_run_with_summary(tmp_path):
       ["sparsepipe.data.criteo", "--input", str(tmp_path / "day.tsv"), "--output", str(tmp_path / "c"),
        "--vocab_sizes", "100"],
       ["sparsepipe.data.csv", "--input", str(tmp_path / "ml.csv"), "--output", str(tmp_path / "m"),
-       "--label_column", "rating", "--sparse_columns", "genres", "--multivalent_columns", "genres"],
+       "--label_column", "rating", "--label_threshold", "4", "--sparse_columns", "genres",
+       "--multivalent_columns", "genres"],
   ]
   for args in runs:
     out = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env,

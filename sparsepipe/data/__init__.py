@@ -10,10 +10,12 @@ from sparsepipe.data.example import ExampleBatchBuilder
 from sparsepipe.data.example import batch_from_examples
 from sparsepipe.data.example import concat_batches
 from sparsepipe.data.example import example_at
+from sparsepipe.data.example import select_examples
 from sparsepipe.data.example import slice_batch
 from sparsepipe.data.codec import CorruptRecordError
 from sparsepipe.data.codec import FORMAT_VERSION
 from sparsepipe.data.codec import RecordCodec
+from sparsepipe.data.codec import UnreadableRecord
 from sparsepipe.data.codec import decode_batch
 from sparsepipe.data.codec import decode_example
 from sparsepipe.data.codec import encode_batch
@@ -27,7 +29,9 @@ from sparsepipe.data.manifest import ShardInfo
 from sparsepipe.data.manifest import read_manifest
 from sparsepipe.data.manifest import write_manifest
 from sparsepipe.data.writer import ShardedRecordWriter
+from sparsepipe.data.split import eval_mask
 from sparsepipe.data.writer import write_batches
+from sparsepipe.data.source import ShardSource
 from sparsepipe.data.source import manifest_source
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.hashing import stable_hash64

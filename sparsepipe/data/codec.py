@@ -70,6 +70,28 @@ def _rebuild_error(reason, path, index):
   return CorruptRecordError(reason, path=path, index=index)
 
 
+class UnreadableRecord(bytes):
+  """Stands for a record the storage layer could not read (see data.source).
+
+  Empty bytes carrying why (e.g. the ArrayRecord chunk holding it is
+  damaged, or the shard is truncated), so decoding it raises a
+  CorruptRecordError with that reason, or skip_corrupt skips and counts it,
+  like any other corrupt record.
+  """
+
+  reason: str
+  path: str | None
+  index: int | None
+
+  def __new__(cls, reason: str, path: str | None = None, index: int | None = None):
+    record = super().__new__(cls, b"")
+    record.reason, record.path, record.index = reason, path, index
+    return record
+
+  def __reduce__(self):
+    return (UnreadableRecord, (self.reason, self.path, self.index))
+
+
 class RecordCodec:
   """Encoder/decoder for one schema (precomputes the schema's arrays)."""
 
@@ -166,6 +188,9 @@ class RecordCodec:
     def fail(reason: str):
       raise CorruptRecordError(reason, path=path, index=index)
 
+    if isinstance(data, UnreadableRecord):
+      raise CorruptRecordError(
+          data.reason, path=path or data.path, index=data.index if index is None else index)
     schema = self.schema
     size = len(data)
     if size < _HEAD.size:

@@ -1,7 +1,8 @@
 """Command line: convert Criteo click logs (see criteo_convert.py for the transforms).
 
     python -m sparsepipe.data.criteo --input day_0.gz,day_1.gz --output DIR \
-        --vocab_sizes 1000000 [--empty_category drop|reserve]
+        --vocab_sizes 1000000 [--empty_category drop|reserve] \
+        [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ def _define_flags():
   flags.DEFINE_string("delimiter", "auto", "auto, tab, comma, or one character.")
   flags.DEFINE_enum("header", "auto", ["auto", "yes", "no"], "Whether each file starts with a header line.")
   cli.define_writer_flags()
+  cli.define_split_flags()
 
 
 def _main(argv):
@@ -26,10 +28,11 @@ def _main(argv):
   cli.run_and_summarize(
       convert_criteo,
       cli.input_paths(argv),
-      vocab_sizes=[int(v) for v in f.vocab_sizes],
+      vocab_sizes=f.vocab_sizes,
       empty_category=f.empty_category,
       delimiter=f.delimiter,
       header=f.header,
+      **cli.split_kwargs(),
   )
 
 
@@ -37,4 +40,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(_main)
+  app.run(cli.reports_errors(_main))

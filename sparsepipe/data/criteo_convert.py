@@ -5,11 +5,14 @@ Command line: `python -m sparsepipe.data.criteo` (criteo.py).
 Each line: label, 13 integer columns I1..I13, 26 hexadecimal categorical
 columns C1..C26 (40 fields; any field may be empty). Tab-separated in the
 public logs; `--delimiter auto` (default) takes a comma instead when the
-first line has no tab, and `--header auto` skips a first line whose label
-field is not a number (e.g. `label,I1,...`). `.gz` inputs are read directly.
+first line has no tab, and `--header auto` skips a first line made of
+column names (e.g. `label,I1,...,C26`: every field of the label and integer
+columns a name, none empty or a number); any other first line is data, so a
+damaged first line is an error like any other. `.gz` inputs are read
+directly (UTF-8).
 
 Transforms (the manifest records them):
-- label: the number as float32.
+- label: the number as float32; it must lie in [0, 1].
 - dense: x -> log(1 + max(x, 0)) as float32; an empty field counts as 0
   (so it becomes 0.0), negative values (e.g. I2 = -1) also become 0.0.
 - categorical: the string is hashed with a stable 64-bit BLAKE2b hash
@@ -24,6 +27,7 @@ naming the file and line.
 
 from __future__ import annotations
 
+import re
 from typing import Iterator, Sequence
 
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
@@ -31,8 +35,8 @@ from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
-from sparsepipe.data.text_input import InputFormatError, log1p_clamped, open_text, parse_float
-from sparsepipe.data.text_input import resolve_delimiter
+from sparsepipe.data.text_input import InputFormatError, check_label, log1p_clamped, parse_float
+from sparsepipe.data.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.writer import write_batches
 
@@ -43,11 +47,14 @@ DENSE_NAMES = tuple(f"I{i + 1}" for i in range(NUM_DENSE))
 SPARSE_NAMES = tuple(f"C{i + 1}" for i in range(NUM_SPARSE))
 EMPTY_CATEGORY_MODES = ("drop", "reserve")
 _CHUNK = 4096
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\- ]*")
 
 
-def criteo_schema(vocab_sizes: int | Sequence[int]) -> ExampleSchema:
+def criteo_schema(vocab_sizes: int | str | Sequence[int | str]) -> ExampleSchema:
   """13 dense features I1..I13 and 26 unweighted sparse features C1..C26."""
-  sizes = [int(vocab_sizes)] * NUM_SPARSE if isinstance(vocab_sizes, int) else list(vocab_sizes)
+  if isinstance(vocab_sizes, (int, str)):
+    vocab_sizes = [vocab_sizes]
+  sizes = [parse_size(v, "vocab_sizes (--vocab_sizes)") for v in vocab_sizes]
   if len(sizes) == 1:
     sizes = sizes * NUM_SPARSE
   if len(sizes) != NUM_SPARSE:
@@ -85,8 +92,9 @@ class CriteoParser:
     if not fields[0]:
       raise InputFormatError(path, line_no, "the label field is empty")
     label = parse_float(fields[0], path, line_no, "label")
+    check_label(label, fields[0], path, line_no, "label")
     dense = [
-        log1p_clamped(parse_float(fields[1 + j], path, line_no, DENSE_NAMES[j]))
+        log1p_clamped(parse_float(fields[1 + j], path, line_no, DENSE_NAMES[j], float32=False))
         for j in range(NUM_DENSE)
     ]
     empty = self._empty_row
@@ -118,21 +126,29 @@ def read_criteo(
     raise ValueError(f"header={header!r} is not one of ('auto', 'yes', 'no')")
   parser = CriteoParser(schema, empty_category=empty_category)
   for path in paths:
-    with open_text(path) as f:
-      first = True
-      delim = None
-      for line_no, line in enumerate(f, start=1):
-        if first:
-          first = False
-          delim = resolve_delimiter(delimiter, line)
-          label = line.split(delim, 1)[0].strip()
-          if header == "yes" or (header == "auto" and not _is_number(label)):
-            continue
-        parser.add_line(line, delim, path, line_no)
-        if len(parser) >= chunk_size:
-          yield parser.take()
+    delim = None
+    for line_no, line in enumerate(read_lines(path), start=1):
+      if line_no == 1:
+        delim = resolve_delimiter(delimiter, line)
+        if header == "yes" or (header == "auto" and is_header(line, delim)):
+          continue
+      parser.add_line(line, delim, path, line_no)
+      if len(parser) >= chunk_size:
+        yield parser.take()
   if len(parser):
     yield parser.take()
+
+
+def is_header(line: str, delimiter: str) -> bool:
+  """Whether a line names the columns: the label and integer fields are all names.
+
+  Data has numbers (or empty fields) there, so a data line with a damaged
+  label is not mistaken for a header.
+  """
+  fields = line.rstrip("\r\n").split(delimiter)
+  return len(fields) == NUM_FIELDS and all(
+      _NAME.fullmatch(f.strip()) and not _is_number(f) for f in fields[: 1 + NUM_DENSE]
+  )
 
 
 def _is_number(text: str) -> bool:
@@ -155,8 +171,16 @@ def convert_criteo(
     max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
     overwrite: bool = False,
     show_progress: bool = False,
+    eval_output: str | None = None,
+    eval_fraction: float = 0.0,
+    split_seed: int = 0,
 ) -> Manifest:
-  """Converts Criteo files into a dataset; returns its manifest."""
+  """Converts Criteo files into a dataset; returns its manifest.
+
+  With `eval_output`, a deterministic `eval_fraction` of the examples goes
+  to a second dataset there instead (see sparsepipe.data.split); the
+  manifest returned is the train split's.
+  """
   schema = criteo_schema(vocab_sizes)
   info = {
       "converter": "sparsepipe.data.criteo",
@@ -174,4 +198,7 @@ def convert_criteo(
       overwrite=overwrite,
       info=info,
       progress=Progress("criteo") if show_progress else None,
+      eval_output=eval_output,
+      eval_fraction=eval_fraction,
+      split_seed=split_seed,
   )

@@ -4,7 +4,8 @@
         --label_column rating --label_threshold 4 --dense_columns age \
         --sparse_columns user_id,movie_id,genres --multivalent_columns genres \
         --separator '|' --integer_id_columns user_id,movie_id \
-        --vocab_sizes 100000,user_id=6041,movie_id=3953
+        --vocab_sizes 100000,user_id=6041,movie_id=3953 \
+        [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def _define_flags():
   flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
   flags.DEFINE_string("delimiter", ",", "Field delimiter: a character, tab, comma or auto.")
   cli.define_writer_flags()
+  cli.define_split_flags()
 
 
 def _main(argv):
@@ -45,6 +47,7 @@ def _main(argv):
       separator=f.separator,
       integer_id_columns=f.integer_id_columns,
       vocab_sizes=f.vocab_sizes,
+      **cli.split_kwargs(),
   )
 
 
@@ -52,4 +55,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(_main)
+  app.run(cli.reports_errors(_main))

@@ -4,9 +4,11 @@ Command line: `python -m sparsepipe.data.csv` (csv.py).
 
 Columns are named by the header row (quoted fields follow RFC 4180, so a
 title like "Bridges of Madison County, The (1995)" is one field).
-- label: the number, or with `--label_threshold t` 1.0 if value >= t else 0.0.
+- label: the number, which must lie in [0, 1], or with `--label_threshold t`
+  1.0 if value >= t else 0.0 (e.g. ratings 1..5).
 - dense columns: the number as float32 (empty -> 0.0); with
-  `--dense_transform log1p`, x -> log(1 + max(x, 0)).
+  `--dense_transform log1p`, x -> log(1 + max(x, 0)). Values must be
+  finite as float32.
 - sparse columns: one id per field; a multivalent column is split on the
   separator ("Comedy|Drama" -> 2 ids, empty pieces skipped); an empty field
   gives no id (an empty row). Values are hashed into the column's vocabulary
@@ -15,12 +17,15 @@ title like "Bridges of Madison County, The (1995)" is one field).
   ids directly and must lie in [0, vocab).
 - vocab sizes: `--vocab_sizes` is a list of `N` (the default for every
   column) and `column=N` entries.
-Every input file must have the same header. A malformed line raises
-InputFormatError naming the file and line.
+Every input file must have the same header (UTF-8), which names each
+column used once. A malformed line raises InputFormatError naming the file
+and line (for a row that spans lines, e.g. an unclosed quote, the line it
+starts on).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv as _csv
 from typing import Iterator, Mapping, Sequence
 
@@ -29,13 +34,15 @@ from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
-from sparsepipe.data.text_input import InputFormatError, log1p_clamped, open_text, parse_float
-from sparsepipe.data.text_input import resolve_delimiter
+from sparsepipe.data.text_input import InputFormatError, check_label, log1p_clamped, parse_float
+from sparsepipe.data.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.writer import write_batches
 
 DENSE_TRANSFORMS = ("none", "log1p")
 _CHUNK = 4096
+_THRESHOLD_HINT = (
+    "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)")
 
 
 def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
@@ -49,9 +56,9 @@ def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> d
       name, value = entry.split("=", 1)
       if name not in columns:
         raise ValueError(f"vocab size given for '{name}', which is not a sparse column {list(columns)}")
-      sizes[name] = int(value)
+      sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
     else:
-      default = int(entry)
+      default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
   for name in columns:
     if name not in sizes:
       if default is None:
@@ -124,12 +131,13 @@ class CsvParser:
     text = row[self._label]
     if not text:
       raise InputFormatError(path, line_no, f"the label column '{self.schema.label_name}' is empty")
-    label = parse_float(text, path, line_no, self.schema.label_name)
+    label = parse_float(text, path, line_no, self.schema.label_name, float32=False)
     if self._threshold is not None:
       label = 1.0 if label >= self._threshold else 0.0
+    check_label(label, text, path, line_no, self.schema.label_name, _THRESHOLD_HINT)
     dense = []
     for j, name in zip(self._dense, self._dense_names):
-      x = parse_float(row[j], path, line_no, name)
+      x = parse_float(row[j], path, line_no, name, float32=not self._log1p)
       if self._log1p:
         x = log1p_clamped(x)
       dense.append(x)
@@ -169,31 +177,64 @@ def read_csv(
   """
   if not paths:
     raise ValueError("no input files")
-  with open_text(paths[0]) as f:
-    first = f.readline()
+  with contextlib.closing(read_lines(paths[0])) as lines:
+    first = next(lines, "")
   if not first:
     raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
   delim = resolve_delimiter(delimiter, first)
   header = next(_csv.reader([first], delimiter=delim))
+  _check_unique(header, paths[0], columns)
   parser = CsvParser(header, **columns)
 
   def batches() -> Iterator[ExampleBatch]:
     for path in paths:
-      with open_text(path) as f:
-        reader = _csv.reader(f, delimiter=delim)
-        file_header = [h.strip() for h in next(reader, [])]
-        if file_header != parser.header:
-          raise InputFormatError(path, 1, f"header {file_header} differs from {parser.header}")
-        for row in reader:
-          if not row or (len(row) == 1 and not row[0].strip()):
-            continue  # blank line
-          parser.add_row(row, path, reader.line_num)
-          if len(parser) >= chunk_size:
-            yield parser.take()
+      reader = _csv.reader(read_lines(path), delimiter=delim)
+      file_header = [h.strip() for h in next(reader, [])]
+      if file_header != parser.header:
+        raise InputFormatError(path, 1, f"header {file_header} differs from {parser.header}")
+      for start, row in _rows(reader, path):
+        if not row or (len(row) == 1 and not row[0].strip()):
+          continue  # blank line
+        try:
+          parser.add_row(row, path, start)
+        except InputFormatError as e:
+          if reader.line_num > start:  # a quoted field ran over line ends
+            raise InputFormatError(
+                path, start, f"{e.reason} (this row runs from line {start} to line"
+                f" {reader.line_num}: is a quote left open on line {start}?)") from None
+          raise
+        if len(parser) >= chunk_size:
+          yield parser.take()
     if len(parser):
       yield parser.take()
 
   return parser.schema, batches()
+
+
+def _rows(reader, path: str) -> Iterator[tuple[int, list[str]]]:
+  """(line the row starts on, row) for the rows of a csv.reader; csv errors name that line."""
+  while True:
+    start = reader.line_num + 1
+    try:
+      row = next(reader)
+    except StopIteration:
+      return
+    except _csv.Error as e:
+      raise InputFormatError(
+          path, start, f"{e} (in the row starting on this line; is a quote left open?)") from None
+    yield start, row
+
+
+def _check_unique(header: Sequence[str], path: str, columns: Mapping[str, object]) -> None:
+  """The columns the converter uses must each appear once in the header."""
+  names = [h.strip() for h in header]
+  used = [columns.get("label_column"), *columns.get("dense_columns", ()),
+          *columns.get("sparse_columns", ())]
+  for name in dict.fromkeys(c for c in used if c is not None):
+    where = [i + 1 for i, h in enumerate(names) if h == name]
+    if len(where) > 1:
+      raise InputFormatError(
+          path, 1, f"the header names column '{name}' {len(where)} times (fields {where})")
 
 
 def convert_csv(
@@ -205,9 +246,17 @@ def convert_csv(
     max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
     overwrite: bool = False,
     show_progress: bool = False,
+    eval_output: str | None = None,
+    eval_fraction: float = 0.0,
+    split_seed: int = 0,
     **columns,
 ) -> Manifest:
-  """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest."""
+  """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest.
+
+  With `eval_output`, a deterministic `eval_fraction` of the examples goes
+  to a second dataset there instead (see sparsepipe.data.split); the
+  manifest returned is the train split's.
+  """
   schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
   info = {
       "converter": "sparsepipe.data.csv",
@@ -224,4 +273,7 @@ def convert_csv(
       overwrite=overwrite,
       info=info,
       progress=Progress("csv") if show_progress else None,
+      eval_output=eval_output,
+      eval_fraction=eval_fraction,
+      split_seed=split_seed,
   )

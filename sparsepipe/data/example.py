@@ -139,6 +139,16 @@ def slice_batch(batch: ExampleBatch, start: int, stop: int) -> ExampleBatch:
   return ExampleBatch(batch.labels[start:stop], batch.dense[start:stop], sparse)
 
 
+def select_examples(batch: ExampleBatch, mask: np.ndarray) -> ExampleBatch:
+  """The examples of a columnar batch where `mask` ([num_examples] bool) is True, in order."""
+  sparse = {}
+  for name, rb in batch.sparse.items():
+    keep = np.repeat(mask, rb.row_lengths)
+    weights = None if rb.weights is None else rb.weights[keep]
+    sparse[name] = RaggedBatch(rb.values[keep], rb.row_lengths[mask], weights)
+  return ExampleBatch(batch.labels[mask], batch.dense[mask], sparse)
+
+
 def _check_ids(name: str, values: np.ndarray, vocab_size: int) -> None:
   if values.size == 0:
     return

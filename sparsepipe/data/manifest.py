@@ -177,11 +177,17 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
     for shard, full in zip(shards, manifest.shard_paths()):
       if not os.path.exists(full):
         raise ManifestError(f"shard '{full}' listed in '{path}' does not exist")
-      reader = array_record_module.ArrayRecordReader(full)
       try:
+        reader = array_record_module.ArrayRecordReader(full)
         n = reader.num_records()
-      finally:
-        reader.close()
+        try:
+          reader.close()
+        except RuntimeError:  # raised for a truncated file, whose count below tells more
+          pass
+      except (RuntimeError, ValueError) as e:  # ArrayRecord's message names no file
+        why = str(e) or f"{type(e).__name__} with no message"
+        raise ManifestError(
+            f"shard '{full}' cannot be read (damaged or truncated): {why}") from None
       if n != shard.num_records:
         raise ManifestError(
             f"shard '{full}' holds {n} records, manifest says {shard.num_records}"

@@ -1,11 +1,11 @@
-"""Shared pieces of the text converters: opening files, delimiters, errors."""
+"""Shared pieces of the text converters: reading lines, numbers, delimiters, errors."""
 
 from __future__ import annotations
 
 import gzip
-import io
 import math
-from typing import TextIO
+from typing import Iterator
+import zlib
 
 
 class InputFormatError(ValueError):
@@ -18,11 +18,35 @@ class InputFormatError(ValueError):
     super().__init__(f"'{path}' line {line}: {reason}")
 
 
-def open_text(path: str) -> TextIO:
-  """Opens a text file for reading; `.gz` files are decompressed on the fly."""
-  if path.endswith(".gz"):
-    return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-  return open(path, encoding="utf-8", newline="")
+# Values at or past this magnitude round to +-inf when stored as float32:
+# the largest float32 plus half a unit in the last place.
+FLOAT32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127
+
+
+def read_lines(path: str) -> Iterator[str]:
+  """The lines of a UTF-8 text file (`.gz` decompressed), ends kept, a leading BOM dropped.
+
+  Lines are decoded one at a time, so a byte that is not UTF-8 is reported
+  at its own line; a truncated or damaged `.gz` stream is reported after
+  the last line it gave. Both raise InputFormatError.
+  """
+  opener = gzip.open if path.endswith(".gz") else open
+  line_no = 0
+  with opener(path, "rb") as f:
+    try:
+      for raw in f:
+        line_no += 1
+        try:
+          line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+          raise InputFormatError(
+              path, line_no, f"byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8"
+              " text; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+        yield line[1:] if line_no == 1 and line.startswith("\ufeff") else line
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+      raise InputFormatError(
+          path, line_no + 1,
+          f"the gzip data is truncated or damaged after line {line_no} ({e})") from None
 
 
 _NAMED = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
@@ -41,16 +65,47 @@ def resolve_delimiter(name: str, first_line: str) -> str:
   return name
 
 
-def parse_float(text: str, path: str, line: int, column: str, default: float = 0.0) -> float:
-  """A finite float from text; empty text gives `default`."""
+def parse_float(
+    text: str, path: str, line: int, column: str, default: float = 0.0, *, float32: bool = True
+) -> float:
+  """A finite float from text; empty text gives `default`.
+
+  With `float32` (for values stored as they are) the value must also be
+  finite as a float32: 1e39 would be stored as inf.
+  """
   if not text:
     return default
   try:
     value = float(text)
   except ValueError:
     raise InputFormatError(path, line, f"column {column} value {text!r} is not a number") from None
-  if value != value or value in (float("inf"), float("-inf")):
+  if value != value or value in (math.inf, -math.inf):
     raise InputFormatError(path, line, f"column {column} value {text!r} is not finite")
+  if float32 and abs(value) >= FLOAT32_OVERFLOW:
+    raise InputFormatError(
+        path, line, f"column {column} value {text!r} is not finite as float32"
+        " (magnitude at most 3.4028235e+38)")
+  return value
+
+
+def check_label(
+    label: float, text: str, path: str, line: int, column: str, hint: str = ""
+) -> float:
+  """The label if it lies in [0, 1] (what sigmoid cross-entropy expects), else InputFormatError."""
+  if not 0.0 <= label <= 1.0:
+    raise InputFormatError(
+        path, line, f"label column {column} value {text!r} is outside [0, 1]{hint}")
+  return label
+
+
+def parse_size(text: str | int, what: str) -> int:
+  """A positive integer count (a vocabulary size) from text; `what` names it in errors."""
+  try:
+    value = int(str(text).strip())
+  except ValueError:
+    raise ValueError(f"{what}: {str(text)!r} is not an integer (write 1000000, not 1e6)") from None
+  if value < 1:
+    raise ValueError(f"{what}: {value} must be >= 1")
   return value
 
 

@@ -4,22 +4,32 @@ Examples are packed `examples_per_record` (R) at a time into columnar
 records (see codec.py); only the very last record of a dataset may hold
 fewer. Shards hold at most `max_records_per_shard` records: ArrayRecord's
 random-read cost grows with records per file, so many mid-sized shards (and
-packed records) read fastest. Each shard is written under a temporary name
-and renamed when complete; the manifest is written last, atomically.
+packed records) read fastest.
+
+The dataset is written into a temporary directory beside the output
+(`.NAME.tmp-PID`) and moved into place only when complete, so a failed
+conversion leaves the output as it was: with `overwrite`, the old dataset
+stays intact until the new one is finished (then the directories are
+swapped by renames). The manifest records, per sparse feature, the most and
+the mean ids per example (`info["ids_per_example"]`), which seed the COO
+buffer limits of a training config.
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
+import dataclasses
 import os
+import shutil
 from typing import Any, Iterable, Mapping
 
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
-from sparsepipe.data.example import concat_batches, slice_batch
+from sparsepipe.data.example import concat_batches, select_examples, slice_batch
 from sparsepipe.data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
 from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema
+from sparsepipe.data.split import eval_mask, split_info
 
 SHARD_SUFFIX = ".arrayrecord"
 DEFAULT_EXAMPLES_PER_RECORD = 128
@@ -49,6 +59,8 @@ class ShardedRecordWriter:
     if max_records_per_shard < 1:
       raise ValueError(f"max_records_per_shard={max_records_per_shard} must be >= 1")
     self.directory = os.path.abspath(directory)
+    parent, base = os.path.split(self.directory)
+    self._work = os.path.join(parent, f".{base}.tmp-{os.getpid()}")
     self.schema = schema
     self.examples_per_record = examples_per_record
     self.max_records_per_shard = max_records_per_shard
@@ -62,22 +74,56 @@ class ShardedRecordWriter:
     self._shard_records = 0
     self._shard_examples = 0
     self._closed = False
+    self._max_ids = {f.name: 0 for f in schema.sparse}
+    self._num_ids = {f.name: 0 for f in schema.sparse}
     self.manifest: Manifest | None = None
     self._prepare_directory(overwrite)
 
   def _prepare_directory(self, overwrite: bool) -> None:
-    os.makedirs(self.directory, exist_ok=True)
-    manifest = os.path.join(self.directory, MANIFEST_NAME)
-    old = sorted(glob.glob(os.path.join(self.directory, f"{self._prefix}-*{SHARD_SUFFIX}")))
-    if (os.path.exists(manifest) or old) and not overwrite:
+    """Checks the output directory; creates the temporary one the shards go to."""
+    entries = os.listdir(self.directory) if os.path.isdir(self.directory) else []
+    ours = [e for e in entries if self._is_dataset_file(e)]
+    if ours and not overwrite:
+      shards = [e for e in ours if e.endswith(SHARD_SUFFIX)]
       raise FileExistsError(
           f"'{self.directory}' already holds a dataset ({MANIFEST_NAME} or"
-          f" {len(old)} shard files); pass overwrite=True to replace it"
+          f" {len(shards)} shard files); pass overwrite=True (--overwrite) to replace it"
       )
-    if os.path.exists(manifest):
-      os.remove(manifest)  # First, so a crash never leaves a stale manifest.
-    for path in old:
-      os.remove(path)
+    foreign = sorted(set(entries) - set(ours))
+    if ours and foreign:
+      raise FileExistsError(
+          f"'{self.directory}' holds a dataset and other files {foreign[:5]}: overwriting"
+          " replaces the whole directory, so move those files or choose another output"
+      )
+    self._replace_old = bool(ours)
+    if os.path.exists(self._work):
+      shutil.rmtree(self._work)  # left by a crashed run of a process with our pid
+    os.makedirs(self._work)
+
+  def _is_dataset_file(self, name: str) -> bool:
+    """A file a writer with this shard prefix makes (finished or temporary)."""
+    p = self._prefix
+    return (
+        name == MANIFEST_NAME
+        or name.startswith(f"{MANIFEST_NAME}.tmp-")
+        or (name.startswith(f"{p}-") and name.endswith(SHARD_SUFFIX))
+        or (name.startswith(f".{p}-") and name.endswith(".tmp"))
+    )
+
+  def _publish(self) -> None:
+    """Moves the finished dataset from the temporary directory to the output."""
+    if not os.path.isdir(self.directory) or not os.listdir(self.directory):
+      os.replace(self._work, self.directory)  # atomic; replaces an empty directory
+    elif self._replace_old:
+      parent, base = os.path.split(self.directory)
+      old = os.path.join(parent, f".{base}.old-{os.getpid()}")
+      os.rename(self.directory, old)
+      os.rename(self._work, self.directory)
+      shutil.rmtree(old)
+    else:  # a directory with unrelated files only: move ours in, the manifest last
+      for name in [s.path for s in self._shards] + [MANIFEST_NAME]:
+        os.replace(os.path.join(self._work, name), os.path.join(self.directory, name))
+      os.rmdir(self._work)
 
   # ------------------------------------------------------------------ API
 
@@ -91,6 +137,9 @@ class ShardedRecordWriter:
       raise ValueError("writer is closed")
     if batch.num_examples == 0:
       return
+    for name, rb in batch.sparse.items():
+      self._max_ids[name] = max(self._max_ids[name], int(rb.row_lengths.max()))
+      self._num_ids[name] += int(rb.row_lengths.sum())
     self._pending.append(batch)
     self._pending_count += batch.num_examples
     if self._pending_count >= self.examples_per_record:
@@ -104,23 +153,35 @@ class ShardedRecordWriter:
     self._close_shard()
     self._closed = True
     if not self._shards:
+      shutil.rmtree(self._work, ignore_errors=True)
       raise ValueError(f"no examples were written to '{self.directory}'")
-    self.manifest = Manifest(
-        directory=self.directory,
+    manifest = Manifest(
+        directory=self._work,
         schema=self.schema,
         shards=tuple(self._shards),
         examples_per_record=self.examples_per_record,
-        info=self._info,
+        info={**self._info, "ids_per_example": self._ids_per_example()},
     )
-    write_manifest(self.manifest)
+    write_manifest(manifest)
+    self._publish()
+    self.manifest = dataclasses.replace(manifest, directory=self.directory)
     return self.manifest
 
   def abort(self) -> None:
-    """Closes the open shard without writing a manifest."""
+    """Closes the open shard and removes the unfinished dataset; the output is untouched."""
     if self._writer is not None:
       self._writer.close()
       self._writer = None
     self._closed = True
+    shutil.rmtree(self._work, ignore_errors=True)
+
+  def _ids_per_example(self) -> dict[str, dict[str, float]]:
+    """{feature: {"max": most ids in one example, "mean": ids per example}}."""
+    n = max(sum(s.num_examples for s in self._shards), 1)
+    return {
+        name: {"max": self._max_ids[name], "mean": self._num_ids[name] / n}
+        for name in self._max_ids
+    }
 
   def __enter__(self) -> ShardedRecordWriter:
     return self
@@ -160,7 +221,7 @@ class ShardedRecordWriter:
     if self._writer is None:
       name = f"{self._prefix}-{len(self._shards):05d}{SHARD_SUFFIX}"
       self._shard_name = name
-      self._tmp_path = os.path.join(self.directory, f".{name}.tmp")
+      self._tmp_path = os.path.join(self._work, f".{name}.tmp")
       self._writer = array_record_module.ArrayRecordWriter(self._tmp_path, "group_size:1")
     self._writer.write(self._codec.encode_batch(batch))
     self._shard_records += 1
@@ -173,7 +234,7 @@ class ShardedRecordWriter:
       return
     self._writer.close()
     self._writer = None
-    os.replace(self._tmp_path, os.path.join(self.directory, self._shard_name))
+    os.replace(self._tmp_path, os.path.join(self._work, self._shard_name))
     self._shards.append(ShardInfo(self._shard_name, self._shard_records, self._shard_examples))
     self._shard_records = 0
     self._shard_examples = 0
@@ -189,25 +250,53 @@ def write_batches(
     overwrite: bool = False,
     info: Mapping[str, Any] | None = None,
     progress: Progress | None = None,
+    eval_output: str | None = None,
+    eval_fraction: float = 0.0,
+    split_seed: int = 0,
 ) -> Manifest:
-  """Writes all of `batches` as one dataset; returns its manifest.
+  """Writes all of `batches` as one dataset (or a train and an eval split); returns its manifest.
 
-  The converters' common loop. `batches` is consumed inside the writer, so an
-  error while reading (a lazy generator) aborts it and no manifest is written;
-  `progress`, if given, is updated per batch and closed at the end.
+  The converters' common loop. `batches` is consumed inside the writers, so
+  an error while reading (a lazy generator) aborts them and the outputs are
+  left as they were; `progress`, if given, is updated per batch and closed
+  at the end. With `eval_output`, each example goes to the eval dataset
+  there with probability `eval_fraction`, decided by a hash of its index in
+  the stream and `split_seed` (sparsepipe.data.split), and the manifest
+  returned is the train split's.
   """
-  with ShardedRecordWriter(
-      output_dir,
-      schema,
-      examples_per_record=examples_per_record,
-      max_records_per_shard=max_records_per_shard,
-      overwrite=overwrite,
-      info=info,
-  ) as writer:
+  if eval_output is not None:
+    if not 0.0 < eval_fraction < 1.0:
+      raise ValueError(f"eval_fraction={eval_fraction} must lie in (0, 1) with an eval output")
+    if os.path.abspath(eval_output) == os.path.abspath(output_dir):
+      raise ValueError(f"the eval output '{eval_output}' is the train output")
+  options = dict(examples_per_record=examples_per_record,
+                 max_records_per_shard=max_records_per_shard, overwrite=overwrite)
+  with contextlib.ExitStack() as stack:
+    if eval_output is None:
+      train = stack.enter_context(ShardedRecordWriter(output_dir, schema, info=info, **options))
+      evals = None
+    else:
+      train, evals = (
+          stack.enter_context(ShardedRecordWriter(
+              out, schema, **options,
+              info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)}))
+          for part, out in (("train", output_dir), ("eval", eval_output))
+      )
+    seen = 0
     for batch in batches:
-      writer.write_batch(batch)
+      if evals is None:
+        train.write_batch(batch)
+      else:
+        mask = eval_mask(seen, batch.num_examples, eval_fraction, split_seed)
+        train.write_batch(select_examples(batch, ~mask))
+        evals.write_batch(select_examples(batch, mask))
+      seen += batch.num_examples
       if progress:
         progress.update(batch.num_examples)
+    for writer, part in ((train, "train"), (evals, "eval")):
+      if writer is not None and writer.num_examples == 0 and seen:
+        raise ValueError(
+            f"the {part} split got none of the {seen} examples (eval_fraction={eval_fraction})")
   if progress:
     progress.close()
-  return writer.manifest
+  return train.manifest

@@ -10,6 +10,7 @@ Multi-host: run one process per host with --coordinator_address,
 managed clusters).
 """
 
+import re
 import sys
 
 from absl import app
@@ -19,12 +20,40 @@ from ml_collections import config_flags
 
 from sparsepipe.launch.configs import config_path
 
-config_flags.DEFINE_config_file(
-    "config",
-    config_path("demo"),
-    "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
-    lock_config=True,
-)
+
+def _unknown_config_field(error: Exception) -> str:
+  """One line for an override of a field the config lacks (ml_collections' 'did you mean')."""
+  text = str(error.args[0] if error.args else error)
+  match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  key = match.group(2) if match else re.search(r"(\w+)", text + " ?").group(1)
+  given = [a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")]
+  flag = next((g for g in given if g.split(".")[-1] == key), f"--config.*.{key}")
+  hint = f"; did you mean {match.group(1)}?" if match else ""
+  return f"error: {flag}: the config has no field '{key}'{hint}"
+
+
+def _shipped_config_names(argv: list[str]) -> list[str]:
+  """--config=NAME of a shipped config -> its file (installed configs need no checkout)."""
+  out = []
+  for arg in argv:
+    name = arg.split("=", 1)[1] if arg.startswith("--config=") else None
+    path = config_path(name) if name else None
+    out.append(f"--config={path}" if path else arg)
+  return out
+
+
+sys.argv = _shipped_config_names(sys.argv)
+try:  # ml_collections applies the --config.* overrides while defining the flag
+  config_flags.DEFINE_config_file(
+      "config",
+      config_path("demo"),
+      "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
+      lock_config=True,
+  )
+except (AttributeError, KeyError) as e:
+  print(_unknown_config_field(e), file=sys.stderr)
+  sys.exit(2)
+
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics, generated data.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes (hosts) in the job.")
@@ -62,15 +91,5 @@ def main(argv) -> int:
   return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0
 
 
-def _shipped_config_names(argv: list[str]) -> list[str]:
-  """--config=NAME of a shipped config -> its file (installed configs need no checkout)."""
-  out = []
-  for arg in argv:
-    name = arg.split("=", 1)[1] if arg.startswith("--config=") else None
-    path = config_path(name) if name else None
-    out.append(f"--config={path}" if path else arg)
-  return out
-
-
 if __name__ == "__main__":
-  sys.exit(app.run(main, argv=_shipped_config_names(sys.argv)))
+  sys.exit(app.run(main))

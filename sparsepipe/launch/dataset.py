@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -30,7 +31,10 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
 
   With config.data.dir set, that dataset must exist. Otherwise process 0
   writes a synthetic dataset from config.synthetic and config.features
-  (once: an existing manifest is reused) while the others wait.
+  (once: an existing manifest is reused) while the others wait. Reused data
+  must have been generated with the same settings (seed, synthetic.*,
+  features): a changed setting is an error naming it, not a silent run on
+  the old data.
   """
   if config.data.dir:
     directory = os.path.abspath(config.data.dir)
@@ -55,4 +59,43 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
       )
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("sparsepipe:dataset_ready")
+  changed = synthetic_changes(data.read_manifest(directory), config)
+  if changed:
+    raise ValueError(
+        f"'{directory}' holds synthetic data generated with other settings ({'; '.join(changed)}):"
+        f" use a new --workdir, or delete '{directory}' to generate the data again"
+    )
   return directory
+
+
+def synthetic_changes(manifest: data.Manifest, config: Any) -> list[str]:
+  """The generation settings in which `manifest`'s data and `config` differ, as 'was X, now Y'."""
+  synth = config.synthetic
+  changes = []
+
+  def compare(name: str, old: Any, new: Any) -> None:
+    if old != new:
+      changes.append(f"{name} was {old}, the config says {new}")
+
+  compare("synthetic.num_examples", manifest.num_examples, int(synth.num_examples))
+  compare("synthetic.num_dense", manifest.schema.num_dense, int(synth.num_dense))
+  compare("synthetic.examples_per_record", manifest.examples_per_record,
+          int(synth.examples_per_record))
+  per_shard = int(synth.records_per_shard)
+  counts = [s.num_records for s in manifest.shards]
+  if any(c != per_shard for c in counts[:-1]) or counts[-1] > per_shard:
+    changes.append(
+        f"synthetic.records_per_shard: the shards hold {counts} records, the config says"
+        f" {per_shard}" if len(counts) <= 4 else
+        f"synthetic.records_per_shard was {counts[0]}, the config says {per_shard}")
+  info = manifest.info
+  if "seed" in info:
+    compare("seed", info["seed"], int(config.seed))
+  if "features" in info:
+    old = {f["name"]: f for f in info["features"]}
+    new = {f.name: dataclasses.asdict(f) for f in synthetic_features(config)}
+    compare("the feature names", sorted(old), sorted(new))
+    for name in sorted(old.keys() & new.keys()):
+      for key in sorted(old[name].keys() & new[name].keys()):
+        compare(f"features.{name}.{key}", old[name][key], new[name][key])
+  return changes
