@@ -61,3 +61,12 @@ def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
   assert (out.returncode, out.stderr) == (
       2, "error: --config.data.dirr: the config has no field 'dirr'; did you mean dir?\n")
   assert os.listdir(tmp_path) == []
+
+
+def test_launch_errors_are_one_line_and_shipped_configs_go_by_name(tmp_path):
+  out = _run("sparsepipe.launch", "--config=criteo", "--config.num_steps=0",
+             f"--workdir={tmp_path}")
+  assert (out.returncode, out.stdout, out.stderr) == (1, "", "error: num_steps=0 must be >= 1\n")
+  out = _run("sparsepipe.launch", "--config=criteo", "--config.num_steps=0",
+             f"--workdir={tmp_path}", "--verbose")
+  assert out.returncode == 1 and "Traceback" in out.stderr

@@ -24,9 +24,10 @@ from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECO
 flags.disclaim_key_flags()
 
 # What a command reports in one line instead of a traceback: bad input
-# (ValueError and its subclasses name the file, line, record or flag) and
-# file-system errors (missing input, existing output).
-USER_ERRORS = (ValueError, OSError)
+# (ValueError and its subclasses name the file, line, record or flag),
+# file-system errors (missing input, existing output) and a training run
+# that went non-finite (FloatingPointError).
+USER_ERRORS = (ValueError, OSError, FloatingPointError)
 
 
 def define_input_flag(help_text: str) -> None:
@@ -108,6 +109,8 @@ def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[s
 
 def exit_with_error(error: BaseException) -> None:
   """Prints `error: <message>` as one line on stderr and exits with status 1."""
-  message = " ".join(str(error).split()) or type(error).__name__
+  # Grain appends a note on its traceback filtering to errors it re-raises.
+  message = str(error).split("\n--------------------\n")[0]
+  message = " ".join(message.split()) or type(error).__name__
   print(f"error: {message}", file=sys.stderr, flush=True)
   sys.exit(1)

@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from sparsepipe.data import cli
 from sparsepipe.launch.configs import config_path
 
 
@@ -58,6 +59,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics,
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes (hosts) in the job.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_VERBOSE = flags.DEFINE_bool("verbose", False, "On an error, print the traceback, not just the message.")
 _AUTO = flags.DEFINE_bool("distributed_auto", False, "Let JAX detect the cluster (TPU pods).")
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices)."
@@ -75,7 +77,6 @@ def main(argv) -> int:
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import distributed  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch import NonFiniteLossError  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   started = distributed.initialize(
@@ -83,13 +84,10 @@ def main(argv) -> int:
   )
   try:
     result = train_and_evaluate(flags.FLAGS.config, _WORKDIR.value)
-  except NonFiniteLossError as e:
-    print(f"sparsepipe: error: {e}", file=sys.stderr)
-    return 1
   finally:
     distributed.shutdown(started)
   return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  sys.exit(app.run(cli.reports_errors(main)))
