@@ -12,7 +12,7 @@ import numpy as np
 
 
 class SparseDenseMatmulInput(NamedTuple):
-  """COO buffers per stack (see reference/coo_format.md for the layout)."""
+  """COO buffers per stack (see docs/coo_format.md for the layout)."""
 
   lhs_row_pointers: Mapping[str, np.ndarray]
   lhs_embedding_ids: Mapping[str, np.ndarray]

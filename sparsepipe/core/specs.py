@@ -136,7 +136,7 @@ COMBINERS = ("sum", "mean", "sqrtn")
 
 @dataclasses.dataclass(frozen=True)
 class FeatureIdTransformation:
-  """How a feature's ids map into its stacked table (coo_format.md)."""
+  """How a feature's ids map into its stacked table (docs/coo_format.md)."""
 
   row_offset: int = 0  # running sum of global batch sizes in the stack
   col_offset: int = 0  # row_offset_in_shard * N

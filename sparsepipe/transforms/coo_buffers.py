@@ -4,7 +4,7 @@ Entries arrive sorted by (q, p, e, sample) and merged, with the bounds of
 every partition (q, p). Statistics are taken before any dropping. Then
 partition (q, p) of SC q starts at q*seg + the aligned (multiple of 8) end
 of the partitions before it, its entries follow in order, and the rest of
-the buffers holds (INT_MAX, INT_MAX, NaN) (coo_format.md).
+the buffers holds (INT_MAX, INT_MAX, NaN) (docs/coo_format.md).
 
 When nothing is dropped the entries fill the buffers in order, so one
 boolean mask of the written slots (built by np.repeat from the partition
