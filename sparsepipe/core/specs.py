@@ -135,3 +135,15 @@ class FeatureSpec:
     """The stack this feature's table belongs to (its own name if unstacked)."""
     setting = self.table_spec.setting_in_stack
     return setting.stack_name if setting is not None else self.table_spec.name
+
+
+def with_default_id_transformation(feature: FeatureSpec) -> FeatureSpec:
+  """`feature`, its unset id transformation read as (0, 0, 0).
+
+  jax-tpu-embedding treats an unset transformation so; a stack whose
+  features then overlap or miss their columns is caught by the stricter
+  checks of preprocessing and of the embedding layout.
+  """
+  if feature.id_transformation is not None:
+    return feature
+  return dataclasses.replace(feature, id_transformation=FeatureIdTransformation())

@@ -159,10 +159,33 @@ def _as_float32(name: str, what: str, w: Any) -> np.ndarray:
   return w.astype(np.float32, copy=False)
 
 
+def _object_matrix(name: str, what: str, x: Any) -> Any:
+  """A 2-D object array of Python numbers as a numeric array; else `x`.
+
+  `np.array(rows, dtype=object)` of equal-length rows gives one; the
+  reference reads it as a dense [batch, k] feature, so do we.
+  """
+  if not (isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 2):
+    return x
+  try:
+    values = np.array(x.tolist())
+  except (ValueError, TypeError, OverflowError) as e:
+    raise _fail(name, f"{what} are a 2-D object array that is not numeric: {e}") from None
+  if values.shape != x.shape:
+    raise _fail(
+        name,
+        f"{what} are a 2-D object array of shape {x.shape} whose elements are"
+        " not numbers",
+    )
+  return values
+
+
 def normalize_feature(name: str, feature: Any, weights: Any = None) -> FeatureInput:
   """Converts one feature (and its weights) to a FeatureInput, checked."""
   if isinstance(feature, ragged_lib.RaggedBatch):
     return _from_ragged_batch(name, feature, weights)
+  feature = _object_matrix(name, "ids", feature)
+  weights = _object_matrix(name, "weights", weights)
   if _is_rows(feature):
     values, lengths = _rows_to_flat(name, "ids", feature, "iu")
     w = None

@@ -169,7 +169,11 @@ def prepare_feature_specs_for_training(
         stacked_table_spec=stacked,
     )
 
+  transformations = _missing_transformations(leaves, num_sc)
+
   def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
+    if f.name in transformations:
+      return dataclasses.replace(f, id_transformation=transformations[f.name])
     if f.name not in row_offsets:
       return f
     return dataclasses.replace(
@@ -181,6 +185,43 @@ def prepare_feature_specs_for_training(
     )
 
   return _replace_features(feature_specs, update)
+
+
+def _missing_transformations(
+    leaves: Sequence[specs_lib.FeatureSpec], num_sc: int
+) -> dict[str, specs_lib.FeatureIdTransformation]:
+  """Id transformations of stacked tables' features built without one.
+
+  Specs may come with their table's stack settings but no transformation
+  (e.g. built by hand from saved settings). When no feature of a stack has
+  one, they are derived as stack_tables would: row offsets are running sums
+  of batch sizes in leaf order, columns follow the table's setting. A stack
+  where only some features have one is ambiguous and an error.
+  """
+  by_stack: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
+  for f in leaves:
+    if _is_stacked(f.table_spec):
+      by_stack[f.table_spec.stacked_table_spec.stack_name].append(f)
+  out: dict[str, specs_lib.FeatureIdTransformation] = {}
+  for stack, features in by_stack.items():
+    missing = [f.name for f in features if f.id_transformation is None]
+    if not missing:
+      continue
+    if len(missing) < len(features):
+      given = next(f.name for f in features if f.id_transformation is not None)
+      raise errors.StackingError(
+          f"stack '{stack}': features {missing} have no id_transformation but"
+          f" feature '{given}' has one; set all or none of them")
+    offset = 0
+    for f in features:
+      setting = f.table_spec.setting_in_stack
+      out[f.name] = specs_lib.FeatureIdTransformation(
+          row_offset=offset,
+          col_offset=setting.row_offset_in_shard * num_sc,
+          col_shift=setting.shard_rotation,
+      )
+      offset += _batch(f)
+  return out
 
 
 def stack_name_for(

@@ -247,6 +247,8 @@ def stack_and_shard_feature_tables(
 ) -> dict[str, np.ndarray]:
   """{stack: stacked numpy table} of {table: logical table}; zero padding.
 
+  Tables are placed by row_offset_in_shard (the reference concatenates them
+  in the order of `table_specs`, which misplaces them when that differs).
   `delete_input` is accepted for the reference's signature; host arrays are
   freed by the caller dropping them.
   """
@@ -255,7 +257,7 @@ def stack_and_shard_feature_tables(
   for stack in embedding_specs.stacked_table_specs:
     n, dim = stack.num_sparsecores, stack.stack_embedding_dim
     blocks = []
-    for table in stack.table_specs:
+    for table in sorted(stack.table_specs, key=lambda t: t.row_offset_in_shard):
       if table.table_name not in feature_tables:
         raise ValueError(
             f"stack '{stack.stack_name}': table '{table.table_name}' is not in"

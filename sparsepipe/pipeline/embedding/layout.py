@@ -25,6 +25,7 @@ import numpy as np
 from sparsepipe.core.specs import FeatureSpec
 from sparsepipe.core.specs import StackedTableSpec
 from sparsepipe.core.specs import TableSpec
+from sparsepipe.core.specs import with_default_id_transformation
 from sparsepipe.core.rounding import round_up
 from sparsepipe.transforms.table_export import compute_physical_row_ids
 from sparsepipe.transforms.table_export import mod_shard
@@ -101,7 +102,6 @@ def _prepared(feature: FeatureSpec) -> None:
       for name, value in (
           ("table_spec.setting_in_stack", table.setting_in_stack),
           ("table_spec.stacked_table_spec", table.stacked_table_spec),
-          ("id_transformation", feature.id_transformation),
       )
       if value is None
   ]
@@ -258,6 +258,7 @@ def stack_layouts(
           f"feature_specs leaf {feature!r} is not a FeatureSpec"
       )
     _prepared(feature)
+    feature = with_default_id_transformation(feature)
     table = feature.table_spec
     stack = table.stacked_table_spec
     name = stack.stack_name
