@@ -74,6 +74,22 @@ def test_object_arrays_batch_number_and_result_properties():
         getattr(got, field)["t"], getattr(want.sparse_dense_matmul_input, field)["t"])
   np.testing.assert_array_equal(
       stats.max_ids_per_partition["t"], want_stats.max_ids_per_partition["t"])
+  # Ragged rows that are object arrays of Python ints (the reference
+  # misreads them; we convert them).
+  rows = np.empty(4, object)
+  for i, row in enumerate(ids.tolist()):
+    rows[i] = np.array(row, dtype=object)
+  ragged, _ = T.preprocess_sparse_dense_matmul_input(
+      {"f": rows}, None, specs, 1, 1, num_sc_per_device=2)
+  dense, _ = T.preprocess_sparse_dense_matmul_input(
+      {"f": ids}, None, specs, 1, 1, num_sc_per_device=2)
+  for a, b in zip(ragged.sparse_dense_matmul_input, dense.sparse_dense_matmul_input):
+    np.testing.assert_array_equal(a["t"], b["t"])
+  rows[1] = np.array([None, 2], dtype=object)
+  with pytest.raises(T.PreprocessingError, match=re.escape(
+      "feature 'f': ids row 1 has dtype object, expected integer")):
+    T.preprocess_sparse_dense_matmul_input(
+        {"f": rows}, None, specs, 1, 1, num_sc_per_device=2)
   with pytest.raises(T.PreprocessingError, match=re.escape(
       "feature 'f': ids have dtype float64, expected integer")):
     T.preprocess_sparse_dense_matmul_input(

@@ -82,6 +82,8 @@ def _rows_slow(
   lengths = np.empty(len(rows), np.int64)
   for i, row in enumerate(rows):
     arr = np.asarray(row)
+    if arr.dtype == object and arr.ndim == 1:  # a row of Python numbers
+      arr = _object_row(arr)
     if arr.ndim != 1:
       raise _fail(name, f"{what} row {i} has shape {arr.shape}, expected 1-D")
     if arr.size and arr.dtype.kind not in kinds:
@@ -95,6 +97,15 @@ def _rows_slow(
   if not arrays:
     return np.zeros(0, dtype or np.int64), lengths
   return _concat_rows(arrays, dtype), lengths
+
+
+def _object_row(arr: np.ndarray) -> np.ndarray:
+  """A 1-D object row of Python numbers as a numeric array (the reference
+  misreads such rows); anything else is left to the row checks."""
+  try:
+    return np.array(arr.tolist())
+  except (ValueError, TypeError, OverflowError):
+    return arr
 
 
 def _row_lengths(rows: list) -> np.ndarray:
