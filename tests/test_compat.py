@@ -158,11 +158,11 @@ def test_table_helpers_exact():
 
 
 def test_table_helpers_match_reference():
-  pytest.importorskip("jax_tpu_embedding")
+  nn = "jax_tpu_embedding.sparsecore.lib.nn."
+  embedding = pytest.importorskip(nn + "embedding")
+  embedding_spec = pytest.importorskip(nn + "embedding_spec")
+  table_stacking = pytest.importorskip(nn + "table_stacking")
   import jax  # pylint: disable=g-import-not-at-top
-  from jax_tpu_embedding.sparsecore.lib.nn import embedding  # pylint: disable=g-import-not-at-top
-  from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec  # pylint: disable=g-import-not-at-top
-  from jax_tpu_embedding.sparsecore.lib.nn import table_stacking  # pylint: disable=g-import-not-at-top
 
   opt = embedding_spec.SGDOptimizerSpec()
   ref_tables = {
