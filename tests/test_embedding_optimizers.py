@@ -9,6 +9,7 @@ checked exactly, and against jax-tpu-embedding when it is installed.
 
 import functools
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -192,6 +193,19 @@ def test_hyperparameters_and_names():
   assert (float(b1), float(b2)) == (np.float32(0.9), np.float32(0.999))
   with pytest.raises(ValueError, match="rms_clip_threshold=1.0 is not supported"):
     core.LaPropOptimizerSpec(rms_clip_threshold=1.0)
+
+
+def test_array_hyperparameters_and_named_slots():
+  spec = core.AdamOptimizerSpec(jnp.float32(0.5), beta_1=np.float64(0.75))
+  assert (spec.learning_rate, spec.beta_1) == (0.5, 0.75)
+  assert hash(spec) == hash(core.AdamOptimizerSpec(0.5, beta_1=0.75))
+  with pytest.raises(ValueError, match=re.escape(
+      "AdamOptimizerSpec: learning_rate must be a scalar, got shape (2,)")):
+    core.AdamOptimizerSpec(np.ones(2))
+  slots = core.FTRLOptimizerSpec(initial_accumulator_value=0.3).slot_variables_initializers()
+  assert slots._fields == ("accumulator", "linear")
+  assert slots.accumulator == core.ConstantInitializer(0.3)
+  assert core.SGDOptimizerSpec().slot_variables_initializers() == ()
 
 
 def test_learning_rate_forms():

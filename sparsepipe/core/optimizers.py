@@ -15,13 +15,16 @@ the launcher's list).
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
+import functools
 import inspect
 import math
 from typing import Any, Callable, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from sparsepipe.core.initializers import ConstantInitializer
 
@@ -64,11 +67,31 @@ def _one_minus_power(beta: float, t: Any) -> jax.Array:
   return -jnp.expm1(_f32(t) * math.log(beta))
 
 
+@functools.lru_cache(maxsize=None)
+def _slot_tuple(class_name: str, names: tuple[str, ...]) -> type:
+  """The namedtuple type of an optimizer's slots (like the reference's)."""
+  return collections.namedtuple(class_name, names)
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerSpec(abc.ABC):
-  """Base of the embedding optimizer specs (frozen, hashable)."""
+  """Base of the embedding optimizer specs (frozen, hashable).
+
+  Scalar numpy or jax values given for hyperparameters (the reference
+  accepts jax arrays) are stored as Python numbers, so specs stay hashable.
+  """
 
   learning_rate: LearningRate = 0.001
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+        if np.ndim(value) != 0:
+          raise ValueError(
+              f"{type(self).__name__}: {field.name} must be a scalar, got"
+              f" shape {np.shape(value)}")
+        object.__setattr__(self, field.name, np.asarray(value).item())
 
   def get_learning_rate(self, step: Any = None) -> jax.Array:
     """The learning rate (float32) at `step`; a schedule needs the step."""
@@ -99,8 +122,10 @@ class OptimizerSpec(abc.ABC):
     return tuple(ConstantInitializer(v) for v in self.slot_defaults().values())
 
   def slot_variables_initializers(self) -> tuple[ConstantInitializer, ...]:
-    """The reference's name for `slot_initializers`."""
-    return self.slot_initializers()
+    """`slot_initializers` as a namedtuple by slot name, as the reference."""
+    names = self.slot_names()
+    slot_type = _slot_tuple(type(self).__name__ + "Slots", names)
+    return slot_type(*self.slot_initializers())
 
   def slot_variables_count(self) -> int:
     return len(self.slot_defaults())
@@ -308,6 +333,7 @@ class LaPropOptimizerSpec(OptimizerSpec):
   initial_slot_value: float = 0.0
 
   def __post_init__(self):
+    super().__post_init__()
     if self.rms_clip_threshold is not None:
       raise ValueError(
           f"LaPropOptimizerSpec: rms_clip_threshold={self.rms_clip_threshold}"
