@@ -7,6 +7,7 @@ the table-stacking helpers (exact values, and the reference's own results
 when it is installed).
 """
 
+import dataclasses
 import re
 
 import numpy as np
@@ -42,6 +43,13 @@ def test_prepare_fills_missing_id_transformations():
       "stack 'a_b': features ['fb'] have no id_transformation but feature"
       " 'fa' has one; set all or none of them")):
     T.prepare_feature_specs_for_training(half, 1, 2)
+  table = stacked["fa"].table_spec
+  no_setting = core.FeatureSpec(
+      "fa", dataclasses.replace(table, setting_in_stack=None), (8, 2), (8, 8))
+  with pytest.raises(T.StackingError, match=re.escape(
+      "table 'a' has the StackedTableSpec of stack 'a_b' but no"
+      " setting_in_stack; give both or neither")):
+    T.prepare_feature_specs_for_training({"fa": no_setting}, 1, 2)
 
 
 def test_unset_id_transformation_reads_as_zero():

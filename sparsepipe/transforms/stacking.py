@@ -200,8 +200,14 @@ def _missing_transformations(
   """
   by_stack: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
   for f in leaves:
-    if _is_stacked(f.table_spec):
-      by_stack[f.table_spec.stacked_table_spec.stack_name].append(f)
+    if not _is_stacked(f.table_spec):
+      continue
+    stack = f.table_spec.stacked_table_spec.stack_name
+    if f.table_spec.setting_in_stack is None:
+      raise errors.StackingError(
+          f"table '{f.table_spec.name}' has the StackedTableSpec of stack"
+          f" '{stack}' but no setting_in_stack; give both or neither")
+    by_stack[stack].append(f)
   out: dict[str, specs_lib.FeatureIdTransformation] = {}
   for stack, features in by_stack.items():
     missing = [f.name for f in features if f.id_transformation is None]
