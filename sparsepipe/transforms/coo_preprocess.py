@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import jax
 from absl import logging
+import jax
 
 from sparsepipe.transforms import coo_inputs
 from sparsepipe.transforms import coo_layout

@@ -14,9 +14,9 @@ import dataclasses
 import hashlib
 from typing import Any, Callable, Mapping, Sequence
 
+from absl import logging
 import jax
 import numpy as np
-from absl import logging
 
 from sparsepipe.transforms import coo_layout
 from sparsepipe.transforms import errors
