@@ -45,15 +45,16 @@ def mesh_of(count):
 
 
 def feature_specs(devices):
-  """t_a and t_b in one stack (offsets and rotation depend on N), t_c alone
-  (128 padded rows on 8 and on 4 devices: same shape, other layout)."""
+  """t_a and t_b in one stack (offsets and rotation depend on N; dims 8 and
+  12, both padded to 16), t_c alone (128 padded rows on 8 and on 4 devices:
+  same shape, other layout)."""
   opt = AdagradOptimizerSpec(learning_rate=0.1, initial_accumulator_value=0.5)
   a = TableSpec("t_a", vocabulary_size=100, embedding_dim=8, optimizer=opt)
-  b = TableSpec("t_b", vocabulary_size=40, embedding_dim=8, optimizer=opt)
+  b = TableSpec("t_b", vocabulary_size=40, embedding_dim=12, optimizer=opt)
   c = TableSpec("t_c", vocabulary_size=100, embedding_dim=4, optimizer=opt)
   specs = {
       "f_a": FeatureSpec("f_a", a, (32, 1), (32, 8)),
-      "f_b": FeatureSpec("f_b", b, (32, 1), (32, 8)),
+      "f_b": FeatureSpec("f_b", b, (32, 1), (32, 12)),
       "f_c": FeatureSpec("f_c", c, (32, 1), (32, 4)),
   }
   specs = stack_tables(specs, ["t_a", "t_b"], devices, S, stack_name="ab")

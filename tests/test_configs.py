@@ -64,7 +64,9 @@ def test_zero_limits_mean_the_worst_case_of_the_batch():
     "field, value, message",
     [
         ("stacking", "some", r"stacking='some' is not 'auto' or 'none'"),
-        ("embedding_optimizer.name", "ftrl", r"embedding_optimizer.name='ftrl' is not one of \['adagrad', 'adam', 'sgd'\]"),
+        ("embedding_optimizer.name", "rmsprop",
+         r"embedding_optimizer.name='rmsprop' is not one of \['adagrad',"
+         r" 'adagrad_momentum', 'adam', 'ftrl', 'laprop', 'sgd'\]"),
     ],
 )
 def test_bad_config_values_are_named(field, value, message):

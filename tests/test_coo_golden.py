@@ -45,6 +45,7 @@ _SORT_PATHS = {
     "dropping_stacked_sqrtn": ["position_uint32"],
     "feature_stacking_sum": ["global_uint32"],
     "mean_single": ["per_sc_uint32"],
+    "mixed_dims": ["position_uint32"],
     "sqrtn_dense_weighted": ["position_uint32"],
     "stack_rotation_multihost": ["position_uint32"],
     "wide_narrow": ["per_sc_narrow"],

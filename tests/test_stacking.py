@@ -85,8 +85,6 @@ def test_stack_tables_offsets_rotation_and_limits():
 @pytest.mark.parametrize("tables,message", [
     ((_table("a"), _table("b", combiner="mean")),
      "stack 'a_b': tables 'a' and 'b' have different combiners ('sum' vs 'mean')"),
-    ((_table("a", dim=8), _table("b", dim=9)),
-     "stack 'a_b': tables 'a' and 'b' have different padded embedding dims (8 vs 16)"),
     ((_table("a"), _table("b", optimizer=core.AdagradOptimizerSpec())),
      "stack 'a_b': tables 'a' and 'b' have different optimizers"),
 ])

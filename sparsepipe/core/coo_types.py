@@ -6,9 +6,12 @@ exchanged with it. Every mapping is keyed by stack name.
 
 from __future__ import annotations
 
+import types
 from typing import Mapping, NamedTuple
 
 import numpy as np
+
+_EMPTY: Mapping = types.MappingProxyType({})
 
 
 class SparseDenseMatmulInput(NamedTuple):
@@ -21,9 +24,28 @@ class SparseDenseMatmulInput(NamedTuple):
 
 
 class PreprocessedInput(NamedTuple):
-  """What preprocessing returns (the reference wraps the same one field)."""
+  """What preprocessing returns (the reference wraps the same one field).
+
+  The lhs_* properties forward to the buffers, as the reference's do.
+  """
 
   sparse_dense_matmul_input: SparseDenseMatmulInput
+
+  @property
+  def lhs_row_pointers(self) -> Mapping[str, np.ndarray]:
+    return self.sparse_dense_matmul_input.lhs_row_pointers
+
+  @property
+  def lhs_embedding_ids(self) -> Mapping[str, np.ndarray]:
+    return self.sparse_dense_matmul_input.lhs_embedding_ids
+
+  @property
+  def lhs_sample_ids(self) -> Mapping[str, np.ndarray]:
+    return self.sparse_dense_matmul_input.lhs_sample_ids
+
+  @property
+  def lhs_gains(self) -> Mapping[str, np.ndarray]:
+    return self.sparse_dense_matmul_input.lhs_gains
 
 
 class SparseDenseMatmulInputStats(NamedTuple):
@@ -34,9 +56,12 @@ class SparseDenseMatmulInputStats(NamedTuple):
     max_unique_ids_per_partition: shape (L*N,).
     required_buffer_size_per_sc: shape (L*S,), index d*S+s.
     id_drop_counters: dropped entries on this host, per stack (int).
+
+  The last two default to empty (read-only) mappings, so statistics can be
+  built from the first two alone, as with the reference.
   """
 
   max_ids_per_partition: Mapping[str, np.ndarray]
   max_unique_ids_per_partition: Mapping[str, np.ndarray]
-  required_buffer_size_per_sc: Mapping[str, np.ndarray]
-  id_drop_counters: Mapping[str, int]
+  required_buffer_size_per_sc: Mapping[str, np.ndarray] = _EMPTY
+  id_drop_counters: Mapping[str, int] = _EMPTY

@@ -4,127 +4,32 @@ The names mirror jax-tpu-embedding's `embedding_spec` so users can switch,
 but every spec here is a frozen dataclass: specs are static arguments of the
 jitted step, so a change of limits (FDO) must produce a *new* spec (and a
 recompile), never mutate one in place. The stacking functions in
-`stacking.py` return updated copies.
+`stacking.py` return updated copies. Initializers and embedding optimizers
+live in initializers.py and optimizers.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import numpy as np
 
-# A learning rate is a float or a schedule `step -> float` (e.g. an optax
-# schedule). Schedules are compared by identity, which keeps specs hashable.
-LearningRate = Union[float, Callable[[Any], Any]]
+from sparsepipe.core.initializers import TruncatedNormalInitializer
+from sparsepipe.core.optimizers import OptimizerSpec
+from sparsepipe.core.optimizers import SGDOptimizerSpec
+
+# Re-exported: these names were defined here before they got their own modules.
+from sparsepipe.core.initializers import ConstantInitializer  # noqa: F401
+from sparsepipe.core.initializers import UniformInitializer  # noqa: F401
+from sparsepipe.core.optimizers import AdagradOptimizerSpec  # noqa: F401
+from sparsepipe.core.optimizers import AdamOptimizerSpec  # noqa: F401
+from sparsepipe.core.optimizers import LearningRate  # noqa: F401
 
 
 def _as_shape(value: Any) -> tuple[int, ...]:
   return tuple(int(v) for v in value)
 
-
-# ----------------------------------------------------------------------------
-# Initializers: small frozen dataclasses (hashable, printable, JSON-describable)
-# with the jax initializer signature `(key, shape, dtype) -> array`.
-# ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class TruncatedNormalInitializer:
-  """Truncated normal in [-2, 2] standard deviations, scaled by `stddev`."""
-
-  stddev: float = 0.05
-
-  def __call__(self, key, shape, dtype=np.float32):
-    import jax  # pylint: disable=g-import-not-at-top
-
-    return self.stddev * jax.random.truncated_normal(key, -2.0, 2.0, shape, dtype)
-
-
-@dataclasses.dataclass(frozen=True)
-class UniformInitializer:
-  """Uniform in [-scale, scale)."""
-
-  scale: float = 0.05
-
-  def __call__(self, key, shape, dtype=np.float32):
-    import jax  # pylint: disable=g-import-not-at-top
-
-    return jax.random.uniform(key, shape, dtype, -self.scale, self.scale)
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstantInitializer:
-  """Every element equal to `value` (optimizer slots, tests)."""
-
-  value: float = 0.0
-
-  def __call__(self, key, shape, dtype=np.float32):
-    del key
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-    return jnp.full(shape, self.value, dtype)
-
-
-# ----------------------------------------------------------------------------
-# Embedding optimizers: data only. The update kernels live in
-# sparsepipe.pipeline and dispatch on the spec's type.
-# ----------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SGDOptimizerSpec:
-  """Plain SGD on the touched rows: w -= lr * g."""
-
-  learning_rate: LearningRate = 0.001
-
-  def slot_names(self) -> tuple[str, ...]:
-    return ()
-
-  def slot_initializers(self) -> tuple[ConstantInitializer, ...]:
-    return ()
-
-  def short_name(self) -> str:
-    return "sgd"
-
-
-@dataclasses.dataclass(frozen=True)
-class AdagradOptimizerSpec:
-  """Adagrad with a per-element accumulator slot."""
-
-  learning_rate: LearningRate = 0.001
-  initial_accumulator_value: float = 0.1
-
-  def slot_names(self) -> tuple[str, ...]:
-    return ("accumulator",)
-
-  def slot_initializers(self) -> tuple[ConstantInitializer, ...]:
-    return (ConstantInitializer(self.initial_accumulator_value),)
-
-  def short_name(self) -> str:
-    return "adagrad"
-
-
-@dataclasses.dataclass(frozen=True)
-class AdamOptimizerSpec:
-  """Adam with per-element momentum and velocity slots (lazy: touched rows)."""
-
-  learning_rate: LearningRate = 0.001
-  beta_1: float = 0.9
-  beta_2: float = 0.999
-  epsilon: float = 1e-8
-
-  def slot_names(self) -> tuple[str, ...]:
-    return ("momentum", "velocity")
-
-  def slot_initializers(self) -> tuple[ConstantInitializer, ...]:
-    return (ConstantInitializer(0.0), ConstantInitializer(0.0))
-
-  def short_name(self) -> str:
-    return "adam"
-
-
-OptimizerSpec = Union[SGDOptimizerSpec, AdagradOptimizerSpec, AdamOptimizerSpec]
 
 COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -230,3 +135,15 @@ class FeatureSpec:
     """The stack this feature's table belongs to (its own name if unstacked)."""
     setting = self.table_spec.setting_in_stack
     return setting.stack_name if setting is not None else self.table_spec.name
+
+
+def with_default_id_transformation(feature: FeatureSpec) -> FeatureSpec:
+  """`feature`, its unset id transformation read as (0, 0, 0).
+
+  jax-tpu-embedding treats an unset transformation so; a stack whose
+  features then overlap or miss their columns is caught by the stricter
+  checks of preprocessing and of the embedding layout.
+  """
+  if feature.id_transformation is not None:
+    return feature
+  return dataclasses.replace(feature, id_transformation=FeatureIdTransformation())

@@ -23,8 +23,9 @@ their job needs; every field can be overridden on the command line
   features: one entry per sparse feature: vocab_size, min_ids/max_ids per
     example, zipf_exponent (generated data), combiner (sum, mean, sqrtn).
   model: embedding_dim (shared by all tables) and the DLRM MLP widths.
-  dense_optimizer / embedding_optimizer: name (sgd, adagrad, adam) and
-    learning rate. The dense state is ZeRO-sharded.
+  dense_optimizer / embedding_optimizer: name (dense: sgd, adagrad, adam;
+    embedding: also adagrad_momentum, ftrl, laprop, with their default
+    hyperparameters) and learning rate. The dense state is ZeRO-sharded.
   stacking: "auto" stacks compatible tables into one physical table,
     "none" keeps one per feature.
   limits: COO limits per table before FDO tunes them; 0 means the worst

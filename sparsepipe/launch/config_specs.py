@@ -16,6 +16,9 @@ _EMBEDDING_OPTIMIZERS = {
     "sgd": core.SGDOptimizerSpec,
     "adagrad": core.AdagradOptimizerSpec,
     "adam": core.AdamOptimizerSpec,
+    "adagrad_momentum": core.AdagradMomentumOptimizerSpec,
+    "ftrl": core.FTRLOptimizerSpec,
+    "laprop": core.LaPropOptimizerSpec,
 }
 _DENSE_OPTIMIZERS = {"sgd": optax.sgd, "adagrad": optax.adagrad, "adam": optax.adam}
 

@@ -82,6 +82,8 @@ def _rows_slow(
   lengths = np.empty(len(rows), np.int64)
   for i, row in enumerate(rows):
     arr = np.asarray(row)
+    if arr.dtype == object and arr.ndim == 1:  # a row of Python numbers
+      arr = _object_row(arr)
     if arr.ndim != 1:
       raise _fail(name, f"{what} row {i} has shape {arr.shape}, expected 1-D")
     if arr.size and arr.dtype.kind not in kinds:
@@ -95,6 +97,15 @@ def _rows_slow(
   if not arrays:
     return np.zeros(0, dtype or np.int64), lengths
   return _concat_rows(arrays, dtype), lengths
+
+
+def _object_row(arr: np.ndarray) -> np.ndarray:
+  """A 1-D object row of Python numbers as a numeric array (the reference
+  misreads such rows); anything else is left to the row checks."""
+  try:
+    return np.array(arr.tolist())
+  except (ValueError, TypeError, OverflowError):
+    return arr
 
 
 def _row_lengths(rows: list) -> np.ndarray:
@@ -159,10 +170,33 @@ def _as_float32(name: str, what: str, w: Any) -> np.ndarray:
   return w.astype(np.float32, copy=False)
 
 
+def _object_matrix(name: str, what: str, x: Any) -> Any:
+  """A 2-D object array of Python numbers as a numeric array; else `x`.
+
+  `np.array(rows, dtype=object)` of equal-length rows gives one; the
+  reference reads it as a dense [batch, k] feature, so do we.
+  """
+  if not (isinstance(x, np.ndarray) and x.dtype == object and x.ndim == 2):
+    return x
+  try:
+    values = np.array(x.tolist())
+  except (ValueError, TypeError, OverflowError) as e:
+    raise _fail(name, f"{what} are a 2-D object array that is not numeric: {e}") from None
+  if values.shape != x.shape:
+    raise _fail(
+        name,
+        f"{what} are a 2-D object array of shape {x.shape} whose elements are"
+        " not numbers",
+    )
+  return values
+
+
 def normalize_feature(name: str, feature: Any, weights: Any = None) -> FeatureInput:
   """Converts one feature (and its weights) to a FeatureInput, checked."""
   if isinstance(feature, ragged_lib.RaggedBatch):
     return _from_ragged_batch(name, feature, weights)
+  feature = _object_matrix(name, "ids", feature)
+  weights = _object_matrix(name, "weights", weights)
   if _is_rows(feature):
     values, lengths = _rows_to_flat(name, "ids", feature, "iu")
     w = None

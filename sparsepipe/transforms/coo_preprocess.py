@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from absl import logging
 import jax
 
 from sparsepipe.transforms import coo_inputs
@@ -28,7 +29,7 @@ def _flatten_specs(
 ) -> tuple[list[specs_lib.FeatureSpec], Any]:
   leaves, treedef = jax.tree_util.tree_flatten(feature_specs)
   seen = set()
-  for spec in leaves:
+  for i, spec in enumerate(leaves):
     if not isinstance(spec, specs_lib.FeatureSpec):
       raise errors.PreprocessingError(
           f"feature_specs leaves must be FeatureSpec, got {type(spec).__name__}"
@@ -40,12 +41,12 @@ def _flatten_specs(
     if (
         table.stacked_table_spec is None
         or table.setting_in_stack is None
-        or spec.id_transformation is None
     ):
       raise errors.PreprocessingError(
           f"feature '{spec.name}' (table '{table.name}') is not prepared: call"
           " prepare_feature_specs_for_training (or stack_tables) first"
       )
+    leaves[i] = specs_lib.with_default_id_transformation(spec)
   return leaves, treedef
 
 
@@ -105,7 +106,9 @@ def _run(
     geo: coo_layout.Geometry,
     has_leading_dimension: bool,
     allow_id_dropping: bool,
+    batch_number: int,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
+  logging.vlog(1, "preprocessing batch %d: %d features", batch_number, len(specs))
   row_pointers, embedding_ids, sample_ids, gains = {}, {}, {}, {}
   max_ids, max_unique, required, drops = {}, {}, {}, {}
   for name, (stacked, members) in _group_by_stack(specs, inputs).items():
@@ -154,6 +157,7 @@ def preprocess_sparse_dense_matmul_input(
     sharding_strategy: str = "MOD",
     has_leading_dimension: bool = False,
     allow_id_dropping: bool = False,
+    batch_number: int = 0,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
   """Turns this host's sparse features into per-stack COO buffers.
 
@@ -171,6 +175,7 @@ def preprocess_sparse_dense_matmul_input(
     has_leading_dimension: shapes (L, ...) instead of flat (L*...,).
     allow_id_dropping: drop ids over the limits (counted in the statistics)
       instead of raising LimitExceededError.
+    batch_number: the batch's number, for logging (as in the reference).
 
   Returns:
     (PreprocessedInput, SparseDenseMatmulInputStats), keyed by stack name.
@@ -188,7 +193,8 @@ def preprocess_sparse_dense_matmul_input(
       coo_inputs.normalize_feature(spec.name, x, w)
       for spec, x, w in zip(specs, leaves, weight_leaves)
   ]
-  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping)
+  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping,
+              batch_number)
 
 
 def preprocess_sparse_dense_matmul_input_from_sparse_tensor(
@@ -203,11 +209,12 @@ def preprocess_sparse_dense_matmul_input_from_sparse_tensor(
     sharding_strategy: str = "MOD",
     has_leading_dimension: bool = False,
     allow_id_dropping: bool = False,
+    batch_number: int = 0,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
   """Like preprocess_sparse_dense_matmul_input for sparse-tensor features.
 
   Each feature is (indices [n, 2] row-major, values [n], dense_shape [B, k]);
-  all weights are 1.0, as in the reference.
+  all weights are 1.0, as in the reference. `batch_number` is for logging.
   """
   specs, treedef = _flatten_specs(feature_specs)
   geo = _geometry(
@@ -220,4 +227,5 @@ def preprocess_sparse_dense_matmul_input_from_sparse_tensor(
       coo_inputs.from_sparse_tensor(spec.name, i, v, s)
       for spec, i, v, s in zip(specs, index_leaves, value_leaves, shape_leaves)
   ]
-  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping)
+  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping,
+              batch_number)

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 from typing import Any, Callable, Mapping, Sequence
 
+from absl import logging
 import jax
 import numpy as np
 
@@ -168,7 +169,11 @@ def prepare_feature_specs_for_training(
         stacked_table_spec=stacked,
     )
 
+  transformations = _missing_transformations(leaves, num_sc)
+
   def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
+    if f.name in transformations:
+      return dataclasses.replace(f, id_transformation=transformations[f.name])
     if f.name not in row_offsets:
       return f
     return dataclasses.replace(
@@ -180,6 +185,49 @@ def prepare_feature_specs_for_training(
     )
 
   return _replace_features(feature_specs, update)
+
+
+def _missing_transformations(
+    leaves: Sequence[specs_lib.FeatureSpec], num_sc: int
+) -> dict[str, specs_lib.FeatureIdTransformation]:
+  """Id transformations of stacked tables' features built without one.
+
+  Specs may come with their table's stack settings but no transformation
+  (e.g. built by hand from saved settings). When no feature of a stack has
+  one, they are derived as stack_tables would: row offsets are running sums
+  of batch sizes in leaf order, columns follow the table's setting. A stack
+  where only some features have one is ambiguous and an error.
+  """
+  by_stack: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
+  for f in leaves:
+    if not _is_stacked(f.table_spec):
+      continue
+    stack = f.table_spec.stacked_table_spec.stack_name
+    if f.table_spec.setting_in_stack is None:
+      raise errors.StackingError(
+          f"table '{f.table_spec.name}' has the StackedTableSpec of stack"
+          f" '{stack}' but no setting_in_stack; give both or neither")
+    by_stack[stack].append(f)
+  out: dict[str, specs_lib.FeatureIdTransformation] = {}
+  for stack, features in by_stack.items():
+    missing = [f.name for f in features if f.id_transformation is None]
+    if not missing:
+      continue
+    if len(missing) < len(features):
+      given = next(f.name for f in features if f.id_transformation is not None)
+      raise errors.StackingError(
+          f"stack '{stack}': features {missing} have no id_transformation but"
+          f" feature '{given}' has one; set all or none of them")
+    offset = 0
+    for f in features:
+      setting = f.table_spec.setting_in_stack
+      out[f.name] = specs_lib.FeatureIdTransformation(
+          row_offset=offset,
+          col_offset=setting.row_offset_in_shard * num_sc,
+          col_shift=setting.shard_rotation,
+      )
+      offset += _batch(f)
+  return out
 
 
 def stack_name_for(
@@ -205,6 +253,7 @@ def stack_tables(
     stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
     stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
     stack_name: str | None = None,
+    fail_on_excess_padding: bool = False,
 ) -> Nested:
   """Stacks the named tables into one physical table; returns new specs.
 
@@ -213,8 +262,11 @@ def stack_tables(
   mod N (rotation defaults to S). Features of these tables get row_offsets
   in pytree-leaf order. A single table keeps its own M and U; a stack of
   several gets the limits of the two callables (default 256), as in the
-  reference. The tables must share padded embedding dim (multiple of 8),
-  optimizer and combiner.
+  reference. The tables must share optimizer and combiner. Tables of
+  different padded embedding dims (multiples of 8) are all padded to the
+  largest: a warning reports the excess padding, an error with
+  `fail_on_excess_padding=True` (the reference's flag). Each feature still
+  gets activations of its own dim.
   """
   num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
   table_names = list(table_names)
@@ -224,6 +276,8 @@ def stack_tables(
   leaves = _leaves(feature_specs)
   tables = _tables(leaves)
   _verify_stack(stack_name, table_names, tables, leaves)
+  stack_dim = _stack_dim(stack_name, table_names, tables, num_sc,
+                         fail_on_excess_padding)
 
   rotation = int(num_sc_per_device if rotation is None else rotation)
   settings: dict[str, specs_lib.TableSettingInStack] = {}
@@ -235,7 +289,7 @@ def stack_tables(
     settings[name] = specs_lib.TableSettingInStack(
         stack_name=stack_name,
         padded_vocab_size=padded_vocab,
-        padded_embedding_dim=_padded_dim(table),
+        padded_embedding_dim=stack_dim,
         row_offset_in_shard=row_offset_in_shard,
         shard_rotation=(k * rotation) % num_sc,
     )
@@ -257,7 +311,7 @@ def stack_tables(
   stacked = specs_lib.StackedTableSpec(
       stack_name=stack_name,
       stack_vocab_size=sum(s.padded_vocab_size for s in settings.values()),
-      stack_embedding_dim=_padded_dim(first),
+      stack_embedding_dim=stack_dim,
       optimizer=first.optimizer,
       combiner=first.combiner,
       total_sample_count=sample_count,
@@ -315,7 +369,6 @@ def _verify_stack(
   for name in table_names[1:]:
     t = tables[name]
     for what, a, b in (
-        ("padded embedding dims", _padded_dim(first), _padded_dim(t)),
         ("optimizers", first.optimizer, t.optimizer),
         ("combiners", first.combiner, t.combiner),
     ):
@@ -323,6 +376,37 @@ def _verify_stack(
         raise errors.StackingError(
             f"stack '{stack_name}': tables '{first.name}' and '{name}' have"
             f" different {what} ({a!r} vs {b!r})")
+
+
+def _stack_dim(
+    stack_name: str,
+    table_names: Sequence[str],
+    tables: Mapping[str, specs_lib.TableSpec],
+    num_sc: int,
+    fail_on_excess_padding: bool,
+) -> int:
+  """The stack's embedding dim: the largest padded dim of its tables.
+
+  Narrower tables are padded up to it; the padding (values) is reported as
+  a warning, or raised as a StackingError if `fail_on_excess_padding`.
+  """
+  dims = {name: _padded_dim(tables[name]) for name in table_names}
+  stack_dim = max(dims.values())
+  excess = sum(
+      (stack_dim - dims[name]) * _padded_vocab(tables[name], num_sc)
+      for name in table_names
+  )
+  if excess:
+    message = (
+        f"stack '{stack_name}': tables {list(table_names)} have padded"
+        f" embedding dims {list(dims.values())}; padding them to {stack_dim}"
+        f" adds {excess} values. Stack tables of equal padded dims to save"
+        " memory"
+    )
+    if fail_on_excess_padding:
+      raise errors.StackingError(message)
+    logging.warning("%s", message)
+  return stack_dim
 
 
 def _stack_groups(

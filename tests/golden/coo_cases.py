@@ -61,9 +61,13 @@ def random_case(rng: np.random.Generator) -> dict:
   mode = str(rng.choice(["none", "explicit", "auto"]))
   groups = []
   if mode == "explicit":
+    # Half the explicit cases stack tables of different dims (padded to the
+    # largest, as the reference allows).
+    mixed_dims = bool(rng.random() < 0.5)
     by_key: dict = {}
     for t in tables:
-      by_key.setdefault((t["dim"], t["combiner"]), []).append(t["name"])
+      key = t["combiner"] if mixed_dims else (t["dim"], t["combiner"])
+      by_key.setdefault(key, []).append(t["name"])
     groups = [[str(x) for x in rng.permutation(v)] for v in by_key.values() if len(v) > 1]
   drop = bool(rng.random() < 0.4)
   # Without dropping the limits exceed any possible count (<= 4*8*5 ids/SC).

@@ -96,6 +96,16 @@ CASES = {
         2, 2, 4, [_table("t", 1000, "sum")],
         [_feature("z", "t", 16, 3, "ragged"), _feature("b", "t", 32, 7, "ragged")],
         skew=3.0, seed=7),
+    # Three tables of embedding dims 8, 24 and 12 stacked (padded to 24),
+    # two features on the widest, weighted sum.
+    "mixed_dims": _case(
+        2, 1, 2,
+        [_table("n", 40, "sum"), _table("w", 70, "sum", dim=24),
+         _table("m", 30, "sum", dim=12)],
+        [_feature("fn", "n", 8, 3, "ragged"), _feature("fw", "w", 8, 4, "dense"),
+         _feature("fm", "m", 16, 2, "list"), _feature("fw2", "w", 8, 2, "ragged")],
+        mode="explicit", groups=[["w", "n", "m"]], rotation=1, weighted=True,
+        skew=2.0, seed=21),
     # The sort-key width paths of coo_sort (key = q | p | e | low, see its
     # docstring). Vocabulary 2**30 with skew 8 spreads ids over all 30 bits
     # (the largest drawn id is >= 2**29, so e fills every bit of its field)

@@ -25,7 +25,11 @@ import numpy as np
 from sparsepipe.core.specs import FeatureSpec
 from sparsepipe.core.specs import StackedTableSpec
 from sparsepipe.core.specs import TableSpec
+from sparsepipe.core.specs import with_default_id_transformation
 from sparsepipe.core.rounding import round_up
+from sparsepipe.transforms.table_export import compute_physical_row_ids
+from sparsepipe.transforms.table_export import mod_shard
+from sparsepipe.transforms.table_export import mod_unshard
 
 
 class EmbeddingLayoutError(ValueError):
@@ -98,7 +102,6 @@ def _prepared(feature: FeatureSpec) -> None:
       for name, value in (
           ("table_spec.setting_in_stack", table.setting_in_stack),
           ("table_spec.stacked_table_spec", table.stacked_table_spec),
-          ("id_transformation", feature.id_transformation),
       )
       if value is None
   ]
@@ -255,6 +258,7 @@ def stack_layouts(
           f"feature_specs leaf {feature!r} is not a FeatureSpec"
       )
     _prepared(feature)
+    feature = with_default_id_transformation(feature)
     table = feature.table_spec
     stack = table.stacked_table_spec
     name = stack.stack_name
@@ -290,11 +294,10 @@ def physical_row_ids(
     raise EmbeddingLayoutError(
         f"stack '{layout.name}' has no table '{table_name}'"
     )
-  n = layout.num_sparsecores
   setting = table.setting_in_stack
-  ids = np.asarray(ids, np.int64)
-  partition = (ids % n + setting.shard_rotation) % n
-  return partition * layout.rows_per_sc + ids // n + setting.row_offset_in_shard
+  return compute_physical_row_ids(
+      layout.num_sparsecores, layout.vocab_size, setting.shard_rotation,
+      setting.row_offset_in_shard, np.asarray(ids, np.int64))
 
 
 def _xp(array: Any):
@@ -326,8 +329,7 @@ def logical_to_physical(
     )
 
     def place(x, setting=setting):
-      x = x.reshape(setting.padded_vocab_size // n, n, dim)
-      return xp.roll(x, setting.shard_rotation, axis=1).transpose(1, 0, 2)
+      return mod_shard(x, n, setting.shard_rotation)
 
     padded = xp.pad(values.astype(np.float32), pad)
     if row_sharding is not None:
@@ -351,14 +353,12 @@ def physical_to_logical(layout: StackLayout, physical: Any) -> dict[str, Any]:
         f"stack '{layout.name}': physical array has shape"
         f" {tuple(physical.shape)}, expected {expected}"
     )
-  xp = _xp(physical)
   blocks = physical.reshape(n, layout.rows_per_sc, dim)
   logical = {}
   for table in layout.tables:
     setting = table.setting_in_stack
     rows = setting.padded_vocab_size // n
     start = setting.row_offset_in_shard
-    x = xp.roll(blocks[:, start : start + rows], -setting.shard_rotation, 0)
-    x = x.transpose(1, 0, 2).reshape(setting.padded_vocab_size, dim)
+    x = mod_unshard(blocks[:, start : start + rows], setting.shard_rotation)
     logical[table.name] = x[: table.vocabulary_size, : table.embedding_dim]
   return logical
