@@ -19,7 +19,8 @@ their job needs; every field can be overridden on the command line
     records; skip and count corrupt records instead of failing; drop (and
     count) ids over the limits instead of failing.
   synthetic: the generated dataset: examples, dense width, examples packed
-    per record, records per shard.
+    per record, records per shard, and eval_examples: a held-out split of
+    that many examples from the same click model (0: none).
   features: one entry per sparse feature: vocab_size, min_ids/max_ids per
     example, zipf_exponent (generated data), combiner (sum, mean, sqrtn).
   model: embedding_dim (shared by all tables) and the DLRM MLP widths.
@@ -33,11 +34,17 @@ their job needs; every field can be overridden on the command line
   fdo.every_steps: batches between FDO retunes (0: never); the pipeline
     drains and the step recompiles at each. fdo.headroom: new limits are
     the observed maxima times this.
-  checkpoint: every_steps (pipeline steps; a segment of n batches takes
-    n + 2), keep (newest kept), async_save, verify_arrays (store a
-    fingerprint of every array so a garbled file is detected on restore;
-    one extra pass over the state while the loop waits, small on
-    accelerators, about 8% of a synchronous save on CPU).
+  pipelining: True (default) overlaps the lookup of batch i and the update
+    of batch i-2 with the dense step of batch i-1; False runs them in order
+    per batch (sequential mode: to debug, and to see what pipelining costs).
+  eval.data_dir: a held-out dataset with the train set's features (empty:
+    the generated eval split when synthetic.eval_examples > 0, else no
+    eval); eval.every_steps: batches between evals (0: only at the end; with
+    an eval set the job always evaluates at the end).
+  checkpoint: every_steps (checkpoint steps, i.e. pipeline steps: a segment
+    of n batches takes n + 2, see docs/pipeline_schedule.md), keep (newest
+    kept), async_save, verify_arrays (store a fingerprint of every array so a
+    garbled file is detected on restore).
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
   ))
   config.synthetic = ml_collections.ConfigDict(dict(
       num_examples=65536, num_dense=13, examples_per_record=1, records_per_shard=16384,
+      eval_examples=0,
   ))
   config.features = ml_collections.ConfigDict(dict(features))
   config.model = ml_collections.ConfigDict(dict(
@@ -81,6 +89,8 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
       max_ids_per_partition=0, max_unique_ids_per_partition=0,
   ))
   config.fdo = ml_collections.ConfigDict(dict(every_steps=0, headroom=1.5))
+  config.pipelining = True
+  config.eval = ml_collections.ConfigDict(dict(data_dir="", every_steps=0))
   config.checkpoint = ml_collections.ConfigDict(dict(
       every_steps=100, keep=3, async_save=True, verify_arrays=True,
   ))

@@ -60,18 +60,25 @@ def worst_case_ids_per_partition(
 
 
 def build_feature_specs(
-    config: Any, *, global_batch_size: int, global_device_count: int
+    config: Any,
+    *,
+    global_batch_size: int,
+    global_device_count: int,
+    worst_case_limits: bool = False,
 ) -> dict[str, core.FeatureSpec]:
   """Prepared (and, with config.stacking='auto', stacked) feature specs.
 
   One table per configured feature, all with model.embedding_dim, initial
-  limits from config.limits, 0 meaning the worst case (FDO tunes them later).
+  limits from config.limits, 0 meaning the worst case (FDO tunes them later);
+  `worst_case_limits` ignores config.limits (the eval step: any batch fits).
+  The table layout does not depend on the limits.
   """
   num_sc = int(config.num_sc_per_device)
   dim = int(config.model.embedding_dim)
   worst = worst_case_ids_per_partition(config, global_batch_size, global_device_count)
-  max_ids = int(config.limits.max_ids_per_partition) or worst
-  max_unique = int(config.limits.max_unique_ids_per_partition) or worst
+  limits = config.limits
+  max_ids = (not worst_case_limits and int(limits.max_ids_per_partition)) or worst
+  max_unique = (not worst_case_limits and int(limits.max_unique_ids_per_partition)) or worst
   optimizer = embedding_optimizer_spec(config)
   specs = {}
   for name, feature in config.features.items():

@@ -46,12 +46,15 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
       data.read_manifest(directory)
     except data.ManifestError:
       synth = config.synthetic
+      eval_examples = int(synth.eval_examples)
       data.write_synthetic(
           directory,
           synthetic_features(config),
           num_examples=int(synth.num_examples),
           num_dense=int(synth.num_dense),
           seed=int(config.seed),
+          eval_output=_generated_eval_dir(workdir) if eval_examples else None,
+          eval_examples=eval_examples or None,
           examples_per_record=int(synth.examples_per_record),
           max_records_per_shard=int(synth.records_per_shard),
           overwrite=True,
@@ -66,6 +69,22 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
         f" use a new --workdir, or delete '{directory}' to generate the data again"
     )
   return directory
+
+
+def _generated_eval_dir(workdir: str) -> str:
+  return os.path.join(workdir, "data_eval")
+
+
+def eval_data_dir(config: Any, workdir: str) -> str:
+  """The job's held-out dataset: config.eval.data_dir, else the generated eval
+  split (synthetic.eval_examples > 0, no data.dir), else "" (no eval)."""
+  if config.eval.data_dir:
+    directory = os.path.abspath(config.eval.data_dir)
+    data.read_manifest(directory)  # a clear error if it is not a dataset
+    return directory
+  if not config.data.dir and int(config.synthetic.eval_examples):
+    return _generated_eval_dir(workdir)
+  return ""
 
 
 def synthetic_changes(manifest: data.Manifest, config: Any) -> list[str]:

@@ -27,6 +27,7 @@ from sparsepipe.launch import dataset
 from sparsepipe.launch import fdo_retune
 from sparsepipe.launch.job_checkpoints import JobCheckpoints
 from sparsepipe.launch.job_checkpoints import Restored
+from sparsepipe.launch.job_eval import JobEval
 from sparsepipe.launch.job_model import JobModel
 from sparsepipe.launch.job_model import Setup
 from sparsepipe.launch.metrics import MetricsLog
@@ -35,12 +36,14 @@ from sparsepipe.launch.schedule import Position
 from sparsepipe.launch.schedule import SegmentSchedule
 from sparsepipe.launch.step_hooks import CheckpointHook
 from sparsepipe.launch.step_hooks import LossLog
+from sparsepipe.launch.tensorboard import TensorBoardWriter
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
     "config.num_steps",
     "config.log_every_steps",
     "config.checkpoint.*",
+    "config.eval.*",
 )
 
 
@@ -56,6 +59,7 @@ class JobResult:
     preempted: True if it stopped early to honour a preemption.
     last_loss: the loss of the last trained batch, or None.
     examples_per_second: examples trained per second in this process's run.
+    last_eval: the metrics of the last eval of this run, or None.
   """
 
   batches_trained: int
@@ -65,6 +69,7 @@ class JobResult:
   preempted: bool
   last_loss: float | None
   examples_per_second: float
+  last_eval: pipeline.EvalMetrics | None = None
 
 
 class _Job:
@@ -76,17 +81,27 @@ class _Job:
     os.makedirs(self.workdir, exist_ok=True)
     is_chief = jax.process_index() == 0
     self.mesh = core.make_mesh()
-    self.schedule = SegmentSchedule.create(int(config.num_steps), int(config.fdo.every_steps))
+    self.schedule = SegmentSchedule.create(
+        int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
+    )
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
     self.metrics = MetricsLog(os.path.join(self.workdir, "metrics.jsonl"), enabled=is_chief)
     self.progress = ProgressLine(int(config.num_steps), enabled=is_chief)
+    self.tensorboard = TensorBoardWriter(self.workdir, enabled=is_chief)
     self.losses = LossLog(
         self.metrics,
         self.progress,
         global_batch=self.model.global_batch,
         log_every=int(config.log_every_steps),
+        tensorboard=self.tensorboard,
     )
+    eval_dir = dataset.eval_data_dir(config, self.workdir)
+    self.evaluation = eval_dir and JobEval(
+        self.model, self.metrics, self.progress, self.tensorboard,
+        data_dir=eval_dir, num_steps=self.schedule.num_steps,
+    )
+    self.last_eval: pipeline.EvalMetrics | None = None
     self.run_info = checkpointing.RunInfo.create(
         config, self.mesh, data_worker_count=self.model.input_config.num_workers
     )
@@ -107,6 +122,7 @@ class _Job:
           return self._run(JobCheckpoints(mngr, self.model, self.schedule), watcher)
         finally:
           self.metrics.close()
+          self.tensorboard.close()
 
   def _start(self, ckpts: JobCheckpoints) -> Restored:
     """The newest checkpoint, or a fresh state at the start (announced either way)."""
@@ -140,9 +156,16 @@ class _Job:
       )
     return restored
 
+  def _evaluate(self, train_state: Any, trained: int, *, final: bool = False) -> None:
+    """An eval pass if one is due after `trained` batches (always at the end)."""
+    if self.evaluation and (final or self.evaluation.due(trained)):
+      self.last_eval = self.evaluation.run(train_state, trained)
+
   def _run(self, ckpts: JobCheckpoints, watcher: checkpointing.PreemptionWatcher) -> JobResult:
     state = self._start(ckpts)
     t_start = time.perf_counter()
+    # The eval of the boundary it resumed at (it may not have run before the kill).
+    self._evaluate(state.train_state, self.schedule.batches_with_output(state.position))
     setup, train_state, pipeline_state = state.setup, state.train_state, state.pipeline_state
     position = state.position
     hook = CheckpointHook(
@@ -161,10 +184,14 @@ class _Job:
           nonlocal train_state, pipeline_state, position
           train_state, pipeline_state = result.train_state, result.pipeline_state
           position = Position(segment, result.next_pipeline_step)
-          if result.batch_index is not None:
-            batch = self.schedule.first_batch(segment) + result.batch_index
-            self.losses.add(batch, result.output, result.data_wait_seconds)
-          return hook(position)
+          if result.batch_index is None:
+            return hook(position)
+          batch = self.schedule.first_batch(segment) + result.batch_index
+          self.losses.add(batch, result.output, result.data_wait_seconds)
+          stop = hook(position)
+          if not stop:
+            self._evaluate(train_state, batch + 1)
+          return stop
 
         train_state, pipeline_state, _ = pipeline.train(
             setup.trainer, train_state, setup.iterator, self.schedule.length(segment),
@@ -174,6 +201,7 @@ class _Job:
           return self._result(position, hook, state.checkpoint_step, True, t_start)
       hook.save(position, force=True)
       ckpts.mngr.wait_until_finished()
+      self._evaluate(train_state, self.schedule.num_steps, final=True)
       return self._finish(position, hook, state.checkpoint_step, t_start, ckpts.mngr.directory)
     finally:
       setup.close()
@@ -183,9 +211,10 @@ class _Job:
     step = self.schedule.checkpoint_step(position)
     self.metrics.write({"event": "done", "step": step, "batches": self.schedule.num_steps})
     if self.losses.trained:
+      auc = "" if self.last_eval is None else f", eval AUC {self.last_eval.auc:.4f}"
       self.progress.message(
           f"sparsepipe: done: {self.schedule.num_steps} batches, last loss"
-          f" {result.last_loss:.4f}, {result.examples_per_second:,.0f} examples/s;"
+          f" {result.last_loss:.4f}{auc}, {result.examples_per_second:,.0f} examples/s;"
           f" checkpoint step {hook.last_saved} in {directory}; metrics in {self.metrics.path}"
       )
     return result
@@ -229,6 +258,7 @@ class _Job:
         preempted=preempted,
         last_loss=self.losses.last_loss,
         examples_per_second=self.losses.trained * self.model.global_batch / seconds,
+        last_eval=self.last_eval,
     )
 
 

@@ -91,6 +91,7 @@ class JobModel:
         self.tc_stage,
         feature_specs=feature_specs,
         num_sc_per_device=self.num_sc,
+        pipelining=bool(self.config.pipelining),
     )
 
   def make_iterator(self, feature_specs: Any) -> transforms.InputPipelineIterator:

@@ -12,7 +12,9 @@ drained state buffers none. A resumed job switches at the same batches
 because segment boundaries depend only on the config.
 
 Checkpoint steps count pipeline steps over the whole job:
-step(k, p) = k * (segment_batches + 2) + p for pipeline step p of segment k.
+step(k, p) = k * (segment_batches + 2) + p for pipeline step p of segment k
+(docs/pipeline_schedule.md). Without pipelining (sequential mode) a segment
+of n batches takes n steps and every step boundary is drained.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class SegmentSchedule:
 
   num_steps: int
   segment_batches: int
+  pipelined: bool = True
 
   def __post_init__(self):
     if self.num_steps < 1:
@@ -42,11 +45,17 @@ class SegmentSchedule:
       raise ValueError(f"segment_batches={self.segment_batches} must be >= 1")
 
   @classmethod
-  def create(cls, num_steps: int, fdo_every_steps: int) -> "SegmentSchedule":
+  def create(cls, num_steps: int, fdo_every_steps: int, *, pipelined: bool = True
+             ) -> "SegmentSchedule":
     """One segment per FDO interval; a single segment when FDO is off (0)."""
     if fdo_every_steps < 0:
       raise ValueError(f"fdo.every_steps={fdo_every_steps} must be >= 0")
-    return cls(num_steps, fdo_every_steps or num_steps)
+    return cls(num_steps, fdo_every_steps or num_steps, pipelined)
+
+  @property
+  def fill_drain_steps(self) -> int:
+    """Pipeline steps a segment takes beyond its batches (2, or 0 sequentially)."""
+    return 2 if self.pipelined else 0
 
   @property
   def num_segments(self) -> int:
@@ -59,10 +68,11 @@ class SegmentSchedule:
     return min(self.segment_batches, self.num_steps - segment * self.segment_batches)
 
   def pipeline_steps(self, segment: int) -> int:
-    return self.length(segment) + 2
+    return self.length(segment) + self.fill_drain_steps
 
   def checkpoint_step(self, position: Position) -> int:
-    return position.segment * (self.segment_batches + 2) + position.pipeline_step
+    stride = self.segment_batches + self.fill_drain_steps
+    return position.segment * stride + position.pipeline_step
 
   def first_batch(self, segment: int) -> int:
     return segment * self.segment_batches
@@ -74,12 +84,16 @@ class SegmentSchedule:
     )
 
   def batches_with_output(self, position: Position) -> int:
-    """Batches whose loss was produced before `position` (TC lags one step)."""
-    done = min(max(position.pipeline_step - 1, 0), self.length(position.segment))
+    """Batches whose loss was produced before `position` (TC lags one step when pipelined)."""
+    lag = 1 if self.pipelined else 0
+    done = min(max(position.pipeline_step - lag, 0), self.length(position.segment))
     return self.first_batch(position.segment) + done
 
   def is_drained(self, position: Position) -> bool:
-    return position.pipeline_step in (0, self.pipeline_steps(position.segment))
+    """No batch buffered in the PipelineState (always, without pipelining)."""
+    return not self.pipelined or position.pipeline_step in (
+        0, self.pipeline_steps(position.segment)
+    )
 
   def final(self) -> Position:
     last = self.num_segments - 1

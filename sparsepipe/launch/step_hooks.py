@@ -30,10 +30,17 @@ class LossLog:
   """Per-batch losses -> metrics.jsonl and the progress line (flushed every `log_every`)."""
 
   def __init__(
-      self, metrics: MetricsLog, progress: ProgressLine, *, global_batch: int, log_every: int
+      self,
+      metrics: MetricsLog,
+      progress: ProgressLine,
+      *,
+      global_batch: int,
+      log_every: int,
+      tensorboard: Any = None,
   ):
     self.metrics = metrics
     self.progress = progress
+    self.tensorboard = tensorboard
     self.global_batch = global_batch
     self.log_every = max(int(log_every), 1)
     self.meter = IntervalMeter()
@@ -69,6 +76,8 @@ class LossLog:
         )
       self.last_loss = loss
       self.metrics.write({"batch": batch, "loss": loss})
+      if self.tensorboard is not None:
+        self.tensorboard.scalars(batch + 1, {"train/loss": loss})
 
 
 class CheckpointHook:
