@@ -92,3 +92,18 @@ def test_custom_iterators_record_grain_stage_timing(dataset):
   assert decode.num_produced_elements == nodes[builtin].num_produced_elements >= 2
   assert decode.total_processing_time_ns > 0 and record.total_processing_time_ns > 0
   assert "ParsedBatch" in decode.output_spec and "PreprocessedBatch" in record.output_spec
+
+
+def test_unpack_from_shared_memory_gives_plain_views_that_keep_the_buffer_alive():
+  import gc  # pylint: disable=g-import-not-at-top
+
+  element = {"ids": np.arange(10, dtype=np.int32).reshape(2, 5), "g": np.ones(3, np.float32)}
+  packed = T.PackArrays(shared_memory=True).map(element)
+  for buffer in packed.buffers.values():
+    buffer.unlink_on_del()
+  back = T.UnpackArrays().map(packed)
+  assert type(back["ids"]) is np.ndarray and type(back["g"]) is np.ndarray
+  del packed
+  gc.collect()
+  np.testing.assert_array_equal(back["ids"], np.arange(10).reshape(2, 5))
+  np.testing.assert_array_equal(back["g"], np.ones(3))

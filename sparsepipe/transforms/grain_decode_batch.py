@@ -155,7 +155,10 @@ class _DecodeBatchIterator(grain.DatasetIterator):
     got = int(decoded.examples_per_record.sum())
     if got:
       self._per_record = got / (m - len(decoded.errors))
-      self._cache = decoded.examples if self._cache is None else concat_batches([self._cache, decoded.examples])
+      if self._cached:
+        self._cache = concat_batches([self._cache, decoded.examples])
+      else:  # Nothing left over (batches ending on record ends): no copy.
+        self._cache = decoded.examples
       self._cached += got
     for c in decoded.examples_per_record:
       self._corrupt_run = 0 if c else self._corrupt_run + 1
