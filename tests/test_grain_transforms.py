@@ -1,8 +1,11 @@
-"""The Grain transforms on their own: PackArrays/UnpackArrays, StatsTotals."""
+"""The Grain transforms on their own: PackArrays/UnpackArrays, StatsTotals, Grain stats."""
 
+import gc
 import json
 import time
 
+import grain
+from grain._src.python.dataset import dataset as grain_dataset
 import numpy as np
 import pytest
 
@@ -63,9 +66,6 @@ def test_stats_totals_state_round_trip_and_shape_check():
 
 def test_custom_iterators_record_grain_stage_timing(dataset):
   """DecodeBatch and RecordStats report time and elements like Grain's own stages."""
-  import grain  # pylint: disable=g-import-not-at-top
-  from grain._src.python.dataset import dataset as grain_dataset  # pylint: disable=g-import-not-at-top
-
   table = core.TableSpec("a", 20, 4, max_ids_per_partition=64, max_unique_ids_per_partition=64)
   specs = T.prepare_feature_specs_for_training(
       {"a": core.FeatureSpec("a", table, (4, 2), (4, 4))}, 1, 2)
@@ -82,11 +82,11 @@ def test_custom_iterators_record_grain_stage_timing(dataset):
   for _ in range(500):
     it._stats.report()  # pylint: disable=protected-access
     nodes = {n.name: n for n in grain_dataset.get_execution_summary(it).nodes.values()}
-    if nodes["RecordStatsIterator"].num_produced_elements == 3 and nodes[builtin].num_produced_elements:
+    record = nodes["RecordStatsIterator"]
+    if record.num_produced_elements == 3 and nodes[builtin].num_produced_elements:
       break
     time.sleep(0.01)
   decode = nodes["_DecodeBatchIterator(batch_size=4)"]
-  record = nodes["RecordStatsIterator"]
   # Counted like Grain's own map stage between them (which misses the first element).
   assert record.num_produced_elements == 3
   assert decode.num_produced_elements == nodes[builtin].num_produced_elements >= 2
@@ -95,8 +95,6 @@ def test_custom_iterators_record_grain_stage_timing(dataset):
 
 
 def test_unpack_from_shared_memory_gives_plain_views_that_keep_the_buffer_alive():
-  import gc  # pylint: disable=g-import-not-at-top
-
   element = {"ids": np.arange(10, dtype=np.int32).reshape(2, 5), "g": np.ones(3, np.float32)}
   packed = T.PackArrays(shared_memory=True).map(element)
   for buffer in packed.buffers.values():

@@ -194,7 +194,9 @@ def write_synthetic(
   num_train = num_examples - num_eval if eval_fraction is not None else num_examples
   if num_train < 1:
     raise ValueError(f"num_examples={num_examples} leaves {num_train} train examples (need >= 1)")
-  splits = [("train", output_dir, num_train)] + ([("eval", eval_output, num_eval)] if num_eval else [])
+  splits = [("train", output_dir, num_train)]
+  if num_eval:
+    splits.append(("eval", eval_output, num_eval))
   manifests = []
   for split, directory, count in splits:
     manifests.append(
