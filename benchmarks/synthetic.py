@@ -2,7 +2,9 @@
 
     python benchmarks/synthetic.py [--json out.json] [--num_examples 200000]
 
-Measures examples/s of
+Measures examples per CPU-second (steadier than wall time on a shared machine) of
+  (0) the baseline: numpy drawing just the uniforms the stream needs (one
+      per id, dense value and label), the floor of any generator of it,
   (a) generation alone (`generate_batches`: ids, dense values, planted
       click probabilities, labels),
   (b) the true probabilities alone (`synthetic_click_probabilities` on the
@@ -10,7 +12,7 @@ Measures examples/s of
   (c) writing a dataset (`write_synthetic`: generation + record encoding +
       ArrayRecord writes),
 and the Bayes AUC of the planted model (true probabilities vs. labels).
-Figures are quoted as ratios within one run: the machine may be shared.
+Figures are quoted as ratios to (0) within one run: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -44,37 +46,47 @@ def _auc(p: np.ndarray, y: np.ndarray) -> float:
   return float((ranks[pos].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
+def _baseline(n: int, ids_per_example: float, seed: int) -> None:
+  """Draws the stream's uniforms only, chunk by chunk like the generator."""
+  rng = np.random.default_rng(seed)
+  for _ in range(0, n, 4096):
+    rng.random(int(4096 * ids_per_example), np.float32)
+    rng.random((4096, 13), np.float32)
+    rng.random(4096)
+
+
+def _timed(fn):
+  start = time.process_time()
+  result = fn()
+  return result, time.process_time() - start
+
+
 def _main(argv):
   del argv
   n, seed = _NUM_EXAMPLES.value, _SEED.value
   features = data.criteo_like_features(26, _VOCAB.value, max_ids=_MAX_IDS.value)
-  start = time.perf_counter()
-  batches = list(data.generate_batches(features, 13, n, seed))
-  generate_s = time.perf_counter() - start
-  start = time.perf_counter()
-  probs = np.concatenate([data.synthetic_click_probabilities(b, seed) for b in batches])
-  probs_s = time.perf_counter() - start
+  ids_per_example = 26 * (1 + _MAX_IDS.value) / 2
+  _, base_s = _timed(lambda: _baseline(n, ids_per_example, seed))
+  batches, generate_s = _timed(lambda: list(data.generate_batches(features, 13, n, seed)))
+  probs, probs_s = _timed(
+      lambda: np.concatenate([data.synthetic_click_probabilities(b, seed) for b in batches]))
   labels = np.concatenate([b.labels for b in batches])
   del batches
   with tempfile.TemporaryDirectory() as tmp:
-    start = time.perf_counter()
-    data.write_synthetic(os.path.join(tmp, "ds"), features, num_examples=n, seed=seed)
-    write_s = time.perf_counter() - start
-  figures = {
-      "num_examples": n,
-      "generate_examples_per_s": n / generate_s,
-      "probabilities_examples_per_s": n / probs_s,
-      "write_examples_per_s": n / write_s,
-      "write_over_generate": generate_s / write_s,
-      "click_rate": float(labels.mean()),
-      "mean_probability": float(probs.mean()),
-      "bayes_auc": _auc(probs, labels),
-  }
-  print(f"{'stage':<34}{'examples/s':>14}")
-  print(f"{'generate (ids, dense, labels)':<34}{figures['generate_examples_per_s']:>14,.0f}")
-  print(f"{'true probabilities only':<34}{figures['probabilities_examples_per_s']:>14,.0f}")
-  print(f"{'write_synthetic (to ArrayRecord)':<34}{figures['write_examples_per_s']:>14,.0f}")
-  print(f"write / generate: {figures['write_over_generate']:.2f}")
+    _, write_s = _timed(lambda: data.write_synthetic(
+        os.path.join(tmp, "ds"), features, num_examples=n, seed=seed))
+  rows = [("(0) numpy uniforms only (baseline)", base_s),
+          ("(a) generate (ids, dense, labels)", generate_s),
+          ("(b) true probabilities only", probs_s),
+          ("(c) write_synthetic (ArrayRecord)", write_s)]
+  figures = {"num_examples": n, "stages": {}}
+  print(f"{'stage':<38}{'examples/CPU-s':>15}{'vs (0)':>8}")
+  for name, seconds in rows:
+    rate = n / seconds
+    figures["stages"][name] = {"examples_per_cpu_s": rate, "ratio_to_baseline": base_s / seconds}
+    print(f"{name:<38}{rate:>15,.0f}{base_s / seconds:>8.2f}")
+  figures.update(click_rate=float(labels.mean()), mean_probability=float(probs.mean()),
+                 bayes_auc=_auc(probs, labels))
   print(f"click rate {figures['click_rate']:.4f}, mean probability"
         f" {figures['mean_probability']:.4f}, Bayes AUC {figures['bayes_auc']:.4f}")
   if _JSON.value:
