@@ -38,7 +38,9 @@ from sparsepipe.data.hashing import stable_hash64
 from sparsepipe.data.text_input import InputFormatError
 from sparsepipe.data.synthetic_gen import SyntheticFeature
 from sparsepipe.data.synthetic_gen import criteo_like_features
+from sparsepipe.data.synthetic_gen import generate_batches
 from sparsepipe.data.synthetic_gen import write_synthetic
+from sparsepipe.data.synthetic_model import synthetic_click_probabilities
 from sparsepipe.data.criteo_convert import convert_criteo
 from sparsepipe.data.criteo_convert import criteo_schema
 from sparsepipe.data.csv_convert import convert_csv

@@ -1,7 +1,8 @@
 """Command line: write a synthetic dataset (see synthetic_gen.py for the data).
 
     python -m sparsepipe.data.synthetic --output DIR --num_examples 1000000 \
-        --num_dense 13 --num_sparse 26 --vocab_sizes 100000 --min_ids 1 --max_ids 20
+        --num_dense 13 --num_sparse 26 --vocab_sizes 100000 --min_ids 1 --max_ids 20 \
+        --eval_output EVAL_DIR --eval_fraction 0.05
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from absl import flags
 
 from sparsepipe.data import cli
+from sparsepipe.data.manifest import read_manifest
 from sparsepipe.data.synthetic_gen import criteo_like_features, write_synthetic
 
 
@@ -22,6 +24,9 @@ def _define_flags():
   flags.DEFINE_float("zipf_exponent", 1.1, "Zipf exponent of the id distribution.")
   flags.DEFINE_bool("weighted", False, "Give every sparse feature float weights.")
   flags.DEFINE_integer("seed", 0, "Random seed (the dataset is a function of it).")
+  flags.DEFINE_string("eval_output", None, "Also write an eval dataset (same model) here.")
+  flags.DEFINE_float("eval_fraction", None, "Share of --num_examples that goes to --eval_output.")
+  flags.DEFINE_integer("eval_examples", None, "Eval examples (instead of --eval_fraction).")
   cli.define_writer_flags()
 
 
@@ -36,13 +41,20 @@ def _main(argv):
       weighted=f.weighted,
       zipf_exponent=f.zipf_exponent,
   )
-  cli.run_and_summarize(
+  manifest = cli.run_and_summarize(
       write_synthetic,
       features=features,
       num_examples=f.num_examples,
       num_dense=f.num_dense,
       seed=f.seed,
+      eval_output=f.eval_output,
+      eval_fraction=f.eval_fraction,
+      eval_examples=f.eval_examples,
   )
+  if f.eval_output:
+    evals = read_manifest(f.eval_output)
+    print(f"eval split: {evals.num_examples:,} examples (train {manifest.num_examples:,}),"
+          f" seed {f.seed}: {evals.directory}")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ partition (q, p) of SC q starts at q*seg + the aligned (multiple of 8) end
 of the partitions before it, its entries follow in order, and the rest of
 the buffers holds (INT_MAX, INT_MAX, NaN) (docs/coo_format.md).
 
-When nothing is dropped the entries fill the buffers in order, so one
-boolean mask of the written slots (built by np.repeat from the partition
-sizes) places all of them; dropping needs every entry's target slot.
+Every partition keeps a prefix of its entries (all of them unless a limit
+or the segment end cuts it), so the kept entries fill the buffers in order:
+one boolean mask of the written slots (np.repeat of the per-partition run
+lengths) places all of them, with or without dropping. Only the partitions
+over a limit are looked at entry by entry.
 """
 
 from __future__ import annotations
@@ -88,9 +90,7 @@ def layout(
   shape3 = (geo.local_devices, geo.sc_per_device, n_sc)
   stat_ids = counts.reshape(shape3).max(axis=1)
   stat_unique = uniques.reshape(shape3).max(axis=1)
-  counts = counts.reshape(l_sc, n_sc)
-  pad = -counts & 7
-  padded = counts + pad
+  padded = ((counts + 7) & ~7).reshape(l_sc, n_sc)
   aligned_end = padded.cumsum(axis=1)
   e = row_key
   e &= dtype(2**ent.e_bits - 1)
@@ -105,96 +105,108 @@ def layout(
       required_buffer_size_per_sc=aligned_end[:, -1].astype(np.int32),
       id_drop_counter=0,
   )
-  max_ids, max_unique = limits
-  if (int(stat_ids.max()) <= max_ids and int(stat_unique.max()) <= max_unique
-      and int(aligned_end[:, -1].max()) <= seg):
-    _place_all(result, ent, e, counts, pad, aligned_end, seg)
-  else:
-    _place_dropping(result, ent, e, counts, uniques, who, stacked_spec,
-                    limits, seg, geo, allow_id_dropping)
-  result.row_pointers = result.row_pointers.reshape(-1)
+  counts = counts.reshape(-1)
+  kept_counts = _limit_counts(ent, counts, uniques, limits, who, geo, allow_id_dropping)
+  if kept_counts is not counts:
+    padded = ((kept_counts + 7) & ~7).reshape(l_sc, n_sc)
+    aligned_end = padded.cumsum(axis=1)
+  aligned_start = aligned_end - padded
+  kept_counts = kept_counts.reshape(l_sc, n_sc)
+  # Entries past the end of their SC's segment are dropped too (all of a
+  # partition that starts past it, the tail of the one that straddles it).
+  written = np.clip(seg - aligned_start, 0, kept_counts)
+  if not allow_id_dropping and not np.array_equal(written, kept_counts):
+    _raise_overflow(who, aligned_end[:, -1], seg, stacked_spec, geo)
+  sample_ids, gains = ent.sample_ids, ent.gains
+  if not np.array_equal(written.reshape(-1), counts):
+    kept = _prefix_mask(written.reshape(-1), counts)
+    result.id_drop_counter = _drops(kept, ent.dups)
+    e, sample_ids, gains = e[kept], sample_ids[kept], gains[kept]
+  _place(result, (e, sample_ids, gains), written, padded, aligned_end, seg)
+  rows = result.row_pointers
+  np.minimum(aligned_start + kept_counts, seg, out=rows[:, :n_sc])
+  rows[:, n_sc:] = np.minimum(aligned_end[:, -1:], seg)
+  result.row_pointers = rows.reshape(-1)
   return result
 
 
-def _place_all(
-    result: StackResult, ent: coo_sort.Entries, e: np.ndarray,
-    counts: np.ndarray, pad: np.ndarray, aligned_end: np.ndarray, seg: int,
-) -> None:
-  """Writes every entry: in order, into the slots of one boolean mask."""
-  l_sc, n_sc = counts.shape
-  # Per SC: count_0 slots written, pad_0 not, ..., count_N-1, pad_N-1, tail.
-  sizes = np.empty((l_sc, 2 * n_sc + 1), np.intp)
-  sizes[:, 0:-1:2] = counts
-  sizes[:, 1:-1:2] = pad
-  np.subtract(seg, aligned_end[:, -1], out=sizes[:, -1])
-  written = _written_pattern(l_sc, n_sc).repeat(sizes.reshape(-1))
-  result.embedding_ids[written] = e
-  result.sample_ids[written] = ent.sample_ids
-  result.gains[written] = ent.gains
-  rows = result.row_pointers
-  np.subtract(aligned_end, pad, out=rows[:, :n_sc])
-  rows[:, n_sc:] = aligned_end[:, -1:]
+def _limit_counts(
+    ent: coo_sort.Entries, counts: np.ndarray, uniques: np.ndarray,
+    limits: tuple[int, int], who: str, geo: coo_layout.Geometry,
+    allow_id_dropping: bool,
+) -> np.ndarray:
+  """Entries kept per partition under max_ids/max_unique (`counts` itself if all).
 
-
-def _place_dropping(
-    result: StackResult, ent: coo_sort.Entries, e: np.ndarray,
-    counts: np.ndarray, uniques: np.ndarray, who: str,
-    stacked_spec: specs_lib.StackedTableSpec, limits: tuple[int, int],
-    seg: int, geo: coo_layout.Geometry, allow_id_dropping: bool,
-) -> None:
-  """Writes the entries when a partition limit or the buffer size is exceeded.
-
-  Entries over max_ids/max_unique in their partition, then those past the
-  end of their SC's segment, are dropped (raising instead unless
-  allow_id_dropping); the row pointers stop at the segment end.
+  A partition keeps a prefix of its sorted entries: the k-th entry stays iff
+  k <= max_ids and its row's distinct rank <= max_unique (both grow with k),
+  so only the few partitions over a limit are looked at, one slice each.
   """
-  l_sc, n_sc = geo.local_sc, geo.num_sc
-  num_groups = l_sc * n_sc
-  n = e.shape[0]
-  counts = counts.reshape(-1)
-  starts = ent.bounds[:-1]
-  group = np.repeat(np.arange(num_groups), counts)
-  rank = np.arange(n) - starts[group]
   max_ids, max_unique = limits
-  kept = None
-  kept_counts = counts
-  if int(counts.max()) > max_ids or int(uniques.max()) > max_unique:
-    if not allow_id_dropping:
-      _raise_partition_limit(who, counts, uniques, max_ids, max_unique, geo)
-    row_key = ent.key >> ent.key.dtype.type(ent.low_bits)
-    new_row = coo_sort.new_flags(row_key)
-    rows_upto = np.cumsum(new_row, dtype=np.intp)  # rows in [0, i]
-    rows_before_group = (rows_upto - new_row)[np.minimum(starts, n - 1)]
-    unique_rank = rows_upto - 1 - rows_before_group[group]
-    kept = (rank < max_ids) & (unique_rank < max_unique)
-    kept_counts = np.bincount(group[kept], minlength=num_groups)
-  padded = ((kept_counts + 7) & ~7).reshape(l_sc, n_sc)
-  aligned_end = np.cumsum(padded, axis=1)
-  aligned_start = (aligned_end - padded).reshape(-1)
-  slot = aligned_start[group] + rank
-  overflow = slot >= seg
-  if kept is not None:
-    overflow &= kept
-  if overflow.any():
-    if not allow_id_dropping:
-      _raise_overflow(who, aligned_end[:, -1], seg, stacked_spec, geo)
-    kept = ~overflow if kept is None else kept & ~overflow
-  sample_ids, gains = ent.sample_ids, ent.gains
-  if kept is not None:
-    dropped = ~kept
-    drops = int(np.count_nonzero(dropped))
-    if ent.dups is not None:  # a merged entry drops all its raw ids
-      drops += int((ent.dups.counts - 1)[dropped[ent.dups.entries]].sum())
-    result.id_drop_counter = drops
-    group, slot = group[kept], slot[kept]
-    e, sample_ids, gains = e[kept], sample_ids[kept], gains[kept]
-  out = slot + (np.arange(l_sc) * seg).repeat(n_sc)[group]  # + SC's segment
-  result.embedding_ids[out] = e
-  result.sample_ids[out] = sample_ids
-  result.gains[out] = gains
-  np.minimum(aligned_start.reshape(l_sc, n_sc) + kept_counts.reshape(l_sc, n_sc),
-             seg, out=result.row_pointers[:, :n_sc])
-  result.row_pointers[:, n_sc:] = np.minimum(aligned_end[:, -1:], seg)
+  over = np.flatnonzero((counts > max_ids) | (uniques > max_unique))
+  if not over.size:
+    return counts
+  if not allow_id_dropping:
+    _raise_partition_limit(who, counts, uniques, max_ids, max_unique, geo)
+  kept = counts.copy()
+  shift = ent.key.dtype.type(ent.low_bits)
+  for g in over.tolist():
+    start, end = int(ent.bounds[g]), int(ent.bounds[g + 1])
+    keep = min(max_ids, end - start)
+    if uniques[g] > max_unique:
+      row_starts = coo_sort.new_flags(ent.key[start:end] >> shift).nonzero()[0]
+      keep = min(keep, int(row_starts[max_unique]))
+    kept[g] = keep
+  return kept
+
+
+@functools.lru_cache(maxsize=64)
+def _alternating(num_groups: int) -> np.ndarray:
+  """[True, False] * num_groups, read-only."""
+  pattern = np.zeros(2 * num_groups, bool)
+  pattern[0::2] = True
+  pattern.flags.writeable = False
+  return pattern
+
+
+def _prefix_mask(kept: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """Per-entry mask keeping the first kept[g] of the counts[g] entries of every group."""
+  sizes = np.empty(2 * counts.shape[0], np.intp)
+  sizes[0::2] = kept
+  np.subtract(counts, kept, out=sizes[1::2])
+  return _alternating(counts.shape[0]).repeat(sizes)
+
+
+def _drops(kept: np.ndarray, dups: coo_sort.Dups | None) -> int:
+  """Raw ids dropped: every dropped entry, plus the extra raw ids merged into it."""
+  dropped = ~kept
+  drops = int(np.count_nonzero(dropped))
+  if dups is not None:
+    drops += int((dups.counts - 1)[dropped[dups.entries]].sum())
+  return drops
+
+
+def _place(
+    result: StackResult, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
+    written: np.ndarray, padded: np.ndarray, aligned_end: np.ndarray, seg: int,
+) -> None:
+  """Writes the kept entries in order into the slots of one boolean mask.
+
+  Per SC: written_0 slots used, padded_0 - written_0 not, ..., then the tail
+  up to seg; the runs are cut at seg when the partitions overflow it.
+  """
+  l_sc, n_sc = written.shape
+  sizes = np.empty((l_sc, 2 * n_sc + 1), np.intp)
+  sizes[:, 0:-1:2] = written
+  np.subtract(padded, written, out=sizes[:, 1:-1:2])
+  np.subtract(seg, aligned_end[:, -1], out=sizes[:, -1])
+  if int(aligned_end[:, -1].max()) > seg:
+    ends = np.minimum(sizes.cumsum(axis=1), seg)
+    sizes[:, 1:] = np.diff(ends, axis=1)
+  mask = _written_pattern(l_sc, n_sc).repeat(sizes.reshape(-1))
+  e, sample_ids, gains = columns
+  result.embedding_ids[mask] = e
+  result.sample_ids[mask] = sample_ids
+  result.gains[mask] = gains
 
 
 def empty_result(geo: coo_layout.Geometry, coo_size: int) -> StackResult:

@@ -7,6 +7,9 @@ batches of `batch_size` examples from consecutive records; a record may
 straddle two batches. Reading and decoding in bulk keeps the per-record
 Python cost small, which matters for records of one or a few examples.
 
+Like Grain's own iterators, it records its time and output spec in Grain's
+per-iterator statistics (the execution summary of STAGE_TIMING / debug mode).
+
 State: `{"next_record": r, "offset": k}`, the position (in the parent's
 order) of the next example to emit. Records read ahead of that position are
 only a cache: restoring re-reads from record r and skips k examples. A
@@ -21,6 +24,7 @@ from typing import Any, NamedTuple
 
 from absl import logging
 import grain
+from grain._src.python.dataset import stats as grain_stats
 
 from sparsepipe.data.bulk_decode import decode_records
 from sparsepipe.data.codec import RecordCodec
@@ -151,7 +155,10 @@ class _DecodeBatchIterator(grain.DatasetIterator):
     got = int(decoded.examples_per_record.sum())
     if got:
       self._per_record = got / (m - len(decoded.errors))
-      self._cache = decoded.examples if self._cache is None else concat_batches([self._cache, decoded.examples])
+      if self._cached:
+        self._cache = concat_batches([self._cache, decoded.examples])
+      else:  # Nothing left over (batches ending on record ends): no copy.
+        self._cache = decoded.examples
       self._cached += got
     for c in decoded.examples_per_record:
       self._corrupt_run = 0 if c else self._corrupt_run + 1
@@ -162,7 +169,13 @@ class _DecodeBatchIterator(grain.DatasetIterator):
     self._counts.extend(int(c) for c in decoded.examples_per_record)
     self._read_end += m
 
+  @grain_stats.record_next_duration_if_output
+  @grain_stats.trace_input_pipeline_next(stage_category=grain_stats.IPL_CAT_READ)
   def __next__(self) -> ParsedBatch:
+    with self._stats.record_self_time():
+      return self._stats.record_output_spec(self._next_batch())
+
+  def _next_batch(self) -> ParsedBatch:
     while self._cached < self._batch_size:
       try:
         self._read_more(self._batch_size - self._cached)

@@ -4,6 +4,7 @@ Grain workers run on pickled copies of the transforms, so statistics cannot
 be accumulated there: they travel inside each PreprocessedBatch and this
 stage, placed after `mp_prefetch`, hands them to an FDO client and keeps
 running totals in its iterator state (checkpointed with the data position).
+Its time goes to Grain's per-iterator statistics like a built-in stage's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import grain
+from grain._src.python.dataset import stats as grain_stats
 import numpy as np
 
 from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
@@ -113,12 +115,15 @@ class RecordStatsIterator(grain.DatasetIterator):
     self._fdo_client = fdo_client
     self.totals = StatsTotals()
 
+  @grain_stats.record_next_duration_if_output
+  @grain_stats.trace_input_pipeline_next(stage_category=grain_stats.IPL_CAT_PREPROCESSING)
   def __next__(self) -> PreprocessedBatch:
     element = next(self._parent)
-    self.totals.add(element.stats, element.num_corrupt_records)
-    if self._fdo_client is not None:
-      self._fdo_client.record(element.stats)
-    return element
+    with self._stats.record_self_time():
+      self.totals.add(element.stats, element.num_corrupt_records)
+      if self._fdo_client is not None:
+        self._fdo_client.record(element.stats)
+      return self._stats.record_output_spec(element)
 
   def get_state(self) -> dict[str, Any]:
     return {"parent": self._parent.get_state(), "totals": self.totals.to_state()}

@@ -12,6 +12,7 @@ as zero-copy views of those buffers.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import grain
@@ -56,15 +57,20 @@ def pack_arrays(element: Any, *, shared_memory: bool = False) -> PackedArrays:
 
 
 def unpack_arrays(packed: PackedArrays) -> Any:
-  """The element back, its arrays as views of the buffers."""
+  """The element back, its arrays as plain ndarray views of the buffers.
+
+  Views of a shared-memory buffer keep it alive through `.base`; taking them
+  from a plain-ndarray view of it skips the subclass's per-view hook (a
+  third of this stage's time with ~200 arrays per batch).
+  """
+  plain = {name: buffer.view(np.ndarray) for name, buffer in packed.buffers.items()}
   leaves = []
   for entry in packed.layout:
     if entry[0] is None:
       leaves.append(entry[1])
     else:
       name, offset, shape = entry
-      size = int(np.prod(shape, dtype=np.int64))
-      leaves.append(packed.buffers[name][offset : offset + size].reshape(shape))
+      leaves.append(plain[name][offset : offset + math.prod(shape)].reshape(shape))
   return jax.tree_util.tree_unflatten(packed.treedef, leaves)
 
 
