@@ -10,8 +10,8 @@ from __future__ import annotations
 from absl import flags
 
 from sparsepipe.data import cli
-from sparsepipe.data.manifest import read_manifest
 from sparsepipe.data.synthetic_gen import criteo_like_features, write_synthetic
+from sparsepipe.data.text_input import parse_size
 
 
 def _define_flags():
@@ -35,13 +35,13 @@ def _main(argv):
   f = flags.FLAGS
   features = criteo_like_features(
       f.num_sparse,
-      [int(v) for v in f.vocab_sizes],
+      [parse_size(v, "vocab_sizes (--vocab_sizes)") for v in f.vocab_sizes],
       min_ids=f.min_ids,
       max_ids=f.max_ids,
       weighted=f.weighted,
       zipf_exponent=f.zipf_exponent,
   )
-  manifest = cli.run_and_summarize(
+  cli.run_and_summarize(
       write_synthetic,
       features=features,
       num_examples=f.num_examples,
@@ -51,14 +51,10 @@ def _main(argv):
       eval_fraction=f.eval_fraction,
       eval_examples=f.eval_examples,
   )
-  if f.eval_output:
-    evals = read_manifest(f.eval_output)
-    print(f"eval split: {evals.num_examples:,} examples (train {manifest.num_examples:,}),"
-          f" seed {f.seed}: {evals.directory}")
 
 
 if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(_main)
+  app.run(cli.reports_errors(_main))

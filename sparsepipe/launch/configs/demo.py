@@ -23,6 +23,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.synthetic.num_examples = 16384
   config.synthetic.num_dense = 4
   config.synthetic.records_per_shard = 4096
+  config.synthetic.eval_examples = 4096
+  config.eval.every_steps = 20
   config.model.embedding_dim = 8
   config.model.bottom_mlp_dims = (32, 8)
   config.model.top_mlp_dims = (32, 16)
