@@ -5,6 +5,7 @@
     zero/        the ZeRO-sharded dense optimizer
     models/      the reference DLRM dense stage
     training/    TrainState, the jitted trainer, the training loop, device placement
+    evaluation/  the forward-only eval step, the eval pass, exact eval metrics
 """
 
 from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
@@ -67,3 +68,11 @@ from sparsepipe.pipeline.training.placement import abstract_train_batch
 from sparsepipe.pipeline.training.placement import make_input_pipeline
 from sparsepipe.pipeline.training.placement import place_on_mesh
 from sparsepipe.pipeline.training.placement import to_global_batch
+from sparsepipe.pipeline.evaluation.metrics import LOGLOSS_EPS
+from sparsepipe.pipeline.evaluation.metrics import EvalMetrics
+from sparsepipe.pipeline.evaluation.metrics import auc
+from sparsepipe.pipeline.evaluation.metrics import calibration
+from sparsepipe.pipeline.evaluation.metrics import compute_metrics
+from sparsepipe.pipeline.evaluation.metrics import log_loss
+from sparsepipe.pipeline.evaluation.metrics import merge_across_processes
+from sparsepipe.pipeline.evaluation.metrics import normalized_entropy
