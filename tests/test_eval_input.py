@@ -84,7 +84,8 @@ def test_batches_equal_direct_preprocessing_of_padded_examples(dataset):
   path, examples = dataset
   batches, specs = host_batches(path, 16, 0, 1)
   last = data.slice_batch(examples, 80, 93)
-  padded = data.concat_batches([last, grain_eval.padding_examples(data.read_manifest(path).schema, 3)])
+  padding = grain_eval.padding_examples(data.read_manifest(path).schema, 3)
+  padded = data.concat_batches([last, padding])
   np.testing.assert_array_equal(padded.sparse["a"].row_lengths[13:], 0)
   want = T.PreprocessSparse(specs, local_device_count=2, global_device_count=2,
                             num_sc_per_device=S).map(padded).batch

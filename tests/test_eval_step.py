@@ -7,6 +7,8 @@ numpy and runs `dlrm_logits` on the result.
 
 from __future__ import annotations
 
+import itertools
+
 import jax
 import numpy as np
 import optax
@@ -65,7 +67,7 @@ class Setup:
       table = self.tables[f"t_{f.name}"].astype(np.float64)
       splits = rb.row_splits()
       rows = [table[rb.values[a:b]].mean(0) if b > a else np.zeros(table.shape[1])
-              for a, b in zip(splits[:-1], splits[1:])]
+              for a, b in itertools.pairwise(splits)]
       acts[f.name] = np.stack(rows).astype(np.float32)
     params = jax.tree.map(np.asarray, self.state.params)
     logits = pipeline.dlrm_logits(params, self.model, examples.dense, acts)

@@ -48,7 +48,8 @@ def _recorded_max_ids(manifest: Manifest) -> dict[str, int]:
         found[str(name)] = value["max"]
   out = {}
   for name, value in found.items():
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or value != int(value) or value < 0:
       raise ValueError(
           f"dataset '{manifest.directory}': recorded max ids per example of feature"
           f" '{name}' is {value!r}, not a non-negative integer"
@@ -87,9 +88,13 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
   for name in (n for n in t_names if n in e_names):
     t, e = train.schema.feature(name), evaluation.schema.feature(name)
     if t.vocab_size != e.vocab_size:
-      problems.append(f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)")
+      problems.append(
+          f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)"
+      )
     if t.weighted != e.weighted:
-      problems.append(f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)")
+      problems.append(
+          f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)"
+      )
   if train.schema.num_dense != evaluation.schema.num_dense:
     problems.append(
         f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"

@@ -120,8 +120,7 @@ def evaluate(
     pending = (out, batch)
   if pending is not None:
     collect(*pending)
-  concat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.float32)  # pylint: disable=unnecessary-lambda-assignment
   merged_labels, merged_scores = merge_across_processes(
-      concat(labels), concat(scores), concat(masks)
+      *(np.concatenate(xs) if xs else np.zeros(0, np.float32) for xs in (labels, scores, masks))
   )
   return compute_metrics(merged_labels, merged_scores)
