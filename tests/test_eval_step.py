@@ -7,7 +7,11 @@ numpy and runs `dlrm_logits` on the result.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
+import os
+import sys
 
 import jax
 import numpy as np
@@ -18,15 +22,22 @@ from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms as T
+import subprocess_harness as harness
 
 G, S, B, ND = 8, 2, 32, 3
 FEATURES = (data.SyntheticFeature("f0", 64, 1, 3), data.SyntheticFeature("f1", 48, 0, 2))
 NUM_EXAMPLES = 93  # 3 eval batches of 32, the last with 29 real examples
+EVAL_SCRIPT = os.path.abspath(__file__)
 
 
 class Setup:
+  """Specs, model, train state and eval step on all (global) devices.
 
-  def __init__(self, tmp_path):
+  With `write_data` it writes the eval set to `path` (the processes of the
+  2-process test read the one the test wrote).
+  """
+
+  def __init__(self, path, *, write_data=True):
     self.mesh = core.make_mesh()
     raw = {}
     for f, dim in zip(FEATURES, (8, 4)):
@@ -44,13 +55,14 @@ class Setup:
     )
     self.state = pipeline.create_train_state(optax.adam(0.01), params, self.mesh, emb)
     self.tables = pipeline.unstack_embedding_tables(emb, self.specs, num_sc_per_device=S)
-    self.path = str(tmp_path / "eval")
+    self.path = path
     self.examples = data.concat_batches(
         list(data.synthetic_gen.generate_batches(FEATURES, ND, NUM_EXAMPLES, 5))
     )
-    schema = data.synthetic_gen.synthetic_schema(FEATURES, ND)
-    with data.ShardedRecordWriter(self.path, schema, examples_per_record=4) as writer:
-      writer.write_batch(self.examples)
+    if write_data:
+      schema = data.synthetic_gen.synthetic_schema(FEATURES, ND)
+      with data.ShardedRecordWriter(path, schema, examples_per_record=4) as writer:
+        writer.write_batch(self.examples)
     self.traces = 0
     self.eval_step = pipeline.make_eval_step(self.mesh, self.specs, S, self.counting_predict)
 
@@ -74,13 +86,14 @@ class Setup:
     return np.asarray(jax.nn.sigmoid(logits))
 
   def eval_batches(self):
-    config = T.InputConfig(self.path, B, num_sc_per_device=S)
+    per_host = B // jax.process_count()
+    config = T.InputConfig(self.path, per_host, num_sc_per_device=S)
     return pipeline.make_eval_input_pipeline(config, self.specs, self.mesh)
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-  return Setup(tmp_path_factory.mktemp("eval_step"))
+  return Setup(str(tmp_path_factory.mktemp("eval_step") / "eval"))
 
 
 def test_scores_equal_direct_forward(setup):
@@ -123,3 +136,32 @@ def test_one_trace_for_every_batch_and_pass(setup):
   for _ in range(2):
     pipeline.evaluate(setup.eval_step, setup.state, setup.eval_batches())
   assert setup.traces == 1  # 6 batches, the padded last ones included
+
+
+def test_two_processes_merge_to_the_one_process_metrics(setup, tmp_path_factory):
+  """Each process evaluates its 16-example blocks; the merged metrics are exact."""
+  port = harness.free_port()
+  env = harness.cpu_env(num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("cache"))
+  commands = [
+      harness.python_command(EVAL_SCRIPT, setup.path, str(i), f"127.0.0.1:{port}")
+      for i in range(2)
+  ]
+  results = harness.run_many(commands, env=env)
+  assert [r.returncode for r in results] == [0, 0], results[0].describe()
+  want = pipeline.evaluate(setup.eval_step, setup.state, setup.eval_batches())
+  for result in results:
+    (line,) = [x for x in result.lines if x.startswith("metrics ")]
+    got = json.loads(line[len("metrics "):])
+    assert got["examples"] == NUM_EXAMPLES
+    assert got["auc"] == pytest.approx(want.auc, abs=1e-12)
+    for name in ("logloss", "ne", "calibration"):
+      assert got[name] == pytest.approx(getattr(want, name), rel=1e-6)
+
+
+if __name__ == "__main__":  # one process of the 2-process test: DATA PROCESS_ID COORDINATOR
+  jax.distributed.initialize(
+      coordinator_address=sys.argv[3], num_processes=2, process_id=int(sys.argv[2])
+  )
+  proc = Setup(sys.argv[1], write_data=False)
+  metrics = pipeline.evaluate(proc.eval_step, proc.state, proc.eval_batches())
+  print("metrics " + json.dumps(dataclasses.asdict(metrics)), flush=True)
