@@ -21,3 +21,18 @@ class TrainBatch(NamedTuple):
   labels: Any
   dense: Any
   sparse: SparseDenseMatmulInput
+
+
+class EvalBatch(NamedTuple):
+  """One eval batch: a TrainBatch of static size and which examples are real.
+
+  The last batches of an eval pass are padded to the static batch size
+  (label 0, dense 0, no sparse ids); `mask` tells the metrics to skip them.
+
+  Attributes:
+    batch: the TrainBatch (host numpy, or global jax.Arrays on the mesh).
+    mask: [batch] float32, 1 for a real example, 0 for padding.
+  """
+
+  batch: TrainBatch
+  mask: Any

@@ -5,6 +5,7 @@
     zero/        the ZeRO-sharded dense optimizer
     models/      the reference DLRM dense stage
     training/    TrainState, the jitted trainer, the training loop, device placement
+    evaluation/  the forward-only eval step, the eval pass, exact eval metrics
 """
 
 from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
@@ -54,6 +55,7 @@ from sparsepipe.pipeline.models.dlrm import DenseInputs
 from sparsepipe.pipeline.models.dlrm import dlrm_logits
 from sparsepipe.pipeline.models.dlrm import dlrm_loss
 from sparsepipe.pipeline.models.dlrm import init_dlrm_params
+from sparsepipe.pipeline.models.dlrm import make_dlrm_predict_fn
 from sparsepipe.pipeline.models.dlrm import make_dlrm_tc_stage
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.pipeline.training.train_state import abstract_train_state
@@ -69,6 +71,20 @@ from sparsepipe.pipeline.training.loop import loss_of
 from sparsepipe.pipeline.training.loop import train
 from sparsepipe.pipeline.training.placement import LabelRangeError
 from sparsepipe.pipeline.training.placement import abstract_train_batch
+from sparsepipe.pipeline.training.placement import make_eval_input_pipeline
 from sparsepipe.pipeline.training.placement import make_input_pipeline
+from sparsepipe.pipeline.training.placement import place_eval_on_mesh
 from sparsepipe.pipeline.training.placement import place_on_mesh
 from sparsepipe.pipeline.training.placement import to_global_batch
+from sparsepipe.pipeline.evaluation.metrics import LOGLOSS_EPS
+from sparsepipe.pipeline.evaluation.metrics import EvalMetrics
+from sparsepipe.pipeline.evaluation.metrics import auc
+from sparsepipe.pipeline.evaluation.metrics import calibration
+from sparsepipe.pipeline.evaluation.metrics import compute_metrics
+from sparsepipe.pipeline.evaluation.metrics import log_loss
+from sparsepipe.pipeline.evaluation.metrics import merge_across_processes
+from sparsepipe.pipeline.evaluation.metrics import normalized_entropy
+from sparsepipe.pipeline.evaluation.eval_step import EvalStep
+from sparsepipe.pipeline.evaluation.eval_step import PredictFn
+from sparsepipe.pipeline.evaluation.eval_step import evaluate
+from sparsepipe.pipeline.evaluation.eval_step import make_eval_step

@@ -40,6 +40,11 @@ from sparsepipe.transforms.input_pipeline import IteratorStateMismatchError
 from sparsepipe.transforms.input_pipeline import make_example_dataset
 from sparsepipe.transforms.input_pipeline import make_host_dataset
 from sparsepipe.transforms.input_pipeline import make_host_pipeline
+from sparsepipe.transforms.input_pipeline import make_eval_pipeline
+from sparsepipe.transforms.grain_eval import EvalExamples
+from sparsepipe.transforms.grain_eval import PreprocessEval
+from sparsepipe.transforms.grain_eval import ReadEvalExamples
+from sparsepipe.transforms.grain_eval import eval_positions
 from sparsepipe.transforms.input_pipeline import prefetch_in_workers
 from sparsepipe.transforms.grain_transfer import PackArrays
 from sparsepipe.transforms.grain_transfer import UnpackArrays

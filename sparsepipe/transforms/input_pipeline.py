@@ -26,6 +26,9 @@ The iterator state is JSON: `{"metadata": {...}, "pipeline": ...}`. It
 counts positions in the record stream, never transform parameters, so a
 pipeline rebuilt with new feature specs (FDO limits) continues from a saved
 state exactly where the old one stopped.
+
+Evaluation reads differently (in order, once, padded and masked):
+`make_eval_pipeline`, with its stages in grain_eval.py.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
+from sparsepipe.transforms.grain_eval import PreprocessEval, ReadEvalExamples, eval_positions
 from sparsepipe.transforms.grain_transfer import PackArrays, UnpackArrays
 
 STATE_VERSION = 1
@@ -401,3 +405,51 @@ def make_host_pipeline(
   if placement is not None:
     ds = placement(ds)
   return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))
+
+
+def make_eval_pipeline(
+    config: InputConfig | Any,
+    feature_specs: Any,
+    *,
+    local_device_count: int,
+    global_device_count: int,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    worker_init_fn: Callable[[int, int], None] | None = None,
+    placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
+) -> grain.IterDataset:
+  """One ordered pass over an eval set: a dataset of EvalBatch (iterate it per eval).
+
+  Every example is in exactly one batch; the last batches are padded to
+  per_host_batch_size and masked, and every host gets the same number of
+  batches (see grain_eval). Uses the config's data_dir, per_host_batch_size,
+  COO settings, num_workers and reader settings; shuffle, seed and
+  num_epochs do not apply, and corrupt records are errors whatever
+  skip_corrupt says. The feature specs are the train step's (same limits).
+  """
+  config = InputConfig.from_config(config)
+  index, count = _process_slice(process_index, process_count)
+  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
+  ds = eval_positions(
+      manifest.num_examples, config.per_host_batch_size, process_index=index, process_count=count
+  )
+  ds = ds.map(
+      ReadEvalExamples(
+          manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
+      )
+  )
+  ds = ds.map(
+      PreprocessEval(
+          feature_specs,
+          local_device_count=local_device_count,
+          global_device_count=global_device_count,
+          num_sc_per_device=config.num_sc_per_device,
+          sharding_strategy=config.sharding_strategy,
+          allow_id_dropping=config.allow_id_dropping,
+      )
+  ).to_iter_dataset()
+  ds = prefetch_in_workers(
+      ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
+  )
+  return placement(ds) if placement is not None else ds

@@ -193,6 +193,18 @@ def dlrm_loss(
   return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, labels))
 
 
+def make_dlrm_predict_fn(config: DLRMConfig):
+  """The DLRM forward for evaluation: `(params, dense, activations) -> [B] probabilities`.
+
+  sigmoid(dlrm_logits); no loss, no gradients (see pipeline.make_eval_step).
+  """
+
+  def predict(params, dense, activations):
+    return jax.nn.sigmoid(dlrm_logits(params, config, dense, activations))
+
+  return predict
+
+
 def make_dlrm_tc_stage(
     config: DLRMConfig, optimizer: optax.GradientTransformation, mesh: Mesh
 ) -> TcStageFun:

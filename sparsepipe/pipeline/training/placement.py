@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from sparsepipe import transforms
-from sparsepipe.core.batch import TrainBatch
+from sparsepipe.core.batch import EvalBatch, TrainBatch
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 from sparsepipe.core.mesh import data_sharding
 
@@ -115,6 +115,49 @@ def make_input_pipeline(
       fdo_client=fdo_client,
       worker_init_fn=worker_init_fn,
       placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
+  )
+
+
+def place_eval_on_mesh(
+    ds: grain.IterDataset, mesh: Mesh, *, prefetch: int = PREFETCH_BATCHES
+) -> grain.IterDataset:
+  """Host EvalBatch elements -> EvalBatch of global jax.Arrays (mask sharded like labels)."""
+
+  def put(element: EvalBatch) -> EvalBatch:
+    mask = jax.make_array_from_process_local_data(data_sharding(mesh), np.asarray(element.mask))
+    return EvalBatch(to_global_batch(element.batch, mesh), mask)
+
+  ds = ds.map(put)
+  if prefetch:
+    ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
+  return ds
+
+
+def make_eval_input_pipeline(
+    config: transforms.InputConfig | Any,
+    feature_specs: Any,
+    mesh: Mesh,
+    *,
+    worker_init_fn: Callable[[int, int], None] | None = None,
+) -> grain.IterDataset:
+  """One eval pass per iteration: EvalBatch of global jax.Arrays on the mesh.
+
+  Args:
+    config: InputConfig with the eval data_dir and the train step's
+      per_host_batch_size (see transforms.make_eval_pipeline).
+    feature_specs: the train step's prepared FeatureSpecs (same limits).
+    mesh: the 1-D data mesh.
+    worker_init_fn: optional `(worker_index, worker_count)` run in each worker.
+  """
+  return transforms.make_eval_pipeline(
+      config,
+      feature_specs,
+      local_device_count=len(mesh.local_devices),
+      global_device_count=mesh.size,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+      worker_init_fn=worker_init_fn,
+      placement=lambda ds: place_eval_on_mesh(ds, mesh),
   )
 
 

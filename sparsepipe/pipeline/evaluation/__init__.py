@@ -1,0 +1,1 @@
+"""Forward-only evaluation: eval step, eval pass and metrics (see sparsepipe.pipeline)."""

@@ -1,0 +1,151 @@
+"""Metrics of a whole eval set, computed once from every example's score.
+
+AUC is exact (the Mann-Whitney statistic with average ranks for tied
+scores), not a bucketed estimate, so it needs all scores in one place:
+`merge_across_processes` gathers the valid examples of every process and
+every process then computes the same numbers. Nothing is averaged per host
+or per batch.
+
+Conventions:
+  - labels are 0 or 1; scores are predicted probabilities of label 1.
+  - log loss clips probabilities to [LOGLOSS_EPS, 1 - LOGLOSS_EPS]: a
+    float32 sigmoid rounds to exactly 0 or 1 for |logit| > ~17, and an
+    unclipped log(0) would make one confident mistake infinite.
+  - degenerate sets (all labels equal) give AUC, NE and (with no positives)
+    calibration NaN rather than an error: a rare-event eval set in a long
+    job should log a NaN, not kill the job. An empty set is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jax.experimental import multihost_utils
+import numpy as np
+
+# Probabilities are clipped to [eps, 1 - eps] in log loss (see above).
+LOGLOSS_EPS = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalMetrics:
+  """Metrics over a whole eval set.
+
+  Attributes:
+    auc: ROC AUC, ties counted half (NaN if all labels are equal).
+    logloss: mean binary cross-entropy of the clipped scores.
+    ne: normalized entropy, logloss / entropy of the base rate (NaN if all
+      labels are equal).
+    calibration: mean score / mean label (NaN with no positive label).
+    examples: examples evaluated.
+  """
+
+  auc: float
+  logloss: float
+  ne: float
+  calibration: float
+  examples: int
+
+  def as_dict(self, prefix: str = "") -> dict[str, float]:
+    """{prefix + name: value}, e.g. for TensorBoard scalars or JSON lines."""
+    return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
+
+
+def _check(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
+  labels = np.asarray(labels, np.float64).reshape(-1)
+  scores = np.asarray(scores, np.float64).reshape(-1)
+  if labels.shape != scores.shape:
+    raise ValueError(f"{labels.size} labels but {scores.size} scores")
+  if labels.size == 0:
+    raise ValueError("no examples to evaluate")
+  bad = (labels != 0) & (labels != 1)
+  if bad.any():
+    i = int(np.argmax(bad))
+    raise ValueError(f"labels must be 0 or 1: example {i} has label {labels[i]}")
+  if not np.isfinite(scores).all():
+    i = int(np.argmax(~np.isfinite(scores)))
+    raise ValueError(f"score of example {i} is {scores[i]}, not finite")
+  return labels, scores
+
+
+def auc(labels: Any, scores: Any) -> float:
+  """Exact ROC AUC: P(score of a positive > score of a negative) + P(tie) / 2.
+
+  Computed from average ranks in O(n log n): a group of tied scores gets the
+  mean of the ranks it spans. Twice the average rank (first + last rank of
+  the group) is an integer, so the rank sum is exact in int64.
+  """
+  labels, scores = _check(labels, scores)
+  n = labels.size
+  positives = int(labels.sum())
+  negatives = n - positives
+  if positives == 0 or negatives == 0:
+    return float("nan")
+  order = np.argsort(scores, kind="stable")
+  sorted_scores = scores[order]
+  starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+  ends = np.r_[starts[1:], n]  # exclusive; ranks of a group are starts+1 .. ends
+  twice_rank = np.repeat((starts + 1 + ends).astype(np.int64), ends - starts)
+  rank_sum_x2 = int(twice_rank[labels[order] == 1].sum())
+  return (rank_sum_x2 - positives * (positives + 1)) / (2 * positives * negatives)
+
+
+def log_loss(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> float:
+  """Mean of -[y log p + (1 - y) log(1 - p)], p clipped to [eps, 1 - eps]."""
+  labels, scores = _check(labels, scores)
+  p = np.clip(scores, eps, 1.0 - eps)
+  return float(-np.mean(labels * np.log(p) + (1.0 - labels) * np.log1p(-p)))
+
+
+def normalized_entropy(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> float:
+  """Log loss over the entropy of the base rate (NaN if all labels are equal).
+
+  Below 1 means the model beats always predicting the eval set's base rate.
+  """
+  labels, scores = _check(labels, scores)
+  rate = float(labels.mean())
+  if rate in (0.0, 1.0):
+    return float("nan")
+  entropy = -(rate * np.log(rate) + (1.0 - rate) * np.log1p(-rate))
+  return log_loss(labels, scores, eps) / entropy
+
+
+def calibration(labels: Any, scores: Any) -> float:
+  """Mean score over mean label: 1 is calibrated (NaN with no positive label)."""
+  labels, scores = _check(labels, scores)
+  positives = float(labels.sum())
+  if positives == 0.0:
+    return float("nan")
+  return float(scores.sum() / positives)
+
+
+def compute_metrics(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> EvalMetrics:
+  """All metrics of one complete set of (label, score) pairs."""
+  labels, scores = _check(labels, scores)
+  return EvalMetrics(
+      auc=auc(labels, scores),
+      logloss=log_loss(labels, scores, eps),
+      ne=normalized_entropy(labels, scores, eps),
+      calibration=calibration(labels, scores),
+      examples=int(labels.size),
+  )
+
+
+def merge_across_processes(labels: Any, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+  """Labels and scores of the valid examples of every process, process order.
+
+  Every process passes arrays of the same length (the eval input gives each
+  host the same number of static-size batches) with mask 1 for its real
+  examples; the arrays are gathered (`process_allgather`, also fine with one
+  process) and the padding dropped. Every process gets the same result.
+  """
+  local = np.stack([
+      np.asarray(labels, np.float32).reshape(-1),
+      np.asarray(scores, np.float32).reshape(-1),
+      np.asarray(mask, np.float32).reshape(-1),
+  ])
+  gathered = np.asarray(multihost_utils.process_allgather(local))  # [P, 3, n]
+  gathered = gathered.reshape(-1, 3, local.shape[1]).transpose(1, 0, 2).reshape(3, -1)
+  valid = gathered[2] > 0
+  return gathered[0][valid], gathered[1][valid]
