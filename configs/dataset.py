@@ -1,24 +1,7 @@
-"""Dataset config: a DLRM on whatever dataset `data.dir` holds.
+"""The shipped 'dataset' config by path; it lives in sparsepipe/launch/configs/dataset.py.
 
-    python -m sparsepipe.launch --config=configs/dataset.py \\
-        --config.data.dir=/data/train --config.eval.data_dir=/data/eval --workdir=/ckpt/run
-
-Features come from the train manifest when the job starts (names, vocab
-sizes, ids per example and so sum/mean combiners: see
-sparsepipe/launch/dataset_config.py); an eval set whose manifest disagrees
-with it (names, vocab sizes, dense width) is an error. Everything else is
-the base config (sparsepipe/launch/config_base.py) plus the command line,
-e.g. `--config.model.embedding_dim=32 --config.per_host_batch_size=1024`.
+`python -m sparsepipe.launch --config=configs/dataset.py` (from a checkout) and
+`--config=dataset` (anywhere the package is installed) load the same config.
 """
 
-import ml_collections
-
-from sparsepipe.launch.config_base import base_config
-
-
-def get_config() -> ml_collections.ConfigDict:
-  config = base_config(())
-  config.features_from_manifest = True
-  if "eval" not in config:  # the job's eval settings: data_dir "" means no eval
-    config.eval = ml_collections.ConfigDict(dict(data_dir="", every_steps=1000))
-  return config
+from sparsepipe.launch.configs.dataset import get_config  # noqa: F401

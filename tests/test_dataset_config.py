@@ -1,5 +1,6 @@
 """Config features from a manifest; train and eval manifests that must agree."""
 
+import dataclasses
 import importlib.util
 import os
 
@@ -10,25 +11,28 @@ from sparsepipe import data
 from sparsepipe.launch import config_specs
 from sparsepipe.launch import dataset_config
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+from sparsepipe.launch.configs import config_path
 
 
-def write(path, vocab, *, num_dense=2, info=None, weighted=()):
+def write(path, vocab, *, num_dense=2, info=None, weighted=(), ids=None):
+  """8 examples; feature f has ids.get(f, 1) ids (all 0) in each."""
   schema = data.make_schema(num_dense, vocab, weighted=weighted)
-  n = 8
+  n, ids = 8, ids or {}
   sparse = {
       name: data.RaggedBatch(
-          np.zeros(n, np.int32), np.ones(n, np.int32),
-          np.ones(n, np.float32) if name in weighted else None,
+          np.zeros(n * ids.get(name, 1), np.int32), np.full(n, ids.get(name, 1), np.int32),
+          np.ones(n * ids.get(name, 1), np.float32) if name in weighted else None,
       )
       for name in vocab
   }
   batch = data.ExampleBatch(np.zeros(n, np.float32), np.zeros((n, num_dense), np.float32), sparse)
-  return data.write_batches(str(path), schema, [batch], info=info)
+  manifest = data.write_batches(str(path), schema, [batch])
+  # The writer records what it saw; these tests pose other converter info.
+  return manifest if info is None else dataclasses.replace(manifest, info=info)
 
 
 def load_dataset_config():
-  spec = importlib.util.spec_from_file_location("dataset", os.path.join(CONFIGS, "dataset.py"))
+  spec = importlib.util.spec_from_file_location("dataset", config_path("dataset"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config()
@@ -82,8 +86,7 @@ def test_mismatched_manifests_list_every_difference(tmp_path):
 
 
 def test_dataset_config_builds_specs_from_the_train_manifest(tmp_path):
-  write(tmp_path / "train", {"user": 100, "genres": 20}, num_dense=3,
-        info={"ids_per_example": {"genres": {"max": 4, "mean": 2.0}}})
+  write(tmp_path / "train", {"user": 100, "genres": 20}, num_dense=3, ids={"genres": 4})
   write(tmp_path / "eval", {"user": 100, "genres": 20}, num_dense=3)
   config = load_dataset_config()
   assert config.features_from_manifest and config.eval.data_dir == ""

@@ -56,6 +56,36 @@ def test_rerunning_a_finished_job_trains_nothing(first_run):
   assert launch_testing.batch_losses(workdir) == before
 
 
+@pytest.fixture(scope="module")
+def run_with_eval(tmp_path_factory):
+  """The first_run's config plus a generated eval split of 100 examples
+  (not a multiple of the batch of 32) and an eval every 4 batches."""
+  workdir = str(tmp_path_factory.mktemp("job_eval"))
+  config = launch_testing.tiny_config(synthetic__eval_examples=100, eval__every_steps=4)
+  return workdir, train_and_evaluate(config, workdir)
+
+
+def test_eval_runs_every_n_batches_and_at_the_end_over_every_example(run_with_eval):
+  workdir, result = run_with_eval
+  evals = launch_testing.events(workdir, "eval")
+  assert [e["batch"] for e in evals] == [4, 8]
+  assert all(e["examples"] == 100 for e in evals)
+  assert sorted(evals[0]) == ["auc", "batch", "calibration", "event", "examples", "logloss", "ne"]
+  assert 0.0 <= evals[-1]["auc"] <= 1.0 and evals[-1]["logloss"] > 0.0
+  assert result.last_eval.auc == evals[-1]["auc"]
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+
+
+def test_eval_does_not_change_training(first_run, run_with_eval):
+  (plain, _), (evaluated, _) = first_run, run_with_eval
+  assert launch_testing.batch_losses(evaluated) == launch_testing.batch_losses(plain)
+  with_eval = launch_testing.checkpoint_arrays(evaluated, 12)
+  without = launch_testing.checkpoint_arrays(plain, 12)
+  assert sorted(with_eval) == sorted(without)
+  for path, array in without.items():
+    np.testing.assert_array_equal(with_eval[path], array, err_msg=path)
+
+
 def test_more_steps_continue_from_the_last_checkpoint(first_run):
   workdir, _ = first_run
   before = launch_testing.batch_losses(workdir)

@@ -34,6 +34,8 @@ their job needs; every field can be overridden on the command line
   fdo.every_steps: batches between FDO retunes (0: never); the pipeline
     drains and the step recompiles at each. fdo.headroom: new limits are
     the observed maxima times this.
+  features_from_manifest: take `features` (names, vocab sizes, ids per
+    example) from the manifest of data.dir (configs/dataset.py).
   pipelining: True (default) overlaps the lookup of batch i and the update
     of batch i-2 with the dense step of batch i-1; False runs them in order
     per batch (sequential mode: to debug, and to see what pipelining costs).
@@ -90,6 +92,7 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
   ))
   config.fdo = ml_collections.ConfigDict(dict(every_steps=0, headroom=1.5))
   config.pipelining = True
+  config.features_from_manifest = False
   config.eval = ml_collections.ConfigDict(dict(data_dir="", every_steps=0))
   config.checkpoint = ml_collections.ConfigDict(dict(
       every_steps=100, keep=3, async_save=True, verify_arrays=True,

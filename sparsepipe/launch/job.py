@@ -24,6 +24,7 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch import dataset
+from sparsepipe.launch import dataset_config
 from sparsepipe.launch import fdo_retune
 from sparsepipe.launch.job_checkpoints import JobCheckpoints
 from sparsepipe.launch.job_checkpoints import Restored
@@ -76,6 +77,8 @@ class _Job:
   """One process's share of a job (see train_and_evaluate)."""
 
   def __init__(self, config: Any, workdir: str):
+    if config.features_from_manifest:
+      config = dataset_config.apply_manifest(config)
     self.config = config
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
@@ -137,8 +140,8 @@ class _Job:
       self.metrics.truncate_batches(0)
       self.progress.message(
           f"sparsepipe: training {schedule.num_steps} batches of {self.model.global_batch}"
-          f" on {self.mesh.size} devices ({jax.process_count()} processes); workdir"
-          f" {self.workdir}"
+          f" on {_count(self.mesh.size, 'device')} ({_count(jax.process_count(), 'process')});"
+          f" workdir {self.workdir}"
       )
       return restored
     self.metrics.truncate_batches(schedule.batches_with_output(restored.position))
@@ -260,6 +263,10 @@ class _Job:
         examples_per_second=self.losses.trained * self.model.global_batch / seconds,
         last_eval=self.last_eval,
     )
+
+
+def _count(n: int, noun: str) -> str:
+  return f"{n} {noun}" if n == 1 else f"{n} {noun}es" if noun.endswith("s") else f"{n} {noun}s"
 
 
 def train_and_evaluate(config: Any, workdir: str) -> JobResult:

@@ -1,0 +1,23 @@
+"""Dataset config: a DLRM on whatever dataset `data.dir` holds.
+
+    python -m sparsepipe.launch --config=dataset \\
+        --config.data.dir=/data/train --config.eval.data_dir=/data/eval --workdir=/ckpt/run
+
+Features come from the train manifest when the job starts (names, vocab
+sizes, ids per example and so sum/mean combiners: see
+sparsepipe/launch/dataset_config.py); an eval set whose manifest disagrees
+with it (names, vocab sizes, dense width) is an error. Everything else is
+the base config (sparsepipe/launch/config_base.py) plus the command line,
+e.g. `--config.model.embedding_dim=32 --config.per_host_batch_size=1024`.
+"""
+
+import ml_collections
+
+from sparsepipe.launch.config_base import base_config
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = base_config(())
+  config.features_from_manifest = True
+  config.eval.every_steps = 1000
+  return config
