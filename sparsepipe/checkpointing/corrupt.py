@@ -1,8 +1,8 @@
 """Corrupt steps: short reasons, agreement between processes, quarantine.
 
-A step that cannot be read is skipped with one warning line naming the step
-and the item; once an older step is restored the skipped directories are
-renamed `<step>.corrupt` (kept, never deleted) so that new saves of those
+A step that cannot be read is skipped; once an older step is restored, one
+warning line per skipped step names the step, the item and the reason, and
+the skipped directories are renamed `<step>.corrupt` (kept, never deleted) so that new saves of those
 step numbers do not collide with them. While a step is read, the long
 TensorStore specs Orbax logs for a failed read and the "Event loop is
 closed" reports of TensorStore callbacks that outlive Orbax's event loop
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging as std_logging
+import os
 import sys
 from typing import Any, Callable, Iterator
 
@@ -28,29 +29,41 @@ from sparsepipe.checkpointing.errors import CorruptCheckpointError
 CORRUPT_SUFFIX = ".corrupt"
 
 
+_SPEC_DUMPS = (" [tensorstore_spec=", " See full TensorStore details")
+
+
 def first_line(error: BaseException, limit: int = 400) -> str:
   """`Type: first line` of an error, without TensorStore's long spec dump."""
   lines = str(error).strip().splitlines()
-  text = lines[0].split(" [tensorstore_spec=")[0] if lines else ""
+  text = lines[0] if lines else ""
+  for marker in _SPEC_DUMPS:
+    text = text.split(marker)[0]
   if len(text) > limit:
     text = text[: limit - 3] + "..."
   return f"{type(error).__name__}: {text}"
 
 
-def _is_loop_teardown(unraisable: Any) -> bool:
+def _is_read_leftover(unraisable: Any) -> bool:
+  """A report of a failed read's leftovers: a TensorStore callback aimed at
+  Orbax's closed event loop, or an Orbax read coroutine that failed while
+  it was being discarded."""
   value = getattr(unraisable, "exc_value", None)
-  return isinstance(value, RuntimeError) and "Event loop is closed" in str(value)
+  if isinstance(value, RuntimeError) and "Event loop is closed" in str(value):
+    return True
+  code = getattr(getattr(unraisable, "object", None), "cr_code", None)
+  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
 @contextlib.contextmanager
 def quiet_reads() -> Iterator[None]:
-  """Holds back Orbax's error logs and event-loop teardown reports.
+  """Holds back Orbax's logs and the leftovers of a failed read.
 
   Orbax logs a failed read at ERROR with the whole TensorStore spec (about
   140 lines); the failure is reported as a CorruptCheckpointError instead.
   TensorStore callbacks of a failed read may fire after Orbax closed its
-  event loop; Python reports those as unraisable exceptions. Both are
-  dropped while a step is read; anything else passes through.
+  event loop, and its unfinished read coroutines fail when they are
+  discarded; Python reports both as unraisable exceptions. They are dropped
+  (after a failed read, also later); anything else passes through.
   """
   logger = std_logging.getLogger("absl")
   level = logger.level
@@ -58,7 +71,7 @@ def quiet_reads() -> Iterator[None]:
   previous = sys.unraisablehook
 
   def hook(unraisable: Any) -> None:
-    if not _is_loop_teardown(unraisable):
+    if not _is_read_leftover(unraisable):
       previous(unraisable)
 
   sys.unraisablehook = hook
@@ -74,13 +87,13 @@ def quiet_reads() -> Iterator[None]:
 
 
 class _LateTeardownFilter:
-  """Keeps dropping event-loop teardown reports; passes everything else."""
+  """Keeps dropping a failed read's leftovers; passes everything else."""
 
   def __init__(self, previous: Callable[[Any], None]):
     self._previous = previous
 
   def __call__(self, unraisable: Any) -> None:
-    if not _is_loop_teardown(unraisable):
+    if not _is_read_leftover(unraisable):
       self._previous(unraisable)
 
 
@@ -100,13 +113,17 @@ def agree(attempt: Callable[[], Any]) -> Any:
   return result
 
 
-def quarantine(directory: epath.Path, steps: list[int]) -> None:
-  """Renames skipped corrupt steps to `<step>.corrupt[.k]` (kept on disk)."""
+def quarantine(directory: epath.Path, skipped: list[tuple[int, str]]) -> None:
+  """Renames skipped corrupt steps to `<step>.corrupt[.k]` (kept on disk).
+
+  `skipped`: (step, reason) pairs; each gets one warning line (process 0).
+  """
   if jax.process_index() == 0:
     name_format = ocp.path.step.standard_name_format()
-    for step in steps:
+    for step, reason in skipped:
       source = ocp.path.step.build_step_path(directory, name_format, step)
       if not source.exists():
+        logging.warning("Skipped %s", reason)
         continue
       target = source.parent / f"{source.name}{CORRUPT_SUFFIX}"
       k = 1
@@ -114,5 +131,5 @@ def quarantine(directory: epath.Path, steps: list[int]) -> None:
         k += 1
         target = source.parent / f"{source.name}{CORRUPT_SUFFIX}.{k}"
       source.rename(target)
-      logging.warning("Moved corrupt checkpoint step %d to %s", step, target)
+      logging.warning("Skipped %s; moved it to %s", reason, target)
   multihost_utils.sync_global_devices("sparsepipe_checkpoint_quarantine")

@@ -25,7 +25,7 @@ from sparsepipe.checkpointing.fingerprint import MIX
 from sparsepipe.checkpointing.targets import leaf_path
 
 _MASK = 0xFFFFFFFF
-_CHUNK_WORDS = 1 << 22  # bounds the temporaries of one step of the sum
+_CHUNK_WORDS = 1 << 16  # words per step of the sum: temporaries stay in cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,22 @@ def _strides(shape: tuple[int, ...]) -> list[int]:
   return strides[::-1]
 
 
+def _index_terms(words_shape, start, strides, axes) -> np.ndarray:
+  """uint32 sum over `axes` of (start + iota) * stride, broadcast over them."""
+  out = np.zeros([words_shape[a] for a in axes], np.uint32)
+  for k, axis in enumerate(axes):
+    iota = np.arange(words_shape[axis], dtype=np.uint64) + start[axis]
+    term = ((iota * strides[axis]) & _MASK).astype(np.uint32)
+    out = out + term.reshape((-1,) + (1,) * (len(axes) - k - 1))
+  return out
+
+
 def _shard_sum(shard: HostShard) -> int:
+  """sum(mix(word) * (2 * global flat index + 1)) over the shard, mod 2**32.
+
+  Works through cache-sized chunks of the first axis, in place: one
+  temporary for the mixed words and one for the weights.
+  """
   words = _words(shard.value)
   extra = words.ndim - len(shard.global_shape)  # 1 for 8-byte elements
   global_shape = shard.global_shape + words.shape[len(shard.global_shape):]
@@ -100,22 +115,23 @@ def _shard_sum(shard: HostShard) -> int:
   strides = _strides(global_shape)
   if words.ndim == 0:
     words, start, strides = words.reshape(1), (0,), [1]
-  row = max(1, math.prod(words.shape[1:]))
-  rows_per_chunk = max(1, _CHUNK_WORDS // row)
-  # Flat index of every element but the first axis's part, as uint32.
-  rest = np.zeros(words.shape[1:], np.uint32)
-  for axis in range(1, words.ndim):
-    iota = np.arange(words.shape[axis], dtype=np.uint64) + start[axis]
-    term = ((iota * strides[axis]) & _MASK).astype(np.uint32)
-    rest = rest + term.reshape((-1,) + (1,) * (words.ndim - axis - 1))
+  # 2 * (index part of the other axes), and 2 * (first-axis part) + 1.
+  rest = _index_terms(words.shape, start, strides, range(1, words.ndim)) * np.uint32(2)
+  first = _index_terms(words.shape, start, strides, [0]) * np.uint32(2) + np.uint32(1)
+  first = first.reshape((-1,) + (1,) * (words.ndim - 1))
+  rows = max(1, _CHUNK_WORDS // max(1, rest.size))
+  mixed = np.empty((min(rows, words.shape[0]),) + words.shape[1:], np.uint32)
+  weight = np.empty_like(mixed)
   total = np.uint32(0)
-  for r0 in range(0, words.shape[0], rows_per_chunk):
-    w = words[r0 : r0 + rows_per_chunk]
-    first = np.arange(w.shape[0], dtype=np.uint64) + (start[0] + r0)
-    first = ((first * strides[0]) & _MASK).astype(np.uint32)
-    index = first.reshape((-1,) + (1,) * (w.ndim - 1)) + rest
-    mixed = (w ^ (w >> np.uint32(16))) * np.uint32(MIX)
-    total = total + np.sum(mixed * (index * np.uint32(2) + np.uint32(1)), dtype=np.uint32)
+  for r0 in range(0, words.shape[0], rows):
+    w = words[r0 : r0 + rows]
+    m, wt = mixed[: w.shape[0]], weight[: w.shape[0]]
+    np.right_shift(w, np.uint32(16), out=m)
+    np.bitwise_xor(m, w, out=m)
+    np.multiply(m, np.uint32(MIX), out=m)
+    np.add(first[r0 : r0 + rows], rest, out=wt)
+    np.multiply(m, wt, out=m)
+    total = total + np.sum(m, dtype=np.uint32)
   return int(total)
 
 

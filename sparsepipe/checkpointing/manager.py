@@ -19,8 +19,9 @@ and the preemption sync point under jax.distributed) and keeps the newest
 last save: a process that exits without it loses that step.
 
 Restore (restoring.py) takes the newest intact step: a step with a missing
-item or an unreadable or garbled file is skipped with one warning line and
-renamed `<step>.corrupt` once an older step is restored (corrupt.py).
+item or an unreadable or garbled file is skipped, and once an older step is
+restored it is renamed `<step>.corrupt`, with one warning line naming the
+step, the item and the reason (corrupt.py).
 `<step>.orbax-checkpoint-tmp` directories of interrupted saves are ignored.
 A step written by an incompatible run, or for another dataset, is refused
 (IncompatibleCheckpointError), never skipped or renamed.
@@ -28,6 +29,7 @@ A step written by an incompatible run, or for another dataset, is refused
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Iterable, Mapping
 
@@ -247,16 +249,16 @@ class TrainingCheckpointManager:
     for candidate in steps:
       try:
         restored = corrupt.agree(
-            lambda: self._reader.restore(candidate, targets, relayouts)  # pylint: disable=cell-var-from-loop
+            functools.partial(self._reader.restore, candidate, targets, relayouts)
         )
       except CorruptCheckpointError as e:
         if step is not None:
           raise
         skipped.append((candidate, str(e)))
-        logging.warning("Skipping %s", e)
+        logging.info("Cannot restore %s", e)
         continue
       if skipped:
-        corrupt.quarantine(self.directory, [s for s, _ in skipped])
+        corrupt.quarantine(self.directory, skipped)
         self._mngr.reload()
       return restored
     raise CorruptCheckpointError(

@@ -231,7 +231,9 @@ class StepReader:
         fingerprint.verify(out[item], expected[item], item=item, where=where)
     integrity.check_digest(out["fdo"], checks["fdo_sha256"], what="item 'fdo'", where=where)
 
-  def restore(self, step: int, targets: Targets, relayouts: Mapping[str, Relayout]) -> RestoredState:
+  def restore(
+      self, step: int, targets: Targets, relayouts: Mapping[str, Relayout]
+  ) -> RestoredState:
     """Reads, checks and (if needed) re-lays out `step`."""
     where = self.where(step)
     meta, checks = self._checked_metadata(step)
