@@ -21,6 +21,7 @@ from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import abstract_of
+from sparsepipe.checkpointing import saving
 from sparsepipe.transforms import InputPipelineIterator
 
 TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_toy.py")
@@ -508,3 +509,39 @@ def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
       line,
   ), line
   assert "restored 5" in result.lines
+
+
+@pytest.mark.parametrize("fingerprint_arrays", [True, False])
+def test_non_array_leaf_is_refused_before_saving(tmp_path, fingerprint_arrays):
+  job = Job()
+  job.advance()
+  state = job.training_state()._replace(pipeline_state={"count": 3})
+  with TrainingCheckpointManager(
+      tmp_path / "c", run_info(), fingerprint_arrays=fingerprint_arrays
+  ) as manager:
+    with pytest.raises(
+        ValueError,
+        match="^item 'pipeline_state' leaf 'count' is a int; checkpointed trees hold"
+        r" arrays \(jax.Array or numpy\) only$",
+    ):
+      manager.save(1, state, Progress(1, 1))
+    assert manager.all_steps() == []
+
+
+def test_failure_after_the_host_copy_abandons_the_save_without_hanging(tmp_path, monkeypatch):
+  # The metadata commit waits for the host shards; a save() that fails before
+  # handing them over must release it, and the step must not be finalized.
+  job = Job()
+  job.advance()
+
+  def fail(state):
+    raise RuntimeError("boom")
+
+  monkeypatch.setattr(saving, "take_shards", fail)
+  manager = TrainingCheckpointManager(tmp_path / "c", run_info())
+  with pytest.raises(RuntimeError, match="^boom$"):
+    save(manager, job, force=True)
+  with pytest.raises(RuntimeError, match="the save was abandoned before its arrays were copied"):
+    manager.close()
+  with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
+    assert manager.all_steps() == []

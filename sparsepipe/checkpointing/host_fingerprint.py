@@ -55,6 +55,12 @@ def _leaf_shards(leaf: Any) -> list[HostShard]:
   return [HostShard(value, (0,) * value.ndim, tuple(value.shape))]
 
 
+def check_tree(tree: Any, item: str) -> None:
+  """ValueError naming the first leaf that is not an array (before a save)."""
+  for keypath, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    check_leaf(leaf_path(keypath), leaf, item)
+
+
 def take_shards(tree: Any, item: str) -> dict[str, list[HostShard]]:
   """{leaf path: this process's replica-0 shards on the host}.
 

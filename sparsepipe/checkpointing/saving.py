@@ -109,6 +109,8 @@ def save_step(
     raise ValueError(
         f"item 'fdo' must be a JSON object (dict), got {type(state.fdo).__name__}"
     )
+  for item in ARRAY_ITEMS:
+    host_fingerprint.check_tree(getattr(state, item), item)
   fdo = to_json_value(state.fdo, "fdo")
   meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
   pending = PendingShards() if fingerprints else None
