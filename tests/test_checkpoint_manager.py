@@ -545,3 +545,18 @@ def test_failure_after_the_host_copy_abandons_the_save_without_hanging(tmp_path,
     manager.close()
   with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
     assert manager.all_steps() == []
+
+
+def test_synchronous_save_is_fingerprinted_and_verified(tmp_path):
+  job = Job()
+  job.advance(2)
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), async_save=False) as manager:
+    assert save(manager, job)
+    assert manager.all_steps() == [2]  # written before save() returned
+  step_dir = tmp_path / "c" / "2"
+  body = json.loads((step_dir / "metadata" / "metadata.json").read_text())
+  assert body["integrity"]["fingerprints"] == "partial_sums"
+  _garble(_data_file(step_dir, "embeddings"))
+  with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
+    with pytest.raises(CorruptCheckpointError, match="item 'embeddings' leaf '"):
+      manager.restore(job.targets(), step=2)

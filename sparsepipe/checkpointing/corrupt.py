@@ -83,7 +83,8 @@ def quiet_reads() -> Iterator[None]:
     logger.setLevel(level)
     if sys.unraisablehook is hook:
       # Callbacks of a failed read may still fire after the read returned.
-      sys.unraisablehook = _LateTeardownFilter(previous) if failed else previous
+      late = failed and not isinstance(previous, _LateTeardownFilter)
+      sys.unraisablehook = _LateTeardownFilter(previous) if late else previous
 
 
 class _LateTeardownFilter:

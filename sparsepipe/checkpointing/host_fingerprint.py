@@ -14,7 +14,6 @@ compares with the fingerprint of the array it read.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Iterable, Mapping
 
 import jax
