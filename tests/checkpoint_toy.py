@@ -36,6 +36,7 @@ import optax
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from sparsepipe.checkpointing import PREEMPTED_EXIT_CODE
 from sparsepipe.checkpointing import PreemptionWatcher
 from sparsepipe.checkpointing import Progress
 from sparsepipe.checkpointing import RestoreTargets
@@ -43,7 +44,6 @@ from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import abstract_of
-from sparsepipe.checkpointing import checkpoint_and_exit
 from sparsepipe.checkpointing import ignore_sigterm_in_worker
 
 BATCH = 16
@@ -269,7 +269,10 @@ def run(args: Any) -> int:
         if step == args.kill_self_after_save:
           os.kill(os.getpid(), signal.SIGKILL)
       if watcher.should_stop(step):
-        checkpoint_and_exit(manager, step, state, progress)
+        manager.save(step, state, progress, force=True)  # no-op if just saved
+        manager.close()
+        print(f"Preempted: checkpoint step {step} saved", file=sys.stderr, flush=True)
+        return PREEMPTED_EXIT_CODE
   state = TrainingState(train_state, embeddings, pipeline_state, iterator, fdo)
   manager.save(step, state, Progress(step, step), force=True)
   manager.close()

@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 
 import jax
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import checkpoint_toy as toy
+import subprocess_harness as harness
 from sparsepipe.checkpointing import CorruptCheckpointError
 from sparsepipe.checkpointing import IncompatibleCheckpointError
 from sparsepipe.checkpointing import Progress
@@ -19,6 +21,10 @@ from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import abstract_of
+from sparsepipe.checkpointing import saving
+from sparsepipe.transforms import InputPipelineIterator
+
+TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_toy.py")
 
 # A failed read leaves TensorStore callbacks aimed at Orbax's closed event
 # loop; Python reports them when they are collected. Harmless here.
@@ -255,6 +261,12 @@ def _truncate(path):
   path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def _bump_first_number(path):
+  text = path.read_text()
+  match = re.search(r": (\d+)", text)
+  path.write_text(text[: match.start(1)] + str(int(match.group(1)) + 1) + text[match.end(1) :])
+
+
 def _replace_json(path, old, new):
   text = path.read_text()
   assert old in text, text
@@ -294,6 +306,14 @@ CORRUPTIONS = {
         lambda d: _truncate(d / "metadata" / "metadata.json"),
         "item 'metadata' is unreadable (JSONDecodeError",
     ),
+    "garbled fingerprint file": (
+        lambda d: _bump_first_number(d / "metadata" / "fingerprints.process_0.json"),
+        "item 'metadata' file fingerprints.process_0.json does not match its sha256",
+    ),
+    "missing fingerprint file": (
+        lambda d: (d / "metadata" / "fingerprints.process_0.json").unlink(),
+        "item 'metadata' file fingerprints.process_0.json is unreadable (FileNotFoundError",
+    ),
     "truncated array metadata": (
         lambda d: _truncate(d / "pipeline_state" / "_METADATA"),
         "is unreadable",
@@ -311,8 +331,11 @@ def test_corrupt_latest_step_falls_back_to_previous(saved, kind, caplog):
       restored = manager.restore(Job().targets())
     assert restored.step == 2
     assert manager.all_steps() == [2]
-    warning = next(r.getMessage() for r in caplog.records if "Skipping" in r.getMessage())
-    assert f"checkpoint at {directory} step 4" in warning
+    # One warning line: the step, the item and the reason, where it went.
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(f"Skipped checkpoint at {directory} step 4: ")
+    assert warning.endswith(f"; moved it to {directory}/4.corrupt")
+    assert "\n" not in warning
     assert reason in warning
   # The corrupt step is kept, renamed, out of the way of new saves.
   assert sorted(os.listdir(directory)) == ["2", "4.corrupt"]
@@ -409,3 +432,131 @@ def test_saving_without_fingerprints_restores_unverified(tmp_path):
       (restored.train_state, restored.embeddings, restored.pipeline_state),
       job.state,
   )
+
+
+def _pipeline_iterator(dataset, batch=16):
+  """The toy iterator inside the input pipeline's iterator (its state carries
+  the dataset fingerprint and the batch size)."""
+  return InputPipelineIterator(
+      toy.make_iterator(),
+      {"num_workers": 0, "dataset": dataset, "per_host_batch_size": batch},
+  )
+
+
+@pytest.fixture(name="saved_with_dataset")
+def fixture_saved_with_dataset(tmp_path):
+  job = Job()
+  job.iterator = _pipeline_iterator("0123456789abcdef")
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), save_interval_steps=2) as m:
+    for _ in range(4):
+      job.advance()
+      save(m, job)
+  return tmp_path / "c", job
+
+
+def test_replaced_dataset_is_reported_and_nothing_is_moved(saved_with_dataset, caplog):
+  directory, job = saved_with_dataset
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with caplog.at_level(logging.WARNING):
+      with pytest.raises(IncompatibleCheckpointError) as info:
+        manager.restore(job.targets(_pipeline_iterator("fedcba9876543210")))
+  assert str(info.value) == (
+      f"checkpoint at {directory} step 4: the dataset changed: the data iterator"
+      " state was saved reading dataset 0123456789abcdef, the data now is dataset"
+      " fedcba9876543210; restore with the original data, or train on the new data"
+      " in a new workdir (the checkpoint is left as it is)"
+  )
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+  assert sorted(os.listdir(directory)) == ["2", "4"]
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    assert manager.restore(job.targets(_pipeline_iterator("0123456789abcdef"))).step == 4
+
+
+def test_other_iterator_mismatch_is_incompatible_not_corrupt(saved_with_dataset):
+  directory, job = saved_with_dataset
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    with pytest.raises(IncompatibleCheckpointError) as info:
+      manager.restore(job.targets(_pipeline_iterator("0123456789abcdef", batch=32)))
+  assert str(info.value) == (
+      f"checkpoint at {directory} step 4: data iterator state was saved with"
+      " per_host_batch_size=16, but this pipeline has per_host_batch_size=32"
+  )
+  assert sorted(os.listdir(directory)) == ["2", "4"]
+
+
+def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
+  # Regression: a garbled step printed ~140 lines of TensorStore spec (Orbax's
+  # error log) and "Event loop is closed" / discarded coroutine tracebacks.
+  workdir = tmp_path / "ckpt"
+  command = harness.python_command(
+      TOY, "--workdir", str(workdir), "--out", str(tmp_path / "out.npz"),
+      "--num_steps", "10", "--save_every", "5",
+  )
+  env = harness.cpu_env()
+  assert harness.run(command, env=env).returncode == 0
+  _truncate(_data_file(workdir / "10", "embeddings"))
+  result = harness.run(command, env=env)
+  assert result.returncode == 0, result.describe()
+  (line,) = result.stderr.splitlines()
+  assert re.fullmatch(
+      re.escape(
+          f"WARNING:absl:Skipped checkpoint at {workdir} step 10: item 'embeddings':"
+          " reading failed (Exception: Encountered error while reading array index:"
+          " (slice("
+      )
+      + r"\d+, \d+"
+      + re.escape(f", 1), slice(0, 16, 1)).); moved it to {workdir}/10.corrupt"),
+      line,
+  ), line
+  assert "restored 5" in result.lines
+
+
+@pytest.mark.parametrize("fingerprint_arrays", [True, False])
+def test_non_array_leaf_is_refused_before_saving(tmp_path, fingerprint_arrays):
+  job = Job()
+  job.advance()
+  state = job.training_state()._replace(pipeline_state={"count": 3})
+  with TrainingCheckpointManager(
+      tmp_path / "c", run_info(), fingerprint_arrays=fingerprint_arrays
+  ) as manager:
+    with pytest.raises(
+        ValueError,
+        match="^item 'pipeline_state' leaf 'count' is a int; checkpointed trees hold"
+        r" arrays \(jax.Array or numpy\) only$",
+    ):
+      manager.save(1, state, Progress(1, 1))
+    assert manager.all_steps() == []
+
+
+def test_failure_after_the_host_copy_abandons_the_save_without_hanging(tmp_path, monkeypatch):
+  # The metadata commit waits for the host shards; a save() that fails before
+  # handing them over must release it, and the step must not be finalized.
+  job = Job()
+  job.advance()
+
+  def fail(state):
+    raise RuntimeError("boom")
+
+  monkeypatch.setattr(saving, "take_shards", fail)
+  manager = TrainingCheckpointManager(tmp_path / "c", run_info())
+  with pytest.raises(RuntimeError, match="^boom$"):
+    save(manager, job, force=True)
+  with pytest.raises(RuntimeError, match="the save was abandoned before its arrays were copied"):
+    manager.close()
+  with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
+    assert manager.all_steps() == []
+
+
+def test_synchronous_save_is_fingerprinted_and_verified(tmp_path):
+  job = Job()
+  job.advance(2)
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), async_save=False) as manager:
+    assert save(manager, job)
+    assert manager.all_steps() == [2]  # written before save() returned
+  step_dir = tmp_path / "c" / "2"
+  body = json.loads((step_dir / "metadata" / "metadata.json").read_text())
+  assert body["integrity"]["fingerprints"] == "partial_sums"
+  _garble(_data_file(step_dir, "embeddings"))
+  with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
+    with pytest.raises(CorruptCheckpointError, match="item 'embeddings' leaf '"):
+      manager.restore(job.targets(), step=2)

@@ -15,6 +15,7 @@ from sparsepipe.checkpointing import Progress
 from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import abstract_of
 from sparsepipe.checkpointing import fingerprint
+from sparsepipe.checkpointing import host_fingerprint
 from sparsepipe.checkpointing import integrity
 from sparsepipe.checkpointing import on_mesh
 from sparsepipe.checkpointing.metadata import check_compatible
@@ -206,3 +207,33 @@ def test_abstract_of_and_on_mesh():
   (b,) = jax.tree.leaves(on_mesh({"x": a}, mesh_of(4)))
   assert b.sharding == NamedSharding(mesh_of(4), P("data"))
   assert (b.shape, b.dtype) == (a.shape, a.dtype)
+
+
+def _host_fingerprints(tree, groups=1):
+  """Partial sums of the shards split over `groups` pretend processes, combined."""
+  shards = host_fingerprint.take_shards(tree, "x")
+  parts = [
+      {path: members[g::groups] for path, members in shards.items()} for g in range(groups)
+  ]
+  return host_fingerprint.combine(host_fingerprint.partial_sums(p) for p in parts)
+
+
+@pytest.mark.parametrize("chunk_words", [5, 1 << 16])
+def test_host_partial_sums_add_up_to_the_device_fingerprint(monkeypatch, chunk_words):
+  monkeypatch.setattr(host_fingerprint, "_CHUNK_WORDS", chunk_words)
+  rng = np.random.default_rng(0)
+  mesh = jax.make_mesh((4, 2), ("a", "b"), devices=jax.devices()[:8])
+  put = lambda x, *spec: jax.device_put(x, NamedSharding(mesh, P(*spec)))
+  tree = {
+      "blocks": put(rng.standard_normal((64, 24)).astype(np.float32), "a", "b"),
+      "replicated": put(rng.standard_normal((16, 3)).astype(np.float32)),
+      "rows": put(rng.integers(0, 100, (32,)).astype(np.int32), "a"),
+      "bf16": put(jnp.asarray(rng.standard_normal((8, 4)), jnp.bfloat16), None, "b"),
+      "int8": put(rng.integers(-100, 100, (8, 5, 3)).astype(np.int8), "a"),
+      "bool": put(rng.integers(0, 2, (8,)).astype(bool), "a"),
+      "scalar": put(np.int32(7)),
+      "host": np.arange(10, dtype=np.uint32),
+  }
+  want = fingerprint.resolve(fingerprint.tree_fingerprints(tree))
+  assert _host_fingerprints(tree) == want
+  assert _host_fingerprints(tree, groups=3) == want

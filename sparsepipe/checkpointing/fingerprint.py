@@ -10,8 +10,9 @@ array's bits and each element's row-major flat index with wrap-around
 arithmetic. Integer sums are associative, so the value depends only on the
 logical array, never on its sharding or device count: a table saved on 8
 devices and restored on 4 has the same fingerprint (the shape is checked
-separately, from Orbax's metadata). Computing it reads the state once; the
-background commit of a save fetches the values.
+separately, from Orbax's metadata). Saves compute the same sum from the host
+copies of the shards, in the background (host_fingerprint.py); restores
+compute it here, on the devices, from the arrays read.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.targets import leaf_path
 
-_MIX = 0x85EBCA6B
+MIX = 0x85EBCA6B
 
 
 def _words(x: jax.Array) -> jax.Array:
@@ -66,7 +67,7 @@ def _fingerprint(x: jax.Array) -> jax.Array:
   third of that again, so a 64-bit variant would cost the loop 2-6x more.
   """
   w = _words(x)
-  mixed = (w ^ (w >> jnp.uint32(16))) * jnp.uint32(_MIX)
+  mixed = (w ^ (w >> jnp.uint32(16))) * jnp.uint32(MIX)
   weight = _flat_index(w.shape) * jnp.uint32(2) + jnp.uint32(1)
   return jnp.sum(mixed * weight, dtype=jnp.uint32)
 
@@ -80,7 +81,7 @@ def _group_key(leaf: Any) -> Any:
   return None
 
 
-def _check_leaf(path: str, leaf: Any, item: str) -> None:
+def check_leaf(path: str, leaf: Any, item: str) -> None:
   if not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
     raise ValueError(
         f"item '{item}' leaf '{path}' is a {type(leaf).__name__}; checkpointed"
@@ -98,7 +99,7 @@ def tree_fingerprints(tree: Any, item: str = "tree") -> dict[str, jax.Array]:
   groups: dict[Any, list[tuple[str, Any]]] = {}
   for keypath, leaf in leaves:
     path = leaf_path(keypath)
-    _check_leaf(path, leaf, item)
+    check_leaf(path, leaf, item)
     groups.setdefault(_group_key(leaf), []).append((path, leaf))
   out = {}
   for key, members in groups.items():

@@ -1,56 +1,117 @@
-"""The Orbax handler of the "metadata" item: JSON written in the background.
+"""The Orbax handlers: array items without replica-parallel saves, and "metadata".
 
-Like Orbax's JsonCheckpointHandler, but values may be device arrays: the
-fingerprints of the saved state, possibly still being computed when `save`
-returns. The background commit fetches them, so `save` never waits for
-their values. The file is plain JSON, written by the primary process only.
+Array items use Orbax's PyTreeCheckpointHandler with the standard type
+handlers, except that replicated arrays are not split over replicas for
+writing: that split slices every replicated array on the devices while the
+loop waits (compiling a slice per shape on the first save) and would hand
+Orbax other host copies than the shards the fingerprints are taken from.
+
+The "metadata" item is JSON written in the background.
+
+Like Orbax's JsonCheckpointHandler, plus the array fingerprints: save()
+hands the host shards of the saved arrays over once Orbax has copied them
+(`PendingShards`), and the background commit sums them
+(host_fingerprint.py) and writes this process's partial sums to
+`fingerprints.process_<i>.json`, sealed with its sha256. Process 0 also
+writes `metadata.json` (sealed). The files are plain JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from typing import Any, List, Mapping, Optional
 
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from sparsepipe.checkpointing import fingerprint
+from sparsepipe.checkpointing import host_fingerprint
 from sparsepipe.checkpointing import integrity
 
 METADATA_FILENAME = "metadata.json"
 
 
-def _resolve(value: Any) -> Any:
-  """Device fingerprints -> hex strings; other values unchanged."""
-  if isinstance(value, jax.Array):
-    return fingerprint.to_hex(value)
-  if isinstance(value, Mapping):
-    return {k: _resolve(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [_resolve(v) for v in value]
-  return value
+def array_handler() -> ocp.PyTreeCheckpointHandler:
+  """The handler of the array items (see the module docstring)."""
+  types = ocp.type_handlers.supported_types()
+  handlers = [(t, ocp.type_handlers.get_type_handler(t)) for t in types if t is not jax.Array]
+  handlers.append((jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False)))
+  registry = ocp.type_handlers.create_type_handler_registry(*handlers)
+  return ocp.PyTreeCheckpointHandler(type_handler_registry=registry)
+
+
+def array_save(tree: Any) -> ocp.args.PyTreeSave:
+  return ocp.args.PyTreeSave(tree)
+
+
+def array_restore(target: Any) -> ocp.args.PyTreeRestore:
+  """Reads into `target`'s shapes, dtypes and shardings."""
+  return ocp.args.PyTreeRestore(
+      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
+  )
+
+
+def fingerprint_filename(process_index: int) -> str:
+  """The file of one process's partial fingerprint sums."""
+  return f"fingerprints.process_{process_index}.json"
+
+
+class PendingShards:
+  """Host shards of the saved arrays, handed from save() to the commit.
+
+  The commit starts while save() still runs; it waits here until save()
+  either hands the shards over (`set`) or gives up (`fail`).
+  """
+
+  def __init__(self):
+    self._ready = threading.Event()
+    self._shards: Any = None
+    self._error: BaseException | None = None
+
+  def set(self, shards: Mapping[str, Any]) -> None:
+    self._shards = shards
+    self._ready.set()
+
+  def fail(self, error: BaseException) -> None:
+    if not self._ready.is_set():
+      self._error = error
+      self._ready.set()
+
+  def take(self) -> Mapping[str, Any]:
+    self._ready.wait()
+    if self._error is not None:
+      raise RuntimeError("the save was abandoned before its arrays were copied") from self._error
+    shards, self._shards = self._shards, None  # frees the host copies early
+    return shards
 
 
 class MetadataHandler(ocp.handlers.AsyncCheckpointHandler):
-  """Saves a JSON object whose device-array leaves are resolved at commit.
+  """Saves a JSON object and the partial fingerprint sums, at commit.
 
-  The written object is sealed with its own sha256 (integrity.seal);
-  `restore` returns it as read, the caller unseals it.
+  The written objects are sealed with their own sha256 (integrity.seal);
+  `restore` returns metadata.json as read, the caller unseals it.
   """
 
-  def _write(self, directory: epath.Path, item: Mapping[str, Any]) -> None:
-    if jax.process_index() != 0:
-      return
-    data = integrity.seal(_resolve(item))
-    (directory / METADATA_FILENAME).write_text(json.dumps(data, indent=1))
+  def _write(self, directory: epath.Path, args: "MetadataSave") -> None:
+    index = jax.process_index()
+    if args.shards is not None:
+      partial = {
+          item: host_fingerprint.partial_sums(shards)
+          for item, shards in args.shards.take().items()
+      }
+      text = json.dumps(integrity.seal({"partial_sums": partial}))
+      (directory / fingerprint_filename(index)).write_text(text)
+    if index == 0:
+      data = integrity.seal(args.item)
+      (directory / METADATA_FILENAME).write_text(json.dumps(data, indent=1))
 
   async def async_save(
       self, directory: epath.Path, args: "MetadataSave"
   ) -> Optional[List[ocp.future.Future]]:
     async def commit():
-      self._write(directory, args.item)
+      self._write(directory, args)
 
     return [
         ocp.future.CommitFutureAwaitingContractedSignals(
@@ -59,7 +120,7 @@ class MetadataHandler(ocp.handlers.AsyncCheckpointHandler):
     ]
 
   def save(self, directory: epath.Path, args: "MetadataSave") -> None:
-    self._write(directory, args.item)
+    self._write(directory, args)
 
   def restore(
       self, directory: epath.Path, args: Optional["MetadataRestore"] = None
@@ -85,6 +146,7 @@ class MetadataHandler(ocp.handlers.AsyncCheckpointHandler):
 @dataclasses.dataclass
 class MetadataSave(ocp.args.CheckpointArgs):
   item: Mapping[str, Any]
+  shards: Optional[PendingShards] = None  # {item: take_shards(...)}
 
 
 @ocp.args.register_with_handler(MetadataHandler, for_restore=True)

@@ -28,7 +28,7 @@ from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 
 # Version of the step layout written by this module; bump on any change that
 # an older reader would misread.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: array fingerprints as per-process partial sums
 
 # {stack name: {limit name: value}}, e.g. transforms.get_stack_limits(specs).
 FeatureLimits = Mapping[str, Mapping[str, Any]]

@@ -2,9 +2,9 @@
 
 A preempted process gets SIGTERM and some seconds of grace. The loop asks
 `PreemptionWatcher.should_stop(step)` after every step; when it says yes,
-`checkpoint_and_exit` saves that step (forced, on every process), waits for
-the write and exits with PREEMPTED_EXIT_CODE, so a supervisor can tell a
-preemption (restart me) from success (0) or a crash (anything else).
+the loop saves that step (forced, on every process), waits for the write
+and exits with PREEMPTED_EXIT_CODE, so a supervisor can tell a preemption
+(restart me) from success (0) or a crash (anything else).
 
 - Single process (jax.distributed not initialized): the watcher installs a
   SIGTERM handler that only sets a flag.
@@ -22,9 +22,8 @@ preemption (restart me) from success (0) or a crash (anything else).
 from __future__ import annotations
 
 import signal
-import sys
 import threading
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 import jax
 from absl import logging
@@ -81,20 +80,12 @@ class PreemptionWatcher:
 
   @property
   def requested(self) -> bool:
-    """True once a stop was requested locally (signal or request())."""
+    """True once a stop signal arrived (single-process mode)."""
     return self._requested.is_set()
 
   @property
   def uses_jax_preemption(self) -> bool:
     return self._use_jax
-
-  def request(self) -> None:
-    """Asks for a stop at the next step boundary, as a signal would.
-
-    Single-process mode only: with the JAX preemption service every process
-    must agree on the step, which only reached_preemption provides.
-    """
-    self._requested.set()
 
   def _handle(self, signum: int, frame: Any) -> None:
     del frame
@@ -133,19 +124,3 @@ class PreemptionWatcher:
       self._signal_seen = None
     return self.requested
 
-
-def checkpoint_and_exit(
-    manager: Any, step: int, state: Any, progress: Any, **save_kwargs: Any
-) -> NoReturn:
-  """Saves `step` (forced; no-op if it exists), waits for it, exits 42.
-
-  Call on every process. `save_kwargs` go to manager.save (feature_limits).
-  """
-  manager.save(step, state, progress, force=True, **save_kwargs)
-  manager.close()
-  logging.warning(
-      "Preempted: checkpoint step %d saved; exiting with status %d",
-      step,
-      PREEMPTED_EXIT_CODE,
-  )
-  sys.exit(PREEMPTED_EXIT_CODE)

@@ -11,9 +11,8 @@ the current layout:
   padding changes. Leaves are truncated or zero-extended, and truncating a
   nonzero value is refused: that would not be padding.
 - `embedding_relayout` (must be given for "embeddings"): the MOD layout
-  places logical row r on SparseCore r mod N, so the rows move. The saved
-  tables and slots are converted to logical per-table rows with the saved
-  feature specs and stacked again for the current mesh.
+  places logical row r on SparseCore r mod N, so the rows move; it calls
+  pipeline.relayout_embedding_variables with the saved feature specs.
 
 The PipelineState is never re-laid out (see metadata.check_pipeline_resumable).
 """
@@ -27,6 +26,7 @@ from typing import Any, Callable, Protocol
 import jax
 import jax.numpy as jnp
 
+from sparsepipe import pipeline
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import RunInfo
@@ -110,28 +110,22 @@ def embedding_relayout(
       it is part of the config).
     saved_feature_specs: global device count -> feature specs prepared for
       that many devices (the stacking offsets and rotations of the saved
-      layout depend on it). FDO limits do not affect the layout.
+      layout depend on it).
 
-  The conversion goes through host memory (every process holds the logical
-  tables of all stacks once), like pipeline.unstack_embedding_variables.
+  The re-layout itself is pipeline.relayout_embedding_variables.
   """
-  # Imported here so that the checkpointing package does not need the
-  # pipeline package unless embeddings are re-laid out.
-  from sparsepipe.pipeline.embedding.variables import stack_embedding_variables  # pylint: disable=g-import-not-at-top
-  from sparsepipe.pipeline.embedding.variables import unstack_embedding_variables  # pylint: disable=g-import-not-at-top
 
   def relayout(restored: Any, target: Any, context: RelayoutContext) -> Any:
     del target  # The current layout follows from feature_specs and mesh.
     old = context.saved.run.device_count
     try:
-      logical = unstack_embedding_variables(
+      return pipeline.relayout_embedding_variables(
           restored,
-          saved_feature_specs(old),
+          from_feature_specs=saved_feature_specs(old),
+          from_device_count=old,
+          feature_specs=feature_specs,
+          mesh=mesh,
           num_sc_per_device=num_sc_per_device,
-          global_device_count=old,
-      )
-      return stack_embedding_variables(
-          logical, feature_specs, mesh, num_sc_per_device=num_sc_per_device
       )
     except ValueError as e:
       raise IncompatibleCheckpointError(

@@ -13,23 +13,17 @@ from typing import Any
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 
 
-def _key_name(key: Any) -> str:
-  for attr in ("key", "name", "idx"):
-    if hasattr(key, attr):
-      return str(getattr(key, attr))
-  return str(key)
-
-
 def leaf_path(keypath: tuple[Any, ...]) -> str:
   """'opt_state/0/mu/w': a key path as Orbax names it (NamedTuple fields
   and dict keys alike)."""
-  return "/".join(_key_name(k) for k in keypath)
+  return jax.tree_util.keystr(keypath, simple=True, separator="/")
 
 
 def leaves_by_path(tree: Any) -> dict[str, Any]:
@@ -41,13 +35,7 @@ def leaves_by_path(tree: Any) -> dict[str, Any]:
 
 def abstract_of(tree: Any) -> Any:
   """ShapeDtypeStructs (with their shardings) of a tree of arrays."""
-
-  def leaf(x):
-    return jax.ShapeDtypeStruct(
-        x.shape, x.dtype, sharding=getattr(x, "sharding", None)
-    )
-
-  return jax.tree.map(leaf, tree)
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
 
 
 def on_mesh(abstract_tree: Any, mesh: Mesh) -> Any:

@@ -16,6 +16,7 @@ from sparsepipe.pipeline.embedding.layout import physical_to_logical
 from sparsepipe.pipeline.embedding.layout import stack_layouts
 from sparsepipe.pipeline.embedding.lookup import sparse_dense_matmul
 from sparsepipe.pipeline.embedding.optimizers import UnsupportedOptimizerError
+from sparsepipe.pipeline.embedding.relayout import relayout_embedding_variables
 from sparsepipe.pipeline.embedding.update import sparse_dense_matmul_grad
 from sparsepipe.pipeline.embedding.variables import EmbeddingVariables
 from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
