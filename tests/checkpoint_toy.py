@@ -44,7 +44,7 @@ from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import abstract_of
-from sparsepipe.checkpointing import ignore_sigterm_in_worker
+from sparsepipe.core import ignore_stop_signals_in_worker
 
 BATCH = 16
 VOCAB = 256
@@ -90,7 +90,7 @@ def make_iterator(num_workers: int = 0, seed: int = 7) -> Any:
   if num_workers:
     ds = ds.mp_prefetch(
         grain.multiprocessing.MultiprocessingOptions(num_workers=num_workers),
-        worker_init_fn=ignore_sigterm_in_worker,
+        worker_init_fn=ignore_stop_signals_in_worker,
     )
   return iter(ds)
 

@@ -99,7 +99,7 @@ class Interruption:
 
   @property
   def expected_returncode(self) -> int:
-    if self.signal == signal.SIGTERM:
+    if self.signal in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C is a stop request too
       return PREEMPTED_EXIT_CODE
     return -int(self.signal)
 

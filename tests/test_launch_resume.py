@@ -51,15 +51,16 @@ def _assert_same_as_reference(workdir: str, reference: str) -> None:
     assert ours[path].tobytes() == value.tobytes(), path
 
 
-def test_sigterm_saves_exits_42_and_resumes_exactly(shared):
+def test_sigterm_and_ctrl_c_save_exit_42_and_resume_exactly(shared):
   root, data_dir, env, reference = shared
   workdir = str(root / "sigterm")
   runs = harness.run_interrupted(
       _command(workdir, data_dir),
       [
-          # Mid-segment (pipeline full), then right after the FDO switch.
+          # Mid-segment (pipeline full), then Ctrl-C (SIGINT to the process
+          # group, as a terminal sends it) right after the FDO switch.
           harness.Interruption(signal.SIGTERM, rf"batch 2/{NUM_STEPS} .*"),
-          harness.Interruption(signal.SIGTERM, rf"batch 5/{NUM_STEPS} .*"),
+          harness.Interruption(signal.SIGINT, rf"batch 5/{NUM_STEPS} .*"),
       ],
       env=env,
       timeout_s=300,

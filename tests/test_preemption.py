@@ -20,7 +20,7 @@ import pytest
 import subprocess_harness as harness
 from sparsepipe.checkpointing import PREEMPTED_EXIT_CODE
 from sparsepipe.checkpointing import PreemptionWatcher
-from sparsepipe.checkpointing import ignore_sigterm_in_worker
+from sparsepipe.core import ignore_stop_signals_in_worker
 
 TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_toy.py")
 NUM_STEPS = 20
@@ -88,13 +88,26 @@ def test_jax_preemption_mode_asks_the_manager_and_keeps_handlers():
     PreemptionWatcher(use_jax_preemption=True)
 
 
-def test_worker_init_ignores_sigterm():
-  before = signal.getsignal(signal.SIGTERM)
+def test_worker_init_ignores_sigterm_and_ctrl_c():
+  before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
-    ignore_sigterm_in_worker(0, 2)
+    ignore_stop_signals_in_worker(0, 2)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
   finally:
-    signal.signal(signal.SIGTERM, before)
+    for signum, handler in before.items():
+      signal.signal(signum, handler)
+
+
+def test_first_ctrl_c_requests_a_stop_and_the_second_aborts():
+  before = signal.getsignal(signal.SIGINT)
+  with PreemptionWatcher() as watcher:
+    assert not watcher.should_stop(3)
+    os.kill(os.getpid(), signal.SIGINT)
+    assert watcher.should_stop(4)
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  assert signal.getsignal(signal.SIGINT) == before
 
 
 # -- real processes -----------------------------------------------------------

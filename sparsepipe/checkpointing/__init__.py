@@ -11,7 +11,6 @@ from sparsepipe.checkpointing.metadata import Progress
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.preemption import PREEMPTED_EXIT_CODE
 from sparsepipe.checkpointing.preemption import PreemptionWatcher
-from sparsepipe.checkpointing.preemption import ignore_sigterm_in_worker
 from sparsepipe.checkpointing.relayout import Relayout
 from sparsepipe.checkpointing.relayout import RelayoutContext
 from sparsepipe.checkpointing.relayout import embedding_relayout

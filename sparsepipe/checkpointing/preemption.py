@@ -14,14 +14,23 @@ and exits with PREEMPTED_EXIT_CODE, so a supervisor can tell a preemption
   which is True on every process at that same step. The watcher then does
   not install its own handler (it would replace JAX's). Call should_stop at
   every step on every process, starting from the same step.
+- Ctrl-C (SIGINT) is a stop request too, handled the same way: the first
+  one saves at the next pipeline step boundary and exits with
+  PREEMPTED_EXIT_CODE (a rerun resumes); a second one aborts at once
+  (KeyboardInterrupt). Under jax.distributed the first SIGINT is turned into
+  a SIGTERM to this process, so JAX's preemption service makes every
+  process agree on the step to save.
 - Grain workers (mp_prefetch) are in the same process group and would die
-  on a group SIGTERM before the main process saved: start them with
-  `worker_init_fn=ignore_sigterm_in_worker`.
+  on a group SIGTERM or Ctrl-C before the main process saved: start them
+  with `worker_init_fn=core.ignore_stop_signals_in_worker` (sparsepipe's
+  input pipeline does).
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from typing import Any, Sequence
 
@@ -30,15 +39,6 @@ from absl import logging
 
 # Exit status of a process that saved a checkpoint because it was preempted.
 PREEMPTED_EXIT_CODE = 42
-
-
-def ignore_sigterm_in_worker(worker_index: int, worker_count: int) -> None:
-  """Grain `worker_init_fn`: data workers ignore SIGTERM.
-
-  The main process then saves and closes its iterator, which stops them.
-  """
-  del worker_index, worker_count
-  signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class PreemptionWatcher:
@@ -93,11 +93,27 @@ class PreemptionWatcher:
       self._signal_seen = signum
       self._requested.set()
 
+  def _handle_interrupt(self, signum: int, frame: Any) -> None:
+    """First Ctrl-C: stop at the next boundary; the next one aborts at once."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    print(
+        "sparsepipe: Ctrl-C: saving at the next pipeline step boundary, then exiting"
+        " (Ctrl-C again to abort without saving)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if self._use_jax:
+      os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption service syncs the step
+    else:
+      self._handle(signum, frame)
+
   def install(self) -> "PreemptionWatcher":
-    """Installs the signal handlers (single-process mode; main thread only)."""
+    """Installs the signal handlers (main thread only)."""
     if not self._use_jax:
       for signum in self._signals:
         self._previous[signum] = signal.signal(signum, self._handle)
+    if signal.SIGINT not in self._previous:
+      self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle_interrupt)
     return self
 
   def uninstall(self) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import jax
 
-from sparsepipe import checkpointing
 from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
@@ -99,7 +98,6 @@ class JobModel:
         self.input_config,
         feature_specs,
         self.mesh,
-        worker_init_fn=checkpointing.ignore_sigterm_in_worker,
         label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
     )
 

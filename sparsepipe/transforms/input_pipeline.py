@@ -37,13 +37,13 @@ import dataclasses
 import functools
 import hashlib
 import json
-import signal
 from typing import Any, Callable, Mapping
 
 from absl import flags
 import grain
 import jax
 
+from sparsepipe.core.signals import ignore_stop_signals_in_worker
 from sparsepipe.data.manifest import Manifest, RecordLocator, read_manifest
 from sparsepipe.data.source import manifest_source
 from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
@@ -175,9 +175,9 @@ def make_example_dataset(
   )
 
 
-def _ignore_sigterm(worker_index: int, worker_count: int, user_fn: Callable | None = None) -> None:
-  """Data workers ignore SIGTERM so the main process can checkpoint first."""
-  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _init_worker(worker_index: int, worker_count: int, user_fn: Callable | None = None) -> None:
+  """Data workers leave SIGTERM and Ctrl-C to the main process (it saves first)."""
+  ignore_stop_signals_in_worker(worker_index, worker_count)
   if user_fn is not None:
     user_fn(worker_index, worker_count)
 
@@ -259,7 +259,7 @@ def prefetch_in_workers(
   ds = ds.map(PackArrays(shared_memory=True))
   ds = ds.mp_prefetch(
       grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=buffer_size),
-      worker_init_fn=functools.partial(_ignore_sigterm, user_fn=worker_init_fn),
+      worker_init_fn=functools.partial(_init_worker, user_fn=worker_init_fn),
   )
   return ds.map(UnpackArrays())
 
