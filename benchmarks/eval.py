@@ -74,9 +74,14 @@ def _input_rates(manifest, specs, devices):
                          num_sc_per_device=_SC.value, allow_id_dropping=True)
   kw = dict(local_device_count=devices, global_device_count=devices, process_index=0,
             process_count=1)
-  train = lambda: sum(int(b.batch.labels.shape[0]) for b in T.make_host_pipeline(config, specs, **kw))
   evaluation = T.make_eval_pipeline(config, specs, **kw)
-  real = lambda: sum(int(b.mask.sum()) for b in evaluation)
+
+  def train():
+    return sum(int(b.batch.labels.shape[0]) for b in T.make_host_pipeline(config, specs, **kw))
+
+  def real():
+    return sum(int(b.mask.sum()) for b in evaluation)
+
   return _best_rate(train), _best_rate(real)
 
 
@@ -126,7 +131,8 @@ def main(argv):
         "evaluate": full[i], "evaluate_over_bare_steps": full[i] / bare[i],
     }
   print(f"\neval: {manifest.num_examples:,} examples, batch {_BATCH.value},"
-        f" {manifest.examples_per_record} examples/record, {mesh.size} CPU devices x {_SC.value} SC")
+        f" {manifest.examples_per_record} examples/record, {mesh.size} CPU devices x"
+        f" {_SC.value} SC")
   print(f"{'examples per':>12} {'(a) train input':>16} {'(b) eval input':>15} {'(b)/(a)':>8}"
         f" {'(c) eval steps':>15} {'(d) evaluate':>13} {'(d)/(c)':>8}")
   for unit, r in rows.items():
