@@ -1,7 +1,9 @@
 """The eval input: one ordered pass, padded and masked, every example exactly once."""
 
 import dataclasses
+import os
 
+from array_record.python import array_record_module
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
 from sparsepipe.transforms import grain_eval
+from test_input_pipeline import _write_with_corrupt_records  # pylint: disable=g-bad-import-order
 
 S = 2
 NUM_EXAMPLES = 93
@@ -117,3 +120,40 @@ def test_record_starts_allow_a_short_last_record_per_shard(dataset):
   with pytest.raises(ValueError, match=r"shard 'x' of '.*': 3 records hold 16 examples, not full"
                      r" records of examples_per_record=5 and a last one of 1 to R"):
     grain_eval.record_starts(bad)
+
+
+def eval_specs(vocab):
+  raw = {"a": core.FeatureSpec("a", core.TableSpec("t", vocab, 8), (2, 1), (2, 8))}
+  return T.prepare_feature_specs_for_training(raw, 1, S)
+
+
+def test_corrupt_eval_record_is_an_error_even_with_skip_corrupt(tmp_path):
+  shard = _write_with_corrupt_records(str(tmp_path / "ds"), bad={4})
+  config = T.InputConfig(str(tmp_path / "ds"), 2, num_sc_per_device=S, skip_corrupt=True)
+  ds = T.make_eval_pipeline(config, eval_specs(10), local_device_count=1, global_device_count=1,
+                            process_index=0, process_count=1)
+  with pytest.raises(data.CorruptRecordError, match=rf"^corrupt record 4 in '{shard}'"):
+    list(ds)
+
+
+def test_records_that_disagree_with_the_manifest_are_an_error(tmp_path):
+  """Records of 1, 2, 2 examples where the manifest implies 2, 2, 1."""
+  path = str(tmp_path / "ds")
+  schema = data.make_schema(1, {"a": 10})
+  codec = data.RecordCodec(schema)
+  os.makedirs(path)
+  shard = os.path.join(path, "part-00000.arrayrecord")
+  writer = array_record_module.ArrayRecordWriter(shard, "group_size:1")
+  examples = [data.Example(float(i % 2), np.float32([i]), {"a": np.array([i])}) for i in range(5)]
+  for lo, hi in ((0, 1), (1, 3), (3, 5)):
+    writer.write(codec.encode_batch(data.batch_from_examples(examples[lo:hi], schema)))
+  writer.close()
+  data.write_manifest(
+      data.Manifest(path, schema, (data.ShardInfo("part-00000.arrayrecord", 3, 5),), 2)
+  )
+  config = T.InputConfig(path, 2, num_sc_per_device=S)
+  ds = T.make_eval_pipeline(config, eval_specs(10), local_device_count=1, global_device_count=1,
+                            process_index=0, process_count=1)
+  with pytest.raises(ValueError, match=rf"^record 0 of '{shard}' holds 1 examples, the manifest"
+                     r" implies 2\n"):
+    list(ds)

@@ -139,6 +139,7 @@ def merge_across_processes(labels: Any, scores: Any, mask: Any) -> tuple[np.ndar
   host the same number of static-size batches) with mask 1 for its real
   examples; the arrays are gathered (`process_allgather`, also fine with one
   process) and the padding dropped. Every process gets the same result.
+  Scores travel as float32 (what the eval step computes).
   """
   local = np.stack([
       np.asarray(labels, np.float32).reshape(-1),
