@@ -10,6 +10,7 @@ from sparsepipe import checkpointing
 from sparsepipe.launch import Position
 from sparsepipe.launch import NonFiniteLossError
 from sparsepipe.launch import train_and_evaluate
+from sparsepipe.launch.evaluate import evaluate_checkpoint
 
 import launch_testing  # pylint: disable=g-bad-import-order
 
@@ -74,6 +75,17 @@ def test_eval_runs_every_n_batches_and_at_the_end_over_every_example(run_with_ev
   assert 0.0 <= evals[-1]["auc"] <= 1.0 and evals[-1]["logloss"] > 0.0
   assert result.last_eval.auc == evals[-1]["auc"]
   assert os.listdir(os.path.join(workdir, "tensorboard"))
+
+
+def test_a_saved_checkpoint_evaluates_like_the_job_did(run_with_eval):
+  workdir, result = run_with_eval
+  before = sorted(os.listdir(workdir))
+  step, trained, metrics = evaluate_checkpoint(workdir)
+  assert (step, trained) == (12, 8)
+  assert metrics == result.last_eval
+  assert sorted(os.listdir(workdir)) == before
+  with pytest.raises(ValueError, match=r"^no checkpoints in '/nonexistent' \(no '/nonexistent/checkpoints'\)$"):
+    evaluate_checkpoint("/nonexistent")
 
 
 def test_eval_does_not_change_training(first_run, run_with_eval):

@@ -103,8 +103,8 @@ class JobCheckpoints:
       )
     return position
 
-  def restore(self) -> Restored | None:
-    """The newest intact checkpoint, or None if there is none.
+  def restore(self, step: int | None = None) -> Restored | None:
+    """The newest intact checkpoint (or `step`), or None if there is none.
 
     The restore targets depend on the saved FDO limits (buffer shapes of the
     PipelineState and of the input pipeline), so they are built from each
@@ -130,7 +130,7 @@ class JobCheckpoints:
         saved_feature_specs=model.feature_specs_for,
     )
     try:
-      restored = self.mngr.restore(targets, relayouts={"embeddings": relayout})
+      restored = self.mngr.restore(targets, step=step, relayouts={"embeddings": relayout})
     finally:
       for unused in setups[:-1]:  # from steps that turned out corrupt
         unused.close()

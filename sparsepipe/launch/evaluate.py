@@ -1,0 +1,105 @@
+"""python -m sparsepipe.launch.evaluate --workdir W [--step N] [--eval_data_dir DIR]
+
+Evaluates a saved checkpoint without training: reads the job's config from
+the checkpoint, restores its model (onto this machine's devices, re-laid out
+if their number changed) and runs one eval pass over the job's eval set (or
+`--eval_data_dir`, which must have the train set's features). Prints one
+line of metrics; `--json PATH` also writes them. Nothing in the workdir
+changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from absl import app
+from absl import flags
+from absl import logging
+import ml_collections
+
+from sparsepipe.data import cli
+
+
+
+def _define_flags() -> None:
+  flags.DEFINE_string("workdir", None, "The job's workdir.", required=True)
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest intact one).")
+  flags.DEFINE_string("eval_data_dir", None, "Eval dataset (default: the job's).")
+  flags.DEFINE_string("json", None, "Also write the metrics to this JSON file.")
+  flags.DEFINE_integer("cpu_devices", 0, "Simulate this many CPU devices.")
+  flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
+
+
+def evaluate_checkpoint(
+    workdir: str, *, step: int | None = None, eval_data_dir: str | None = None
+) -> tuple[int, int, Any]:
+  """(checkpoint step, batches trained, EvalMetrics) of a saved checkpoint."""
+  from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
+  from sparsepipe import core  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch import dataset  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import MUTABLE_CONFIG_KEYS  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job_checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job_eval import JobEval  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job_model import JobModel  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.metrics import MetricsLog, ProgressLine  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.schedule import SegmentSchedule  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.tensorboard import TensorBoardWriter  # pylint: disable=g-import-not-at-top
+
+  workdir = os.path.abspath(workdir)
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory):
+    raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
+  with checkpointing.TrainingCheckpointManager(directory, None) as reader:
+    step = reader.latest_step() if step is None else step
+    if step is None:
+      raise ValueError(f"no checkpoint in '{directory}'")
+    saved = reader.read_metadata(step)
+  config = ml_collections.ConfigDict(saved.run.config)
+  mesh = core.make_mesh()
+  model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
+  eval_dir = os.path.abspath(eval_data_dir) if eval_data_dir else dataset.eval_data_dir(
+      config, workdir)
+  if not eval_dir:
+    raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
+  schedule = SegmentSchedule.create(
+      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining))
+  run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
+  with checkpointing.TrainingCheckpointManager(
+      directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS) as mngr:
+    restored = JobCheckpoints(mngr, model, schedule).restore(step)
+  restored.setup.close()
+  trained = schedule.batches_with_output(restored.position)
+  quiet = ProgressLine(schedule.num_steps, enabled=False)
+  evaluation = JobEval(model, MetricsLog(os.devnull, enabled=False), quiet,
+                       TensorBoardWriter(workdir, enabled=False), data_dir=eval_dir,
+                       num_steps=schedule.num_steps)
+  return step, trained, evaluation.run(restored.train_state, trained)
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  f = flags.FLAGS
+  if f.cpu_devices:
+    jax.config.update("jax_num_cpu_devices", f.cpu_devices)
+  step, trained, metrics = evaluate_checkpoint(f.workdir, step=f.step, eval_data_dir=f.eval_data_dir)
+  record = {"step": step, "batch": trained, **metrics.as_dict()}
+  print(f"checkpoint step {step} ({trained} batches trained): AUC {metrics.auc:.4f}, log loss"
+        f" {metrics.logloss:.4f}, NE {metrics.ne:.4f}, calibration {metrics.calibration:.3f}"
+        f" ({metrics.examples:,} examples)")
+  if f.json:
+    with open(f.json, "w") as out:
+      json.dump(record, out)
+  return 0
+
+
+if __name__ == "__main__":
+  _define_flags()
+  sys.exit(app.run(cli.reports_errors(main)))
