@@ -202,6 +202,7 @@ def ratings(root: str, wheel: str) -> dict[str, float]:
 def main(argv):
   del argv
   root = _WORKDIR.value or tempfile.mkdtemp(prefix="sparsepipe_quality_")
+  os.makedirs(root, exist_ok=True)
   logging.set_verbosity(logging.WARNING)
   figures = {}
   if "planted" in _PARTS.value:
