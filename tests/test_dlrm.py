@@ -84,6 +84,25 @@ def test_logits_match_numpy():
   )
 
 
+def test_without_dense_features_the_embeddings_sum_is_the_first_order_term():
+  """Ratings data has no dense features: x is the sum of the feature vectors."""
+  config = dlrm.DLRMConfig(0, CONFIG.feature_dims, bottom_mlp_dims=(8,), top_mlp_dims=(10,))
+  params = dlrm.init_dlrm_params(jax.random.key(1), config)
+  assert "bottom_mlp" not in params and config.num_interactions == 3
+  assert params["top_mlp"]["layer_0"]["kernel"].shape == (8 + 3, 10)
+  _, acts, _ = inputs()
+  p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+  vectors = [acts[n].astype(np.float64) @ p["projection"][n] if d != 8 else acts[n]
+             for n, d in config.feature_dims]
+  feats = [sum(vectors)] + [np.sum(vectors[i] * vectors[j], axis=1, keepdims=True)
+                            for i in range(3) for j in range(i)]
+  h = np.maximum(np.concatenate(feats, axis=1) @ p["top_mlp"]["layer_0"]["kernel"]
+                 + p["top_mlp"]["layer_0"]["bias"], 0)
+  expected = (h @ p["top_mlp"]["layer_1"]["kernel"] + p["top_mlp"]["layer_1"]["bias"])[:, 0]
+  logits = dlrm.dlrm_logits(params, config, np.zeros((B, 0), np.float32), acts)
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_config_from_feature_specs_and_errors():
   class Spec:
     def __init__(self, name, dim):
@@ -95,8 +114,8 @@ def test_config_from_feature_specs_and_errors():
   assert config.feature_dims == (("x", 4), ("y", 16))
   with pytest.raises(ValueError, match=r"DLRM: duplicate feature names in \['a', 'a'\]"):
     dlrm.DLRMConfig(2, (("a", 4), ("a", 4)))
-  with pytest.raises(ValueError, match="DLRM: num_dense_features=0 must be positive"):
-    dlrm.DLRMConfig(0, (("a", 4),))
+  with pytest.raises(ValueError, match="DLRM: num_dense_features=-1 must be >= 0"):
+    dlrm.DLRMConfig(-1, (("a", 4),))
   params = dlrm.init_dlrm_params(jax.random.key(0), CONFIG)
   dense, acts, _ = inputs()
   with pytest.raises(ValueError, match=r"DLRM: 2 activation arrays for 3 features"):

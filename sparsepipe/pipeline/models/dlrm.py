@@ -1,6 +1,8 @@
 """A DLRM-style reference model in plain JAX, and its TC stage.
 
     dense [B, num_dense] -> bottom MLP (ReLU) -> x [B, d]
+      (no dense features: x = the sum of the features' vectors, and T below
+      holds the feature vectors only)
     activations of F features [B, dim_f] -> (projection to d if dim_f != d)
     T = [x, e_1, .., e_F] [B, F+1, d];  Z = T T^T;  z = strictly lower
     triangle of Z [B, (F+1)F/2]
@@ -67,9 +69,9 @@ class DLRMConfig:
     )
     object.__setattr__(self, "bottom_mlp_dims", tuple(self.bottom_mlp_dims))
     object.__setattr__(self, "top_mlp_dims", tuple(self.top_mlp_dims))
-    if self.num_dense_features <= 0:
+    if self.num_dense_features < 0:
       raise ValueError(
-          f"DLRM: num_dense_features={self.num_dense_features} must be positive"
+          f"DLRM: num_dense_features={self.num_dense_features} must be >= 0"
       )
     if not self.bottom_mlp_dims or min(self.bottom_mlp_dims) <= 0:
       raise ValueError(
@@ -100,7 +102,7 @@ class DLRMConfig:
 
   @property
   def num_interactions(self) -> int:
-    n = len(self.feature_dims) + 1
+    n = len(self.feature_dims) + (1 if self.num_dense_features else 0)
     return n * (n - 1) // 2
 
 
@@ -128,12 +130,11 @@ def init_dlrm_params(key: jax.Array, config: DLRMConfig) -> dict[str, Any]:
   k_bottom, k_top, k_proj = jax.random.split(key, 3)
   d = config.interaction_dim
   top_in = d + config.num_interactions
-  params = {
-      "bottom_mlp": _mlp(
-          k_bottom, (config.num_dense_features,) + config.bottom_mlp_dims
-      ),
-      "top_mlp": _mlp(k_top, (top_in,) + config.top_mlp_dims + (1,)),
-  }
+  params = {"top_mlp": _mlp(k_top, (top_in,) + config.top_mlp_dims + (1,))}
+  if config.num_dense_features:
+    params["bottom_mlp"] = _mlp(
+        k_bottom, (config.num_dense_features,) + config.bottom_mlp_dims
+    )
   projected = [(n, dim) for n, dim in config.feature_dims if dim != d]
   if projected:
     keys = jax.random.split(k_proj, len(projected))
@@ -164,9 +165,8 @@ def dlrm_logits(
         f"DLRM: {len(leaves)} activation arrays for"
         f" {len(config.feature_dims)} features {config.feature_dims}"
     )
-  x = _apply_mlp(params["bottom_mlp"], dense, relu_last=True)
   d = config.interaction_dim
-  vectors = [x]
+  vectors = []
   for (name, dim), act in zip(config.feature_dims, leaves):
     if act.shape[-1] != dim:
       raise ValueError(
@@ -174,7 +174,12 @@ def dlrm_logits(
           f" config says {dim}"
       )
     vectors.append(act if dim == d else act @ params["projection"][name])
-  t = jnp.stack(vectors, axis=1)  # [B, F+1, d]
+  if config.num_dense_features:
+    x = _apply_mlp(params["bottom_mlp"], dense, relu_last=True)
+    vectors.insert(0, x)
+  else:  # no dense input: the first-order term is the sum of the embeddings
+    x = sum(vectors)
+  t = jnp.stack(vectors, axis=1)  # [B, F+1, d] (F without dense features)
   z = jnp.einsum("bid,bjd->bij", t, t)
   rows, cols = np.tril_indices(len(vectors), k=-1)
   top_in = jnp.concatenate([x, z[:, rows, cols]], axis=1)
