@@ -74,7 +74,6 @@ from sparsepipe.pipeline.training.placement import LabelRangeError
 from sparsepipe.pipeline.training.placement import abstract_train_batch
 from sparsepipe.pipeline.training.placement import make_eval_input_pipeline
 from sparsepipe.pipeline.training.placement import make_input_pipeline
-from sparsepipe.pipeline.training.placement import place_eval_on_mesh
 from sparsepipe.pipeline.training.placement import place_on_mesh
 from sparsepipe.pipeline.training.placement import to_global_batch
 from sparsepipe.pipeline.evaluation.metrics import LOGLOSS_EPS

@@ -204,6 +204,17 @@ def _check_specs(feature_specs: Any, manifest: Manifest, global_batch: int) -> N
       )
 
 
+def _preprocess_args(config: InputConfig, local_devices: int, global_devices: int) -> dict:
+  """PreprocessSparse's arguments besides the specs (train and eval alike)."""
+  return dict(
+      local_device_count=local_devices,
+      global_device_count=global_devices,
+      num_sc_per_device=config.num_sc_per_device,
+      sharding_strategy=config.sharding_strategy,
+      allow_id_dropping=config.allow_id_dropping,
+  )
+
+
 def make_host_dataset(
     config: InputConfig | Any,
     feature_specs: Any,
@@ -224,14 +235,8 @@ def make_host_dataset(
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = make_example_dataset(config, process_index=index, process_count=count, manifest=manifest)
   ds = ds.map(
-      PreprocessSparse(
-          feature_specs,
-          local_device_count=local_device_count,
-          global_device_count=global_device_count,
-          num_sc_per_device=config.num_sc_per_device,
-          sharding_strategy=config.sharding_strategy,
-          allow_id_dropping=config.allow_id_dropping,
-      )
+      PreprocessSparse(feature_specs, **_preprocess_args(config, local_device_count,
+                                                         global_device_count))
   )
   ds = prefetch_in_workers(
       ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
@@ -446,14 +451,8 @@ def make_eval_pipeline(
       )
   )
   ds = ds.map(
-      PreprocessEval(
-          feature_specs,
-          local_device_count=local_device_count,
-          global_device_count=global_device_count,
-          num_sc_per_device=config.num_sc_per_device,
-          sharding_strategy=config.sharding_strategy,
-          allow_id_dropping=config.allow_id_dropping,
-      )
+      PreprocessEval(feature_specs, **_preprocess_args(config, local_device_count,
+                                                       global_device_count))
   ).to_iter_dataset(EVAL_READ_OPTIONS)
   ds = prefetch_in_workers(
       ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn

@@ -65,12 +65,17 @@ def place_on_mesh(
     label_range: tuple[float, float] | None = None,
     where: str = "the data",
 ) -> grain.IterDataset:
-  """PreprocessedBatch (or TrainBatch) elements -> TrainBatch of global jax.Arrays.
+  """Host elements -> the same on the mesh as global jax.Arrays.
 
-  With `label_range`, every batch's labels are checked on the host first.
+  PreprocessedBatch (or TrainBatch) elements become TrainBatch, EvalBatch
+  stays EvalBatch (its mask sharded like the labels). With `label_range`,
+  every batch's labels are checked on the host first.
   """
 
-  def put(element: Any) -> TrainBatch:
+  def put(element: Any) -> TrainBatch | EvalBatch:
+    if isinstance(element, EvalBatch):
+      mask = jax.make_array_from_process_local_data(data_sharding(mesh), np.asarray(element.mask))
+      return EvalBatch(to_global_batch(element.batch, mesh), mask)
     batch = element if isinstance(element, TrainBatch) else element.batch
     if label_range is not None:
       check_label_range(batch.labels, label_range, where)
@@ -118,21 +123,6 @@ def make_input_pipeline(
   )
 
 
-def place_eval_on_mesh(
-    ds: grain.IterDataset, mesh: Mesh, *, prefetch: int = PREFETCH_BATCHES
-) -> grain.IterDataset:
-  """Host EvalBatch elements -> EvalBatch of global jax.Arrays (mask sharded like labels)."""
-
-  def put(element: EvalBatch) -> EvalBatch:
-    mask = jax.make_array_from_process_local_data(data_sharding(mesh), np.asarray(element.mask))
-    return EvalBatch(to_global_batch(element.batch, mesh), mask)
-
-  ds = ds.map(put)
-  if prefetch:
-    ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
-  return ds
-
-
 def make_eval_input_pipeline(
     config: transforms.InputConfig | Any,
     feature_specs: Any,
@@ -157,7 +147,7 @@ def make_eval_input_pipeline(
       process_index=jax.process_index(),
       process_count=jax.process_count(),
       worker_init_fn=worker_init_fn,
-      placement=lambda ds: place_eval_on_mesh(ds, mesh),
+      placement=lambda ds: place_on_mesh(ds, mesh),
   )
 
 
