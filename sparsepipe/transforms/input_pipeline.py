@@ -46,6 +46,8 @@ from sparsepipe.data.source import manifest_source
 from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
 from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
+from sparsepipe.transforms.grain_fdo_stats import clear_stats_maxima
+from sparsepipe.transforms.grain_fdo_stats import find_stats_node
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
 from sparsepipe.transforms.grain_transfer import PackArrays, UnpackArrays
@@ -304,31 +306,21 @@ class InputPipelineIterator(grain.DatasetIterator):
     Read from the state, not from the recording stage: a prefetch after it
     may have run ahead, and a resumed job must see the same totals.
     """
-    return StatsTotals.from_state(_find_totals(self._parent.get_state()))
+    return StatsTotals.from_state(find_stats_node(self._parent.get_state())["totals"])
+
+  def reset_stats_maxima(self) -> None:
+    """Forgets the FDO maxima recorded so far (call after set_state).
+
+    Their shapes (L*N, L*S per stack) and meaning follow the device layout:
+    after a restore onto another global device count, FDO must retune from
+    the new layout's statistics only. Batch, corrupt-record and dropped-id
+    counters are kept. Goes through the state, so batches prefetched ahead
+    are re-read, not lost.
+    """
+    self._parent.set_state(clear_stats_maxima(self._parent.get_state()))
 
   def __str__(self) -> str:
     return f"InputPipelineIterator({self.metadata})"
-
-
-def _find_totals(state: Any) -> Mapping[str, Any]:
-  """The RecordStatsIterator's totals inside a (nested) iterator state."""
-  found = []
-
-  def visit(node: Any) -> None:
-    if isinstance(node, Mapping):
-      if "totals" in node and "parent" in node:
-        found.append(node["totals"])
-        return
-      for value in node.values():
-        visit(value)
-    elif isinstance(node, (list, tuple)):
-      for value in node:
-        visit(value)
-
-  visit(state)
-  if len(found) != 1:
-    raise ValueError(f"expected one statistics stage in the iterator state, found {len(found)}")
-  return found[0]
 
 
 class _PipelineDataset(grain.IterDataset):
