@@ -1,13 +1,16 @@
-"""resize_iterator_state(s): data iterator states of N processes continued on M (issue 9)."""
+"""Data iterator states of N processes continued on M (issue 9): states and checkpoint files."""
 
 import copy
+import json
 
 import numpy as np
 import pytest
 
+from sparsepipe import checkpointing
 from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
+from sparsepipe.checkpointing import integrity
 
 S = 2
 GLOBAL_DEVICES = 4
@@ -222,3 +225,54 @@ def test_incomplete_or_mixed_saved_states_are_refused(dataset):
              r" processes, not divisible by 4 processes: the device count changed, reset"
              r" the FDO maxima \(reset_stats_maxima=True\)"):
     T.resize_iterator_states(odd, 4, examples_per_record=PER_RECORD)
+
+
+# ------------------------------------------------- from a checkpoint's files
+
+
+def write_grain_files(directory, states):
+  """The data_iter item as Grain's handler writes it: one file per process."""
+  directory.mkdir()
+  for state in states:
+    meta = state["metadata"]
+    name = f"process_{meta['process_index']}-of-{meta['process_count']}.json"
+    (directory / name).write_text(json.dumps(state, indent=4))
+  return directory
+
+
+def test_restore_resized_iterator_from_grain_files(dataset, tmp_path):
+  saved_run = hosts(dataset, 2)
+  take(saved_run, 3)
+  saved = [it.get_state() for it in saved_run]
+  item = write_grain_files(tmp_path / "data_iter", saved)
+  assert checkpointing.read_iterator_states(
+      item, digests=[integrity.digest(s) for s in saved]) == saved
+  (resumed,) = hosts(dataset, 1)
+  checkpointing.restore_resized_iterator(resumed, item, examples_per_record=PER_RECORD)
+  (uninterrupted,) = hosts(dataset, 1)
+  take([uninterrupted], 3)
+  assert_same_batches(take([resumed], 3), take([uninterrupted], 3))
+
+
+def test_missing_altered_or_mixed_files_are_corrupt(dataset, tmp_path):
+  saved = saved_states(dataset)
+  item = write_grain_files(tmp_path / "a", saved)
+  corrupt = pytest.raises
+  with corrupt(checkpointing.CorruptCheckpointError, match=(
+      r"step 7: item 'data_iter' file process_1-of-2.json does not match the digest saved"
+      r" with it \(file altered\)")):
+    checkpointing.read_iterator_states(
+        item, digests=[integrity.digest(saved[0])] * 2, where="step 7")
+  (item / "process_1-of-2.json").unlink()
+  with corrupt(checkpointing.CorruptCheckpointError, match=(
+      r"item 'data_iter' lacks the files of processes \[1\] of 2")):
+    checkpointing.read_iterator_states(item)
+  (item / "process_0-of-1.json").write_text("{}")
+  with corrupt(checkpointing.CorruptCheckpointError, match=(
+      r"item 'data_iter' has files of process counts \[1, 2\], expected one")):
+    checkpointing.read_iterator_states(item)
+  (item / "process_0-of-2.json").unlink()
+  (item / "process_0-of-1.json").write_text("{not json")
+  with corrupt(checkpointing.CorruptCheckpointError, match=(
+      r"item 'data_iter' file process_0-of-1.json is unreadable \(JSONDecodeError:")):
+    checkpointing.read_iterator_states(item)

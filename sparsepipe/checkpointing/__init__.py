@@ -24,3 +24,5 @@ from sparsepipe.checkpointing.relayout import embedding_relayout
 from sparsepipe.checkpointing.relayout import resize_zero_padded
 from sparsepipe.checkpointing.targets import abstract_of
 from sparsepipe.checkpointing.targets import on_mesh
+from sparsepipe.checkpointing.iterator_states import read_iterator_states
+from sparsepipe.checkpointing.iterator_states import restore_resized_iterator
