@@ -193,6 +193,14 @@ def test_batches_that_are_not_whole_records_are_refused(dataset):
     T.resize_iterator_states(saved, 8, examples_per_record=4)
 
 
+def test_an_unknown_record_size_is_an_error_only_when_needed(dataset):
+  saved = saved_states(dataset)
+  assert T.resize_iterator_states(saved, 2, examples_per_record=None) == saved
+  with pytest.raises(ValueError, match=(
+      r"examples_per_record=None must be the dataset's positive manifest.examples_per_record")):
+    T.resize_iterator_states(saved, 1, examples_per_record=None)
+
+
 def test_positions_off_a_global_batch_boundary_are_refused(dataset):
   saved = saved_states(dataset)
   shifted = copy.deepcopy(saved)
@@ -248,7 +256,8 @@ def test_restore_resized_iterator_from_grain_files(dataset, tmp_path):
   assert checkpointing.read_iterator_states(
       item, digests=[integrity.digest(s) for s in saved]) == saved
   (resumed,) = hosts(dataset, 1)
-  checkpointing.restore_resized_iterator(resumed, item, examples_per_record=PER_RECORD)
+  assert resumed.examples_per_record == PER_RECORD
+  checkpointing.restore_resized_iterator(resumed, item)
   (uninterrupted,) = hosts(dataset, 1)
   take([uninterrupted], 3)
   assert_same_batches(take([resumed], 3), take([uninterrupted], 3))

@@ -78,7 +78,6 @@ def restore_resized_iterator(
     iterator: transforms.InputPipelineIterator,
     item_dir: str | os.PathLike[str],
     *,
-    examples_per_record: int,
     reset_stats_maxima: bool = False,
     digests: Sequence[str] | None = None,
     where: str = "",
@@ -89,10 +88,12 @@ def restore_resized_iterator(
   iterator's process (transforms.resize_iterator_state; same global batch,
   see there what is refused) and sets it. reset_stats_maxima: the global
   device count changed, FDO starts over from this layout's statistics.
+  The iterator is one of transforms.make_host_pipeline (it knows the
+  dataset's examples per record).
   """
   saved = read_iterator_states(item_dir, digests=digests, where=where)
   state = transforms.resize_iterator_state(
-      saved, iterator.metadata, examples_per_record=examples_per_record,
+      saved, iterator.metadata, examples_per_record=iterator.examples_per_record,
       reset_stats_maxima=reset_stats_maxima,
   )
   iterator.set_state(state)

@@ -267,11 +267,19 @@ class InputPipelineIterator(grain.DatasetIterator):
 
   State: {"metadata": {...}, "pipeline": <the stages' state>} (JSON). Use it
   with grain.checkpoint.CheckpointSave/CheckpointRestore or get/set_state.
+  `examples_per_record` (the dataset's R, not part of the state) is what
+  transforms.resize_iterator_state needs besides the metadata.
   """
 
-  def __init__(self, parent: grain.DatasetIterator, metadata: Mapping[str, Any]):
+  def __init__(
+      self,
+      parent: grain.DatasetIterator,
+      metadata: Mapping[str, Any],
+      examples_per_record: int | None = None,
+  ):
     super().__init__(parent)
     self.metadata = dict(metadata)
+    self.examples_per_record = examples_per_record
 
   def __next__(self):
     return next(self._parent)
@@ -325,12 +333,17 @@ class InputPipelineIterator(grain.DatasetIterator):
 
 class _PipelineDataset(grain.IterDataset):
 
-  def __init__(self, parent: grain.IterDataset, metadata: Mapping[str, Any]):
+  def __init__(
+      self, parent: grain.IterDataset, metadata: Mapping[str, Any], examples_per_record: int
+  ):
     super().__init__(parent)
     self._metadata = dict(metadata)
+    self._examples_per_record = examples_per_record
 
   def __iter__(self) -> InputPipelineIterator:
-    return InputPipelineIterator(self._parent.__iter__(), self._metadata)
+    return InputPipelineIterator(
+        self._parent.__iter__(), self._metadata, self._examples_per_record
+    )
 
   def __str__(self) -> str:
     return "_PipelineDataset"
@@ -392,4 +405,5 @@ def make_host_pipeline(
   )
   if placement is not None:
     ds = placement(ds)
-  return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))
+  metadata = _metadata(config, manifest, index, count)
+  return iter(_PipelineDataset(ds, metadata, manifest.examples_per_record))

@@ -84,7 +84,12 @@ def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -
     )
 
 
-def _records_per_batch(per_host: int, examples_per_record: int, what: str) -> int:
+def _records_per_batch(per_host: int, examples_per_record: int | None, what: str) -> int:
+  if not isinstance(examples_per_record, int) or examples_per_record < 1:
+    raise ValueError(
+        f"examples_per_record={examples_per_record!r} must be the dataset's positive"
+        " manifest.examples_per_record"
+    )
   records, rest = divmod(int(per_host), int(examples_per_record))
   if rest:
     raise IteratorStateMismatchError(
@@ -172,7 +177,7 @@ def resize_iterator_state(
     saved: Sequence[Mapping[str, Any]],
     target: Mapping[str, Any],
     *,
-    examples_per_record: int,
+    examples_per_record: int | None,
     reset_stats_maxima: bool = False,
 ) -> dict[str, Any]:
   """The state for a new pipeline from every saved process's iterator state.
@@ -182,7 +187,8 @@ def resize_iterator_state(
     target: the new pipeline's metadata (InputPipelineIterator.metadata): its
       process_index, process_count M and per_host_batch_size say which state
       to make; everything else must match the saved states.
-    examples_per_record: the dataset's R (manifest.examples_per_record).
+    examples_per_record: the dataset's R (manifest.examples_per_record, or
+      InputPipelineIterator.examples_per_record); unused if N == M.
     reset_stats_maxima: forget the FDO maxima (pass True when the global
       device count changed: their shapes follow the device layout).
 
