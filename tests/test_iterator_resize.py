@@ -224,6 +224,8 @@ def test_incomplete_or_mixed_saved_states_are_refused(dataset):
     T.resize_iterator_states(saved[:1], 1, examples_per_record=PER_RECORD)
   with error(r"the saved data iterator states have process indices \[0\], expected 0..1"):
     T.resize_iterator_states([saved[0], saved[0]], 1, examples_per_record=PER_RECORD)
+  with error(r"the global batch 16 does not split over 0 processes"):
+    T.resize_iterator_states(saved, 0, examples_per_record=PER_RECORD)
   with error(r"the global batch 16 does not split over 3 processes"):
     T.resize_iterator_states(saved, 3, examples_per_record=PER_RECORD)
   odd = copy.deepcopy(saved)

@@ -232,7 +232,7 @@ def resize_iterator_states(
     saved: Sequence[Mapping[str, Any]],
     process_count: int,
     *,
-    examples_per_record: int,
+    examples_per_record: int | None,
     reset_stats_maxima: bool = False,
 ) -> list[dict[str, Any]]:
   """The M = process_count states, same global batch, from the N saved ones.
@@ -242,7 +242,7 @@ def resize_iterator_states(
   """
   ordered = _ordered(saved)
   global_batch = int(ordered[0]["metadata"]["per_host_batch_size"]) * len(ordered)
-  per_host, rest = divmod(global_batch, int(process_count))
+  per_host, rest = divmod(global_batch, max(int(process_count), 1))
   if rest or process_count < 1:
     raise IteratorStateMismatchError(
         f"the global batch {global_batch} does not split over {process_count} processes"

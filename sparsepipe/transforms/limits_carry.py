@@ -14,6 +14,9 @@ the other and the layouts nest:
   of old ones, so M and U do not grow; a SC's required buffer can grow by
   the padding of the split partitions, at most 8 per extra partition.
 
+Both need the same stacking (tables in the same order in each stack, as
+build_feature_specs makes them for any device count): a table's shard
+rotation then maps old partitions to new ones the same way for all tables.
 These bounds hold for every batch the saved limits were tuned on (with the
 same headroom), and are clamped by what one batch can produce: every id of
 a SC's samples in one partition. The result is a valid start; FDO retunes
