@@ -3,6 +3,7 @@
 import copy
 import json
 
+import grain
 import numpy as np
 import pytest
 
@@ -287,3 +288,12 @@ def test_missing_altered_or_mixed_files_are_corrupt(dataset, tmp_path):
   with corrupt(checkpointing.CorruptCheckpointError, match=(
       r"item 'data_iter' file process_0-of-1.json is unreadable \(JSONDecodeError:")):
     checkpointing.read_iterator_states(item)
+
+
+def test_only_pipeline_iterators_take_resized_states(dataset, tmp_path):
+  item = write_grain_files(tmp_path / "data_iter", saved_states(dataset))
+  plain = iter(grain.MapDataset.range(8).to_iter_dataset())
+  with pytest.raises(T.IteratorStateMismatchError, match=(
+      r"a \w+ cannot take the data iterator states of 2 processes; only the"
+      r" iterators of transforms.make_host_pipeline convert to another process count")):
+    checkpointing.restore_resized_iterator(plain, item)

@@ -92,6 +92,12 @@ def restore_resized_iterator(
   dataset's examples per record).
   """
   saved = read_iterator_states(item_dir, digests=digests, where=where)
+  if not isinstance(iterator, transforms.InputPipelineIterator):
+    raise transforms.IteratorStateMismatchError(
+        f"a {type(iterator).__name__} cannot take the data iterator"
+        f" states of {len(saved)} processes; only the iterators of"
+        " transforms.make_host_pipeline convert to another process count"
+    )
   state = transforms.resize_iterator_state(
       saved, iterator.metadata, examples_per_record=iterator.examples_per_record,
       reset_stats_maxima=reset_stats_maxima,
