@@ -135,7 +135,6 @@ class RecordStatsIterator(grain.DatasetIterator):
     return "RecordStatsIterator"
 
 
-
 def map_stats_node(state: Any, fn: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Any:
   """A copy of a (nested) iterator state whose statistics node is replaced by fn(node).
 
