@@ -22,3 +22,5 @@ from sparsepipe.checkpointing.state import RestoreTargets
 from sparsepipe.checkpointing.state import TrainingState
 from sparsepipe.checkpointing.targets import abstract_of
 from sparsepipe.checkpointing.targets import on_mesh
+from sparsepipe.checkpointing.iterator_states import read_iterator_states
+from sparsepipe.checkpointing.iterator_states import restore_resized_iterator

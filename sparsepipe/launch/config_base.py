@@ -6,8 +6,13 @@ their job needs; every field can be overridden on the command line
 
   seed: parameter init, data shuffle and generated data.
   num_steps: batches to train (a resumed job may raise it).
-  per_host_batch_size: examples per batch on each host; the global batch is
-    per_host_batch_size * processes, a multiple of devices * SCs.
+  global_batch_size / per_host_batch_size: examples per batch, set exactly
+    one (0 means unset). global_batch_size is the same on any number of
+    processes, so a checkpoint resumes on another process count with the
+    same batches; each host then reads global_batch_size / processes (an
+    error if that does not divide). per_host_batch_size fixes the host's
+    share instead: the global batch is per_host_batch_size * processes.
+    Either way the global batch must be a multiple of devices * SCs.
   num_sc_per_device: "SparseCores" per device, the S of the COO layout (4 on
     TPU v5p/v6e; elsewhere a layout parameter).
   log_every_steps: progress-line interval (batches).
@@ -70,6 +75,7 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.num_steps = 1000
+  config.global_batch_size = 0
   config.per_host_batch_size = 256
   config.num_sc_per_device = 2
   config.log_every_steps = 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import optax
 from jax.sharding import Mesh
 
@@ -42,6 +43,40 @@ def dense_optimizer(config: Any, mesh: Mesh) -> optax.GradientTransformation:
   opt = config.dense_optimizer
   make = _choice(_DENSE_OPTIMIZERS, opt.name, "dense_optimizer")
   return pipeline.zero_sharded(make(float(opt.learning_rate)), mesh)
+
+
+def _batch_fields(config: Any) -> tuple[int, int]:
+  global_batch = int(config.get("global_batch_size", 0) or 0)
+  per_host = int(config.per_host_batch_size or 0)
+  if (global_batch > 0) == (per_host > 0) or min(global_batch, per_host) < 0:
+    raise ValueError(
+        f"set exactly one of global_batch_size={global_batch} and"
+        f" per_host_batch_size={per_host} (0 means unset)"
+    )
+  return global_batch, per_host
+
+
+def per_host_batch_size(config: Any, process_count: int) -> int:
+  """Examples per batch on each of `process_count` hosts.
+
+  config.per_host_batch_size, or config.global_batch_size / process_count
+  (an error naming both if it does not divide).
+  """
+  global_batch, per_host = _batch_fields(config)
+  if per_host:
+    return per_host
+  per_host, rest = divmod(global_batch, int(process_count))
+  if rest:
+    raise ValueError(
+        f"global_batch_size={global_batch} does not divide over {process_count}"
+        " processes"
+    )
+  return per_host
+
+
+def global_batch_size(config: Any, process_count: int) -> int:
+  """Examples per global batch on `process_count` hosts."""
+  return per_host_batch_size(config, process_count) * int(process_count)
 
 
 def worst_case_ids_per_partition(
@@ -119,10 +154,15 @@ def dlrm_config(config: Any, feature_specs: Any, num_dense: int) -> pipeline.DLR
   )
 
 
-def input_config(config: Any, data_dir: str) -> transforms.InputConfig:
+def input_config(
+    config: Any, data_dir: str, process_count: int | None = None
+) -> transforms.InputConfig:
+  """This host's input settings; process_count defaults to jax.process_count()."""
+  if process_count is None:
+    process_count = jax.process_count()
   return transforms.InputConfig(
       data_dir=data_dir,
-      per_host_batch_size=int(config.per_host_batch_size),
+      per_host_batch_size=per_host_batch_size(config, process_count),
       seed=int(config.seed),
       shuffle=bool(config.data.shuffle),
       num_workers=int(config.data.num_workers),

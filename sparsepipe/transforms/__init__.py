@@ -57,3 +57,6 @@ from sparsepipe.transforms.limits import apply_stack_limits
 from sparsepipe.transforms.limits import get_stack_limits
 from sparsepipe.transforms.limits import update_preprocessing_parameters
 from sparsepipe.transforms.stacking import stack_name_for
+from sparsepipe.transforms.limits_carry import carry_stack_limits
+from sparsepipe.transforms.iterator_resize import resize_iterator_state
+from sparsepipe.transforms.iterator_resize import resize_iterator_states

@@ -9,7 +9,7 @@ Its time goes to Grain's per-iterator statistics like a built-in stage's.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import grain
 from grain._src.python.dataset import stats as grain_stats
@@ -76,6 +76,10 @@ class StatsTotals:
     state["id_drop_counters"] = {k: int(v) for k, v in sorted(self.id_drops.items())}
     return state
 
+  def clear_maxima(self) -> None:
+    """Forgets the maxima (their shapes follow the device layout); counters stay."""
+    self.maxima = {f: {} for f in _MAX_FIELDS}
+
   @classmethod
   def from_state(cls, state: Mapping[str, Any]) -> StatsTotals:
     totals = cls()
@@ -134,3 +138,46 @@ class RecordStatsIterator(grain.DatasetIterator):
 
   def __str__(self) -> str:
     return "RecordStatsIterator"
+
+
+def map_stats_node(state: Any, fn: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> Any:
+  """A copy of a (nested) iterator state whose statistics node is replaced by fn(node).
+
+  The node is RecordStatsIterator's {"parent": ..., "totals": ...}; the
+  stages around it (worker prefetch, device placement) may nest it. Exactly
+  one such node must exist.
+  """
+  found = []
+
+  def visit(node: Any) -> Any:
+    if isinstance(node, Mapping):
+      if "totals" in node and "parent" in node:
+        found.append(node)
+        return fn(node)
+      return {key: visit(value) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+      return type(node)(visit(value) for value in node)
+    return node
+
+  new = visit(state)
+  if len(found) != 1:
+    raise ValueError(f"expected one statistics stage in the iterator state, found {len(found)}")
+  return new
+
+
+def find_stats_node(state: Any) -> Mapping[str, Any]:
+  """The statistics node {"parent": ..., "totals": ...} inside an iterator state."""
+  found = []
+  map_stats_node(state, lambda node: found.append(node) or node)
+  return found[0]
+
+
+def clear_stats_maxima(state: Any) -> Any:
+  """A copy of an iterator state whose FDO totals have no maxima (counters kept)."""
+
+  def clear(node: Mapping[str, Any]) -> dict[str, Any]:
+    totals = StatsTotals.from_state(node["totals"])
+    totals.clear_maxima()
+    return {**node, "totals": totals.to_state()}
+
+  return map_stats_node(state, clear)

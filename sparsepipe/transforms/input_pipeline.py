@@ -49,6 +49,8 @@ from sparsepipe.data.source import manifest_source
 from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
 from sparsepipe.transforms.grain_fdo_stats import RecordStatsIterDataset
 from sparsepipe.transforms.grain_fdo_stats import StatsTotals
+from sparsepipe.transforms.grain_fdo_stats import clear_stats_maxima
+from sparsepipe.transforms.grain_fdo_stats import find_stats_node
 from sparsepipe.transforms.grain_preprocess import PreprocessSparse
 from sparsepipe.transforms.grain_decode_batch import DecodeBatchIterDataset
 from sparsepipe.transforms.grain_eval import PreprocessEval, ReadEvalExamples, eval_positions
@@ -274,11 +276,19 @@ class InputPipelineIterator(grain.DatasetIterator):
 
   State: {"metadata": {...}, "pipeline": <the stages' state>} (JSON). Use it
   with grain.checkpoint.CheckpointSave/CheckpointRestore or get/set_state.
+  `examples_per_record` (the dataset's R, not part of the state) is what
+  transforms.resize_iterator_state needs besides the metadata.
   """
 
-  def __init__(self, parent: grain.DatasetIterator, metadata: Mapping[str, Any]):
+  def __init__(
+      self,
+      parent: grain.DatasetIterator,
+      metadata: Mapping[str, Any],
+      examples_per_record: int | None = None,
+  ):
     super().__init__(parent)
     self.metadata = dict(metadata)
+    self.examples_per_record = examples_per_record
 
   def __next__(self):
     return next(self._parent)
@@ -313,41 +323,36 @@ class InputPipelineIterator(grain.DatasetIterator):
     Read from the state, not from the recording stage: a prefetch after it
     may have run ahead, and a resumed job must see the same totals.
     """
-    return StatsTotals.from_state(_find_totals(self._parent.get_state()))
+    return StatsTotals.from_state(find_stats_node(self._parent.get_state())["totals"])
+
+  def reset_stats_maxima(self) -> None:
+    """Forgets the FDO maxima recorded so far (call after set_state).
+
+    Their shapes (L*N, L*S per stack) and meaning follow the device layout:
+    after a restore onto another global device count, FDO must retune from
+    the new layout's statistics only. Batch, corrupt-record and dropped-id
+    counters are kept. Goes through the state, so batches prefetched ahead
+    are re-read, not lost.
+    """
+    self._parent.set_state(clear_stats_maxima(self._parent.get_state()))
 
   def __str__(self) -> str:
     return f"InputPipelineIterator({self.metadata})"
 
 
-def _find_totals(state: Any) -> Mapping[str, Any]:
-  """The RecordStatsIterator's totals inside a (nested) iterator state."""
-  found = []
-
-  def visit(node: Any) -> None:
-    if isinstance(node, Mapping):
-      if "totals" in node and "parent" in node:
-        found.append(node["totals"])
-        return
-      for value in node.values():
-        visit(value)
-    elif isinstance(node, (list, tuple)):
-      for value in node:
-        visit(value)
-
-  visit(state)
-  if len(found) != 1:
-    raise ValueError(f"expected one statistics stage in the iterator state, found {len(found)}")
-  return found[0]
-
-
 class _PipelineDataset(grain.IterDataset):
 
-  def __init__(self, parent: grain.IterDataset, metadata: Mapping[str, Any]):
+  def __init__(
+      self, parent: grain.IterDataset, metadata: Mapping[str, Any], examples_per_record: int
+  ):
     super().__init__(parent)
     self._metadata = dict(metadata)
+    self._examples_per_record = examples_per_record
 
   def __iter__(self) -> InputPipelineIterator:
-    return InputPipelineIterator(self._parent.__iter__(), self._metadata)
+    return InputPipelineIterator(
+        self._parent.__iter__(), self._metadata, self._examples_per_record
+    )
 
   def __str__(self) -> str:
     return "_PipelineDataset"
@@ -409,7 +414,8 @@ def make_host_pipeline(
   )
   if placement is not None:
     ds = placement(ds)
-  return iter(_PipelineDataset(ds, _metadata(config, manifest, index, count)))
+  metadata = _metadata(config, manifest, index, count)
+  return iter(_PipelineDataset(ds, metadata, manifest.examples_per_record))
 
 
 # One thread computing two batches ahead: with Grain's default read options
