@@ -87,7 +87,7 @@ def planted_config(pipelining: bool):
   config.embedding_optimizer.learning_rate = _EMBEDDING_LR.value
   config.dense_optimizer.learning_rate = _DENSE_LR.value
   config.num_steps = _STEPS.value
-  config.per_host_batch_size = 512
+  config.global_batch_size = 512
   config.synthetic.num_examples = _STEPS.value * 512
   config.synthetic.eval_examples = 32768
   config.synthetic.num_dense = 4

@@ -19,6 +19,7 @@ DEMO_CONFIG = config_path("demo")
 # exercise stacking, FDO retunes (limits change) and several checkpoints.
 TINY_OVERRIDES = {
     "num_steps": 8,
+    "global_batch_size": 0,  # per host: the multi-process tests double the global batch
     "per_host_batch_size": 32,
     "log_every_steps": 1,
     "synthetic.num_examples": 1024,

@@ -172,8 +172,9 @@ def test_absolute_directory(tmp_path, monkeypatch):
         ),
         (
             run_info(processes=2),
-            "was written by 1 processes, current run has 2: the data iterator"
-            " state is saved per process",
+            "was written by 1 processes, current run has 2: a"
+            " PrefetchDatasetIterator cannot take the data iterator states of 1"
+            " processes",
         ),
     ],
 )

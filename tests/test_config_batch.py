@@ -28,10 +28,10 @@ def test_global_batch_size_is_the_same_on_any_process_count():
   assert config_specs.input_config(config, "/data").per_host_batch_size == 256
 
 
-def test_the_shipped_default_is_per_host():
+def test_the_shipped_default_is_global():
   config = demo.get_config()
-  assert (config.global_batch_size, config.per_host_batch_size) == (0, 128)
-  assert config_specs.global_batch_size(config, 2) == 256
+  assert (config.global_batch_size, config.per_host_batch_size) == (128, 0)
+  assert [config_specs.global_batch_size(config, n) for n in (1, 2)] == [128, 128]
 
 
 @pytest.mark.parametrize("global_batch, per_host", [(256, 128), (0, 0), (-8, 0)])

@@ -39,7 +39,7 @@ def test_unknown_or_path_like_names_are_not_shipped_configs():
 @pytest.mark.parametrize("name, num_features, num_dense", [("demo", 4, 4), ("criteo", 26, 13)])
 def test_config_builds_specs_and_model(name, num_features, num_dense):
   config = _load(name)
-  batch = config.per_host_batch_size
+  batch = config.global_batch_size  # one process: the same per host
   specs = config_specs.build_feature_specs(config, global_batch_size=batch, global_device_count=8)
   assert sorted(specs) == sorted(config.features.keys())
   assert len(specs) == num_features

@@ -17,7 +17,14 @@ from sparsepipe import transforms
 from sparsepipe.checkpointing import integrity
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 
+# Grain's iterator state file of one process (grain.checkpoint.CheckpointHandler):
+# the one place that knows its name.
 _FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+def data_iter_filename(process_index: int, process_count: int) -> str:
+  """The state file Grain's handler writes for one process."""
+  return f"process_{process_index}-of-{process_count}.json"
 
 
 def read_iterator_states(

@@ -259,7 +259,7 @@ def check_compatible(
         " iterator state depends on the worker count (resume with"
         f" {run.data_worker_count} workers)"
     )
-  if run.process_count != current.process_count:
+  if run.process_count != current.process_count and run.data_worker_count:
     raise IncompatibleCheckpointError(
         f"{where} was written by {run.process_count} processes, current run"
         f" has {current.process_count}: the data iterator state is saved per"

@@ -26,6 +26,8 @@ from sparsepipe.checkpointing import integrity
 from sparsepipe.checkpointing.corrupt import first_line
 from sparsepipe.checkpointing.corrupt import quiet_reads
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.iterator_states import data_iter_filename
+from sparsepipe.checkpointing.iterator_states import restore_resized_iterator
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.handlers import array_restore
 from sparsepipe.checkpointing.handlers import fingerprint_filename
@@ -49,10 +51,6 @@ from sparsepipe.transforms import IteratorStateMismatchError
 
 Targets = RestoreTargets | Callable[[CheckpointMetadata], RestoreTargets]
 
-
-def data_iter_filename(process_index: int, process_count: int) -> str:
-  """Grain's iterator state file of one process (grain.checkpoint.CheckpointHandler)."""
-  return f"process_{process_index}-of-{process_count}.json"
 
 
 def _read_json(path: epath.Path, what: str, where: str) -> Any:
@@ -168,12 +166,27 @@ class StepReader:
     integrity.check_digest(state, digests[index], what=what, where=where)
     _check_dataset(state, iterator, where)
 
-  def _read(self, step: int, targets: RestoreTargets, read_targets: Mapping[str, Any]):
+  def _restore_resized_iterator(self, step: int, meta, digests: Any, iterator: Any) -> None:
+    """Another process count wrote `step`: every saved state, converted for this process."""
+    where = self.where(step)
+    try:
+      restore_resized_iterator(
+          iterator, self.step_path(step) / "data_iter",
+          reset_stats_maxima=meta.run.device_count != self._run.device_count,
+          digests=digests, where=where,
+      )
+    except IteratorStateMismatchError as e:
+      raise IncompatibleCheckpointError(
+          f"{where} was written by {meta.run.process_count} processes, this run has"
+          f" {self._run.process_count}: {e}"
+      ) from e
+
+  def _read(self, step: int, targets: RestoreTargets, read_targets: Mapping[str, Any],
+            *, data_iter: bool = True):
     args = {item: array_restore(target) for item, target in read_targets.items()}
-    args.update(
-        data_iter=grain.checkpoint.CheckpointRestore(targets.data_iter),
-        fdo=ocp.args.JsonRestore(),
-    )
+    args.update(fdo=ocp.args.JsonRestore())
+    if data_iter:
+      args.update(data_iter=grain.checkpoint.CheckpointRestore(targets.data_iter))
     try:
       with quiet_reads():
         return self._mngr.restore(step, args=ocp.args.Composite(**args))
@@ -244,8 +257,12 @@ class StepReader:
     for item in items:
       require_shardings(getattr(targets, item), item=item)
     read_targets = self._read_targets(step, targets, items, relaid)
-    self._check_data_iter(step, checks["data_iter_sha256"], targets.data_iter)
-    out = self._read(step, targets, read_targets)
+    same_processes = meta.run.process_count == self._run.process_count
+    if same_processes:
+      self._check_data_iter(step, checks["data_iter_sha256"], targets.data_iter)
+    else:
+      self._restore_resized_iterator(step, meta, checks["data_iter_sha256"], targets.data_iter)
+    out = self._read(step, targets, read_targets, data_iter=same_processes)
     self._verify(step, out, checks, meta, items)
     trees = {}
     for item in items:

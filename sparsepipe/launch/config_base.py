@@ -75,8 +75,8 @@ def base_config(features: Iterable[tuple[str, ml_collections.ConfigDict]]) -> ml
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.num_steps = 1000
-  config.global_batch_size = 0
-  config.per_host_batch_size = 256
+  config.global_batch_size = 256
+  config.per_host_batch_size = 0
   config.num_sc_per_device = 2
   config.log_every_steps = 10
   config.data = ml_collections.ConfigDict(dict(

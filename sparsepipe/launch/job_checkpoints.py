@@ -10,6 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+import numpy as np
+
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe import transforms
@@ -113,7 +116,12 @@ class JobCheckpoints:
     model, setups = self.model, []
 
     def targets(saved: checkpointing.CheckpointMetadata) -> checkpointing.RestoreTargets:
-      specs = transforms.apply_stack_limits(model.base_specs, saved.feature_limits)
+      limits = transforms.carry_stack_limits(
+          saved.feature_limits, model.base_specs,
+          saved_global_device_count=saved.run.device_count,
+          global_device_count=model.mesh.size, num_sc_per_device=model.num_sc,
+      )
+      specs = transforms.apply_stack_limits(model.base_specs, limits)
       setups.append(model.setup(specs))
       dense, embeddings = split_train_state(model.abstract_train_state(specs))
       return checkpointing.RestoreTargets(
@@ -139,6 +147,9 @@ class JobCheckpoints:
         setups[-1].close()
       return None
     setup = setups[-1]
+    if restored.metadata.run.device_count != model.mesh.size:
+      # The FDO maxima are per device of the saved layout: retune from the new one.
+      setup.iterator.reset_stats_maxima()
     train_state = pipeline.TrainState(
         step=restored.train_state["step"],
         params=restored.train_state["params"],
@@ -147,6 +158,11 @@ class JobCheckpoints:
     )
     pipeline_state = restored.pipeline_state
     if pipeline_state is None:  # device count changed at a drained step
+      # Fresh buffers at the saved step (drained: at 0 or after the drain);
+      # at step 0 the loop would train the segment again.
       pipeline_state = setup.trainer.initial_pipeline_state()
+      pipeline_state = pipeline_state.replace(pipeline_step=jax.device_put(
+          np.int32(restored.metadata.progress.pipeline_step),
+          pipeline_state.pipeline_step.sharding))
     position = self._check_position(self.mngr.where(restored.step), restored)
     return Restored(setup, train_state, pipeline_state, position, restored.step)

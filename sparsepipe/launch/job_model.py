@@ -44,7 +44,7 @@ class JobModel:
     self.config = config
     self.mesh = mesh
     self.num_sc = int(config.num_sc_per_device)
-    self.global_batch = int(config.per_host_batch_size) * jax.process_count()
+    self.global_batch = config_specs.global_batch_size(config, jax.process_count())
     self.num_dense = data.read_manifest(data_dir).schema.num_dense
     self.base_specs = self.feature_specs_for(mesh.size)
     self.model = config_specs.dlrm_config(config, self.base_specs, self.num_dense)

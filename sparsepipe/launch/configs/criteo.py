@@ -15,7 +15,7 @@ With data.dir empty the job generates a synthetic dataset of the same shape
 
 Sizes: the 26 tables hold sum(VOCAB_SIZES) = 5.8M rows of embedding_dim 16,
 0.35 GiB of float32 plus the same again for the Adagrad slot, sharded by
-rows over all devices. The global batch is per_host_batch_size * hosts.
+rows over all devices. The global batch is the same on any number of hosts.
 Limits start from a generous guess for 8 devices x 4 SCs; FDO
 retunes them every `fdo.every_steps` batches (headroom 1.25). With other
 device counts, set limits to 0 (automatic worst case) for the first
@@ -44,7 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
       for i, vocab in enumerate(VOCAB_SIZES, start=1)
   )
   config.num_steps = 10_000
-  config.per_host_batch_size = 4096
+  config.global_batch_size = 4096
   config.num_sc_per_device = 4
   config.log_every_steps = 100
   config.data.num_workers = 2

@@ -8,7 +8,7 @@ sizes, ids per example and so sum/mean combiners: see
 sparsepipe/launch/dataset_config.py); an eval set whose manifest disagrees
 with it (names, vocab sizes, dense width) is an error. Everything else is
 the base config (sparsepipe/launch/config_base.py) plus the command line,
-e.g. `--config.model.embedding_dim=32 --config.per_host_batch_size=1024`.
+e.g. `--config.model.embedding_dim=32 --config.global_batch_size=1024`.
 """
 
 import ml_collections

@@ -20,7 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
       ("history", feature(20000, max_ids=8, combiner="mean")),
   ])
   config.num_steps = 60
-  config.per_host_batch_size = 128
+  config.global_batch_size = 128
   config.synthetic.num_examples = 16384
   config.synthetic.num_dense = 4
   config.synthetic.records_per_shard = 4096
