@@ -28,7 +28,7 @@ _PROCESS_START = time.time()
 
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (
-      os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
   ).strip()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -67,12 +67,12 @@ def abstract_state(mesh: Mesh, state_mb: int) -> tuple[Any, Any, Any]:
   rep, by_rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
   flat = -(-DENSE * DENSE // mesh.size) * mesh.size
   s = lambda shape, sharding, dtype=jnp.float32: jax.ShapeDtypeStruct(
-      shape, dtype, sharding=sharding
+    shape, dtype, sharding=sharding
   )
   train = {
-      "params": {"w": s((DENSE, DENSE), rep)},
-      "opt": {"mu": s((flat,), by_rows), "nu": s((flat,), by_rows)},
-      "step": s((), rep, jnp.int32),
+    "params": {"w": s((DENSE, DENSE), rep)},
+    "opt": {"mu": s((flat,), by_rows), "nu": s((flat,), by_rows)},
+    "step": s((), rep, jnp.int32),
   }
   embeddings = {"table": s((rows, DIM), by_rows), "slot": s((rows, DIM), by_rows)}
   pipeline = {"activations": s((1024, DIM), by_rows)}
@@ -87,9 +87,7 @@ def init_state(abstract: Any) -> Any:
   def make(key, a):
     if a.dtype == jnp.int32:
       return jax.jit(lambda: jnp.zeros(a.shape, a.dtype), out_shardings=a.sharding)()
-    return jax.jit(
-        lambda k: jax.random.normal(k, a.shape, a.dtype), out_shardings=a.sharding
-    )(key)
+    return jax.jit(lambda k: jax.random.normal(k, a.shape, a.dtype), out_shardings=a.sharding)(key)
 
   return jax.tree.unflatten(tree, [make(k, a) for k, a in zip(keys, leaves)])
 
@@ -114,14 +112,22 @@ def nbytes(tree: Any) -> int:
 
 
 def timed_saves(
-    directory: str, mesh: Mesh, state: Any, repeats: int, *, async_save: bool,
-    fingerprint_arrays: bool,
+  directory: str,
+  mesh: Mesh,
+  state: Any,
+  repeats: int,
+  *,
+  async_save: bool,
+  fingerprint_arrays: bool,
 ):
   """(first blocking, steady blockings, background writes) in seconds."""
   iterator = make_iterator()
   manager = ckpt.TrainingCheckpointManager(
-      directory, run_info(mesh), async_save=async_save, keep_latest=2,
-      fingerprint_arrays=fingerprint_arrays,
+    directory,
+    run_info(mesh),
+    async_save=async_save,
+    keep_latest=2,
+    fingerprint_arrays=fingerprint_arrays,
   )
   blocking, background = [], []
   for i in range(repeats + 1):
@@ -130,10 +136,10 @@ def timed_saves(
     jax.block_until_ready(state)
     t0 = time.perf_counter()
     manager.save(
-        i + 1,
-        ckpt.TrainingState(*state, iterator, {"limits": {}, "stats": {"i": i}}),
-        ckpt.Progress(i + 1, i + 1),
-        force=True,
+      i + 1,
+      ckpt.TrainingState(*state, iterator, {"limits": {}, "stats": {"i": i}}),
+      ckpt.Progress(i + 1, i + 1),
+      force=True,
     )
     t1 = time.perf_counter()
     manager.wait_until_finished()
@@ -150,9 +156,7 @@ def timed_restore(directory: str, mesh: Mesh, abstract: Any, repeats: int):
     manager = ckpt.TrainingCheckpointManager(directory, run_info(mesh))
     t0 = time.perf_counter()
     restored = manager.restore(ckpt.RestoreTargets(*abstract, make_iterator()))
-    jax.block_until_ready(
-        (restored.train_state, restored.embeddings, restored.pipeline_state)
-    )
+    jax.block_until_ready((restored.train_state, restored.embeddings, restored.pipeline_state))
     times.append(time.perf_counter() - t0)
     manager.close()
   return times
@@ -190,28 +194,39 @@ def child(args: Any) -> None:
   t_step = time.time()
   manager.close()
   print(
-      json.dumps({
-          "process_start": _PROCESS_START,
-          "ready": t_ready,
-          "restored": t_restored,
-          "first_step": t_step,
-      })
+    json.dumps(
+      {
+        "process_start": _PROCESS_START,
+        "ready": t_ready,
+        "restored": t_restored,
+        "first_step": t_step,
+      }
+    )
   )
 
 
 def restart_to_first_step(args: Any, directory: str) -> dict[str, float]:
   t0 = time.time()
   out = subprocess.run(
-      [sys.executable, os.path.abspath(__file__), "--child", "--directory",
-       directory, "--state_mb", str(args.state_mb)],
-      check=True, capture_output=True, text=True,
+    [
+      sys.executable,
+      os.path.abspath(__file__),
+      "--child",
+      "--directory",
+      directory,
+      "--state_mb",
+      str(args.state_mb),
+    ],
+    check=True,
+    capture_output=True,
+    text=True,
   )
   times = json.loads(out.stdout.strip().splitlines()[-1])
   return {
-      "total_s": times["first_step"] - t0,
-      "start_and_imports_s": times["ready"] - t0,
-      "restore_s": times["restored"] - times["ready"],
-      "first_step_s": times["first_step"] - times["restored"],
+    "total_s": times["first_step"] - t0,
+    "start_and_imports_s": times["ready"] - t0,
+    "restore_s": times["restored"] - times["ready"],
+    "first_step_s": times["first_step"] - times["restored"],
   }
 
 
@@ -238,8 +253,12 @@ def main() -> None:
       for verify in (True, False):
         name = f"{mode}{'' if verify else '_nofp'}"
         *saves[name], state = timed_saves(
-            os.path.join(root, name), mesh, state, args.repeats,
-            async_save=mode == "async", fingerprint_arrays=verify,
+          os.path.join(root, name),
+          mesh,
+          state,
+          args.repeats,
+          async_save=mode == "async",
+          fingerprint_arrays=verify,
         )
     restore = timed_restore(os.path.join(root, "async"), mesh, abstract, 3)
     restore_nofp = timed_restore(os.path.join(root, "async_nofp"), mesh, abstract, 3)
@@ -256,51 +275,48 @@ def report(args, state, saves, restore, restore_nofp, fingerprints, host_fingerp
   med = statistics.median
   block = {name: med(v[1]) for name, v in saves.items()}
   figures = {
-      "device": f"{jax.devices()[0].platform} x{len(jax.devices())}",
-      "state_mb": round(nbytes(state) / 2**20, 1),
-      "async_save_blocking_s": block["async"],
-      "async_save_first_blocking_s": saves["async"][0],
-      "first_over_later_async_blocking": saves["async"][0] / block["async"],
-      "async_background_write_s": med(saves["async"][2]),
-      "sync_save_s": block["sync"],
-      "async_blocking_over_sync": block["async"] / block["sync"],
-      "no_fingerprints_async_save_blocking_s": block["async_nofp"],
-      "no_fingerprints_sync_save_s": block["sync_nofp"],
-      "no_fingerprints_async_blocking_over_sync": (
-          block["async_nofp"] / block["sync_nofp"]
-      ),
-      "restore_s": med(restore),
-      "no_fingerprints_restore_s": med(restore_nofp),
-      "fingerprint_pass_s": med(fingerprints),
-      "host_fingerprint_pass_s": med(host_fingerprints),
-      "restart_to_first_step_s": restart["total_s"],
-      "restart_breakdown": restart,
+    "device": f"{jax.devices()[0].platform} x{len(jax.devices())}",
+    "state_mb": round(nbytes(state) / 2**20, 1),
+    "async_save_blocking_s": block["async"],
+    "async_save_first_blocking_s": saves["async"][0],
+    "first_over_later_async_blocking": saves["async"][0] / block["async"],
+    "async_background_write_s": med(saves["async"][2]),
+    "sync_save_s": block["sync"],
+    "async_blocking_over_sync": block["async"] / block["sync"],
+    "no_fingerprints_async_save_blocking_s": block["async_nofp"],
+    "no_fingerprints_sync_save_s": block["sync_nofp"],
+    "no_fingerprints_async_blocking_over_sync": (block["async_nofp"] / block["sync_nofp"]),
+    "restore_s": med(restore),
+    "no_fingerprints_restore_s": med(restore_nofp),
+    "fingerprint_pass_s": med(fingerprints),
+    "host_fingerprint_pass_s": med(host_fingerprints),
+    "restart_to_first_step_s": restart["total_s"],
+    "restart_breakdown": restart,
   }
   ms = lambda seconds: f"{seconds * 1e3:.1f} ms"
   rows = [
-      ("device", figures["device"]),
-      ("state size", f"{figures['state_mb']} MiB"),
-      ("", "with fingerprints | without"),
-      ("async save: loop blocked (median)", f"{ms(block['async'])} | {ms(block['async_nofp'])}"),
-      ("sync save (median)", f"{ms(block['sync'])} | {ms(block['sync_nofp'])}"),
-      (
-          "async blocking / sync save",
-          f"{figures['async_blocking_over_sync'] * 100:.1f} % |"
-          f" {figures['no_fingerprints_async_blocking_over_sync'] * 100:.1f} %",
-      ),
-      ("restore (read + verify)", f"{ms(med(restore))} | {ms(med(restore_nofp))}"),
-      (
-          "async save: first save blocked",
-          f"{ms(saves['async'][0])} ({figures['first_over_later_async_blocking']:.1f}x a"
-          " later save)",
-      ),
-      ("async save: background write", ms(med(saves["async"][2]))),
-      ("fingerprint pass alone: devices", ms(med(fingerprints))),
-      ("fingerprint pass alone: host copies", ms(med(host_fingerprints))),
-      ("restart to first resumed step", f"{restart['total_s']:.2f} s"),
-      ("  start + imports", f"{restart['start_and_imports_s']:.2f} s"),
-      ("  restore", f"{restart['restore_s']:.2f} s"),
-      ("  compile + first step", f"{restart['first_step_s']:.2f} s"),
+    ("device", figures["device"]),
+    ("state size", f"{figures['state_mb']} MiB"),
+    ("", "with fingerprints | without"),
+    ("async save: loop blocked (median)", f"{ms(block['async'])} | {ms(block['async_nofp'])}"),
+    ("sync save (median)", f"{ms(block['sync'])} | {ms(block['sync_nofp'])}"),
+    (
+      "async blocking / sync save",
+      f"{figures['async_blocking_over_sync'] * 100:.1f} % |"
+      f" {figures['no_fingerprints_async_blocking_over_sync'] * 100:.1f} %",
+    ),
+    ("restore (read + verify)", f"{ms(med(restore))} | {ms(med(restore_nofp))}"),
+    (
+      "async save: first save blocked",
+      f"{ms(saves['async'][0])} ({figures['first_over_later_async_blocking']:.1f}x a later save)",
+    ),
+    ("async save: background write", ms(med(saves["async"][2]))),
+    ("fingerprint pass alone: devices", ms(med(fingerprints))),
+    ("fingerprint pass alone: host copies", ms(med(host_fingerprints))),
+    ("restart to first resumed step", f"{restart['total_s']:.2f} s"),
+    ("  start + imports", f"{restart['start_and_imports_s']:.2f} s"),
+    ("  restore", f"{restart['restore_s']:.2f} s"),
+    ("  compile + first step", f"{restart['first_step_s']:.2f} s"),
   ]
   width = max(len(k) for k, _ in rows)
   for key, value in rows:

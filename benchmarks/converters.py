@@ -53,7 +53,7 @@ def _criteo_file(directory: str, n: int, compress: bool) -> str:
     lines.append("\t".join([str(i % 2), *dense, *sparse]) + "\n")
   text = "".join(lines).encode()
   path = os.path.join(directory, "day.tsv.gz" if compress else "day.tsv")
-  with (gzip.open(path, "wb") if compress else open(path, "wb")) as f:
+  with gzip.open(path, "wb") if compress else open(path, "wb") as f:
     f.write(text)
   return path
 
@@ -80,8 +80,9 @@ def main(argv) -> None:
       ours = _best_of(lambda: sum(1 for _ in read_lines(path)))
       rows.append((f"read lines ({'gzip' if compress else 'plain'})", base, ours))
     out = os.path.join(tmp, "out")
-    convert = _best_of(lambda: data.convert_criteo([path], out, vocab_sizes=100_000,
-                                                   overwrite=True), repeats=1)
+    convert = _best_of(
+      lambda: data.convert_criteo([path], out, vocab_sizes=100_000, overwrite=True), repeats=1
+    )
     rows.append(("criteo conversion (gzip), for scale", convert, convert))
     manifest = data.read_manifest(out)
     paths = [f"{p}[0:{s.num_records}]" for p, s in zip(manifest.shard_paths(), manifest.shards)]
@@ -97,8 +98,11 @@ def main(argv) -> None:
     print(f"{name:40s} {base:11.3f} {ours:9.3f} {ours / base:10.3f}")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump([{"measure": n, "baseline_s": b, "ours_s": o, "ratio": o / b} for n, b, o in rows],
-                f, indent=1)
+      json.dump(
+        [{"measure": n, "baseline_s": b, "ours_s": o, "ratio": o / b} for n, b, o in rows],
+        f,
+        indent=1,
+      )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -52,8 +52,14 @@ _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file."
 def _specs(manifest, devices):
   specs = {}
   for f in manifest.schema.sparse:
-    table = core.TableSpec(f.name.lower(), f.vocab_size, 16, combiner="sum",
-                           max_ids_per_partition=4096, max_unique_ids_per_partition=4096)
+    table = core.TableSpec(
+      f.name.lower(),
+      f.vocab_size,
+      16,
+      combiner="sum",
+      max_ids_per_partition=4096,
+      max_unique_ids_per_partition=4096,
+    )
     specs[f.name] = core.FeatureSpec(f.name, table, (_BATCH.value, 20), (_BATCH.value, 16))
   return T.prepare_feature_specs_for_training(specs, devices, _SC.value)
 
@@ -70,10 +76,17 @@ def _best_rate(run):
 
 
 def _input_rates(manifest, specs, devices):
-  config = T.InputConfig(manifest.directory, _BATCH.value, shuffle=False, num_epochs=1,
-                         num_sc_per_device=_SC.value, allow_id_dropping=True)
-  kw = dict(local_device_count=devices, global_device_count=devices, process_index=0,
-            process_count=1)
+  config = T.InputConfig(
+    manifest.directory,
+    _BATCH.value,
+    shuffle=False,
+    num_epochs=1,
+    num_sc_per_device=_SC.value,
+    allow_id_dropping=True,
+  )
+  kw = dict(
+    local_device_count=devices, global_device_count=devices, process_index=0, process_count=1
+  )
   evaluation = T.make_eval_pipeline(config, specs, **kw)
 
   def train():
@@ -86,15 +99,18 @@ def _input_rates(manifest, specs, devices):
 
 
 def _step_rates(manifest, specs, mesh):
-  model = pipeline.DLRMConfig.from_feature_specs(specs, manifest.schema.num_dense,
-                                                 bottom_mlp_dims=(64, 16), top_mlp_dims=(64, 32))
+  model = pipeline.DLRMConfig.from_feature_specs(
+    specs, manifest.schema.num_dense, bottom_mlp_dims=(64, 16), top_mlp_dims=(64, 32)
+  )
   params = pipeline.init_dlrm_params(jax.random.key(0), model)
-  emb = pipeline.init_embedding_variables(jax.random.key(1), specs, mesh,
-                                          num_sc_per_device=_SC.value)
+  emb = pipeline.init_embedding_variables(
+    jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value
+  )
   state = pipeline.create_train_state(optax.adam(1e-3), params, mesh, emb)
   step = pipeline.make_eval_step(mesh, specs, _SC.value, pipeline.make_dlrm_predict_fn(model))
-  config = T.InputConfig(manifest.directory, _BATCH.value, num_sc_per_device=_SC.value,
-                         allow_id_dropping=True)
+  config = T.InputConfig(
+    manifest.directory, _BATCH.value, num_sc_per_device=_SC.value, allow_id_dropping=True
+  )
   batches = list(pipeline.make_eval_input_pipeline(config, specs, mesh))
   examples = manifest.num_examples
 
@@ -115,10 +131,13 @@ def main(argv):
   del argv
   with tempfile.TemporaryDirectory() as tmp:
     manifest = data.write_synthetic(
-        os.path.join(tmp, "criteo_like"),
-        data.criteo_like_features(26, 100_000, min_ids=1, max_ids=20),
-        num_examples=_NUM_EXAMPLES.value, num_dense=13, seed=0,
-        examples_per_record=_PER_RECORD.value)
+      os.path.join(tmp, "criteo_like"),
+      data.criteo_like_features(26, 100_000, min_ids=1, max_ids=20),
+      num_examples=_NUM_EXAMPLES.value,
+      num_dense=13,
+      seed=0,
+      examples_per_record=_PER_RECORD.value,
+    )
     mesh = core.make_mesh()
     specs = _specs(manifest, mesh.size)
     train, evaluation = _input_rates(manifest, specs, mesh.size)
@@ -126,28 +145,48 @@ def main(argv):
   rows = {}
   for i, unit in enumerate(("wall_s", "cpu_s")):
     rows[unit] = {
-        "train_input": train[i], "eval_input": evaluation[i],
-        "eval_over_train_input": evaluation[i] / train[i], "bare_eval_steps": bare[i],
-        "evaluate": full[i], "evaluate_over_bare_steps": full[i] / bare[i],
+      "train_input": train[i],
+      "eval_input": evaluation[i],
+      "eval_over_train_input": evaluation[i] / train[i],
+      "bare_eval_steps": bare[i],
+      "evaluate": full[i],
+      "evaluate_over_bare_steps": full[i] / bare[i],
     }
-  print(f"\neval: {manifest.num_examples:,} examples, batch {_BATCH.value},"
-        f" {manifest.examples_per_record} examples/record, {mesh.size} CPU devices x"
-        f" {_SC.value} SC")
-  print(f"{'examples per':>12} {'(a) train input':>16} {'(b) eval input':>15} {'(b)/(a)':>8}"
-        f" {'(c) eval steps':>15} {'(d) evaluate':>13} {'(d)/(c)':>8}")
+  print(
+    f"\neval: {manifest.num_examples:,} examples, batch {_BATCH.value},"
+    f" {manifest.examples_per_record} examples/record, {mesh.size} CPU devices x"
+    f" {_SC.value} SC"
+  )
+  print(
+    f"{'examples per':>12} {'(a) train input':>16} {'(b) eval input':>15} {'(b)/(a)':>8}"
+    f" {'(c) eval steps':>15} {'(d) evaluate':>13} {'(d)/(c)':>8}"
+  )
   for unit, r in rows.items():
-    print(f"{unit:>12} {r['train_input']:>16,.0f} {r['eval_input']:>15,.0f}"
-          f" {r['eval_over_train_input']:>8.3f} {r['bare_eval_steps']:>15,.0f}"
-          f" {r['evaluate']:>13,.0f} {r['evaluate_over_bare_steps']:>8.3f}")
-  print(f"load average at the end: {os.getloadavg()[0]:.1f} (a shared machine makes wall"
-        " figures noisy)")
+    print(
+      f"{unit:>12} {r['train_input']:>16,.0f} {r['eval_input']:>15,.0f}"
+      f" {r['eval_over_train_input']:>8.3f} {r['bare_eval_steps']:>15,.0f}"
+      f" {r['evaluate']:>13,.0f} {r['evaluate_over_bare_steps']:>8.3f}"
+    )
+  print(
+    f"load average at the end: {os.getloadavg()[0]:.1f} (a shared machine makes wall figures noisy)"
+  )
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump({"benchmark": "eval", "batch_size": _BATCH.value,
-                 "examples_per_record": manifest.examples_per_record,
-                 "num_examples": manifest.num_examples, "devices": mesh.size,
-                 "num_sc_per_device": _SC.value, "cpu_count": os.cpu_count(),
-                 "load_average_end": os.getloadavg()[0], **rows}, f, indent=1)
+      json.dump(
+        {
+          "benchmark": "eval",
+          "batch_size": _BATCH.value,
+          "examples_per_record": manifest.examples_per_record,
+          "num_examples": manifest.num_examples,
+          "devices": mesh.size,
+          "num_sc_per_device": _SC.value,
+          "cpu_count": os.cpu_count(),
+          "load_average_end": os.getloadavg()[0],
+          **rows,
+        },
+        f,
+        indent=1,
+      )
 
 
 if __name__ == "__main__":

@@ -35,12 +35,16 @@ from sparsepipe import core
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Existing dataset; default: generate one in a temp dir.")
+_DATA_DIR = flags.DEFINE_string(
+  "data_dir", None, "Existing dataset; default: generate one in a temp dir."
+)
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200_000, "Examples to generate.")
 _PER_RECORD = flags.DEFINE_integer("examples_per_record", 128, "Examples packed per record.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 100_000, "Vocabulary of every sparse feature.")
 _BATCH = flags.DEFINE_integer("batch_size", 4096, "Per-host batch size.")
-_DEVICES = flags.DEFINE_integer("devices", 8, "Local (= global) devices the COO buffers are made for.")
+_DEVICES = flags.DEFINE_integer(
+  "devices", 8, "Local (= global) devices the COO buffers are made for."
+)
 _SC = flags.DEFINE_integer("num_sc_per_device", 2, "SparseCores per device.")
 _WORKERS = flags.DEFINE_list("workers", ["0", "2"], "Worker counts to measure.")
 _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per stage.")
@@ -102,7 +106,9 @@ def raw_reads(manifest, workers, seconds):
 
 def decode_batch(manifest, workers, seconds):
   cfg = T.InputConfig(manifest.directory, _BATCH.value, num_workers=workers)
-  ds = _mp(T.make_example_dataset(cfg, process_index=0, process_count=1, manifest=manifest), workers)
+  ds = _mp(
+    T.make_example_dataset(cfg, process_index=0, process_count=1, manifest=manifest), workers
+  )
   it = iter(ds)
   rate = _rate(it, _BATCH.value, seconds)
   it.close()
@@ -112,15 +118,25 @@ def decode_batch(manifest, workers, seconds):
 def _specs(manifest, devices):
   specs = {}
   for f in manifest.schema.sparse:
-    table = core.TableSpec(f.name.lower(), f.vocab_size, 16, combiner="sum",
-                        max_ids_per_partition=4096, max_unique_ids_per_partition=4096)
+    table = core.TableSpec(
+      f.name.lower(),
+      f.vocab_size,
+      16,
+      combiner="sum",
+      max_ids_per_partition=4096,
+      max_unique_ids_per_partition=4096,
+    )
     specs[f.name] = core.FeatureSpec(f.name, table, (_BATCH.value, 20), (_BATCH.value, 16))
   specs = T.prepare_feature_specs_for_training(specs, devices, _SC.value)
   # FDO: limits from a few batches, as training would derive them.
   warm = T.make_host_pipeline(
-      T.InputConfig(manifest.directory, _BATCH.value, seed=1, num_sc_per_device=_SC.value),
-      specs, local_device_count=devices, global_device_count=devices, process_index=0,
-      process_count=1)
+    T.InputConfig(manifest.directory, _BATCH.value, seed=1, num_sc_per_device=_SC.value),
+    specs,
+    local_device_count=devices,
+    global_device_count=devices,
+    process_index=0,
+    process_count=1,
+  )
   for _ in range(4):
     next(warm)
   stats = warm.stats_totals().as_stats()
@@ -129,10 +145,21 @@ def _specs(manifest, devices):
 
 
 def full_pipeline(manifest, specs, workers, seconds):
-  cfg = T.InputConfig(manifest.directory, _BATCH.value, num_workers=workers,
-                      num_sc_per_device=_SC.value, allow_id_dropping=True)
-  it = T.make_host_pipeline(cfg, specs, local_device_count=_DEVICES.value,
-                            global_device_count=_DEVICES.value, process_index=0, process_count=1)
+  cfg = T.InputConfig(
+    manifest.directory,
+    _BATCH.value,
+    num_workers=workers,
+    num_sc_per_device=_SC.value,
+    allow_id_dropping=True,
+  )
+  it = T.make_host_pipeline(
+    cfg,
+    specs,
+    local_device_count=_DEVICES.value,
+    global_device_count=_DEVICES.value,
+    process_index=0,
+    process_count=1,
+  )
   rate = _rate(it, _BATCH.value, seconds)
   totals = it.stats_totals()
   it.close()
@@ -148,13 +175,19 @@ def main(argv):
     tmp = tempfile.TemporaryDirectory()
     start = time.perf_counter()
     manifest = data.write_synthetic(
-        os.path.join(tmp.name, "criteo_like"),
-        data.criteo_like_features(26, _VOCAB.value, min_ids=1, max_ids=20),
-        num_examples=_NUM_EXAMPLES.value, num_dense=13, seed=0,
-        examples_per_record=_PER_RECORD.value)
-    print(f"generated {manifest.num_examples:,} examples ({manifest.num_records:,} records of"
-          f" {manifest.examples_per_record}, {len(manifest.shards)} shards) in"
-          f" {time.perf_counter() - start:.1f} s", file=sys.stderr)
+      os.path.join(tmp.name, "criteo_like"),
+      data.criteo_like_features(26, _VOCAB.value, min_ids=1, max_ids=20),
+      num_examples=_NUM_EXAMPLES.value,
+      num_dense=13,
+      seed=0,
+      examples_per_record=_PER_RECORD.value,
+    )
+    print(
+      f"generated {manifest.num_examples:,} examples ({manifest.num_records:,} records of"
+      f" {manifest.examples_per_record}, {len(manifest.shards)} shards) in"
+      f" {time.perf_counter() - start:.1f} s",
+      file=sys.stderr,
+    )
   specs = _specs(manifest, _DEVICES.value)
   seconds = _SECONDS.value
   rows = []
@@ -162,34 +195,51 @@ def main(argv):
     a = raw_reads(manifest, w, seconds)
     b = decode_batch(manifest, w, seconds)
     c, drops = full_pipeline(manifest, specs, w, seconds)
-    rows.append({"workers": w, "raw_reads": a[0], "decode_batch": b[0], "full_pipeline": c[0],
-                 "full_over_raw": c[0] / a[0], "raw_reads_per_cpu_s": a[1],
-                 "decode_batch_per_cpu_s": b[1], "full_pipeline_per_cpu_s": c[1],
-                 "ids_dropped": drops})
-  print(f"\nloader: batch {_BATCH.value}, {manifest.examples_per_record} examples/record,"
-        f" {_DEVICES.value} devices x {_SC.value} SC, {os.cpu_count()} cores (examples/s)")
-  print(f"{'workers':>8} {'(a) raw reads':>15} {'(b) decode+batch':>17} {'(c) full':>12}"
-        f" {'(c)/(a)':>8}   per CPU-second: {'(a)':>9} {'(b)':>9} {'(c)':>9}")
+    rows.append(
+      {
+        "workers": w,
+        "raw_reads": a[0],
+        "decode_batch": b[0],
+        "full_pipeline": c[0],
+        "full_over_raw": c[0] / a[0],
+        "raw_reads_per_cpu_s": a[1],
+        "decode_batch_per_cpu_s": b[1],
+        "full_pipeline_per_cpu_s": c[1],
+        "ids_dropped": drops,
+      }
+    )
+  print(
+    f"\nloader: batch {_BATCH.value}, {manifest.examples_per_record} examples/record,"
+    f" {_DEVICES.value} devices x {_SC.value} SC, {os.cpu_count()} cores (examples/s)"
+  )
+  print(
+    f"{'workers':>8} {'(a) raw reads':>15} {'(b) decode+batch':>17} {'(c) full':>12}"
+    f" {'(c)/(a)':>8}   per CPU-second: {'(a)':>9} {'(b)':>9} {'(c)':>9}"
+  )
   for r in rows:
-    print(f"{r['workers']:>8} {r['raw_reads']:>15,.0f} {r['decode_batch']:>17,.0f}"
-          f" {r['full_pipeline']:>12,.0f} {r['full_over_raw']:>8.3f}"
-          f"   {'':>15} {r['raw_reads_per_cpu_s']:>9,.0f} {r['decode_batch_per_cpu_s']:>9,.0f}"
-          f" {r['full_pipeline_per_cpu_s']:>9,.0f}")
+    print(
+      f"{r['workers']:>8} {r['raw_reads']:>15,.0f} {r['decode_batch']:>17,.0f}"
+      f" {r['full_pipeline']:>12,.0f} {r['full_over_raw']:>8.3f}"
+      f"   {'':>15} {r['raw_reads_per_cpu_s']:>9,.0f} {r['decode_batch_per_cpu_s']:>9,.0f}"
+      f" {r['full_pipeline_per_cpu_s']:>9,.0f}"
+    )
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  print(f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"
-        " per-CPU-second figures are steadier)")
+  print(
+    f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"
+    " per-CPU-second figures are steadier)"
+  )
   if _JSON.value:
     result = {
-        "benchmark": "loader",
-        "batch_size": _BATCH.value,
-        "examples_per_record": manifest.examples_per_record,
-        "num_examples": manifest.num_examples,
-        "devices": _DEVICES.value,
-        "num_sc_per_device": _SC.value,
-        "cpu_count": os.cpu_count(),
-        "seconds_per_stage": seconds,
-        "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "rows": rows,
+      "benchmark": "loader",
+      "batch_size": _BATCH.value,
+      "examples_per_record": manifest.examples_per_record,
+      "num_examples": manifest.num_examples,
+      "devices": _DEVICES.value,
+      "num_sc_per_device": _SC.value,
+      "cpu_count": os.cpu_count(),
+      "seconds_per_stage": seconds,
+      "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+      "rows": rows,
     }
     with open(_JSON.value, "w") as f:
       json.dump(result, f, indent=1)

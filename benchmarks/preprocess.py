@@ -57,17 +57,22 @@ def make_workload(seed: int = 0):
 
 def our_specs(vocabs):
   specs = [
-      core.FeatureSpec(
-          name=f"f{i:02d}",
-          table_spec=core.TableSpec(
-              name=f"t{i:02d}", vocabulary_size=int(v), embedding_dim=16,
-              combiner="mean", max_ids_per_partition=4096,
-              max_unique_ids_per_partition=4096),
-          input_shape=(BATCH, MAX_IDS), output_shape=(BATCH, 16))
-      for i, v in enumerate(vocabs)
+    core.FeatureSpec(
+      name=f"f{i:02d}",
+      table_spec=core.TableSpec(
+        name=f"t{i:02d}",
+        vocabulary_size=int(v),
+        embedding_dim=16,
+        combiner="mean",
+        max_ids_per_partition=4096,
+        max_unique_ids_per_partition=4096,
+      ),
+      input_shape=(BATCH, MAX_IDS),
+      output_shape=(BATCH, 16),
+    )
+    for i, v in enumerate(vocabs)
   ]
-  return T.prepare_feature_specs_for_training(
-      specs, GLOBAL_DEVICES, SC_PER_DEVICE)
+  return T.prepare_feature_specs_for_training(specs, GLOBAL_DEVICES, SC_PER_DEVICE)
 
 
 def reference_specs(vocabs):
@@ -76,18 +81,24 @@ def reference_specs(vocabs):
   from jax_tpu_embedding.sparsecore.lib.nn import embedding_spec  # pylint: disable=g-import-not-at-top
 
   specs = [
-      embedding_spec.FeatureSpec(
-          name=f"f{i:02d}",
-          table_spec=embedding_spec.TableSpec(
-              name=f"t{i:02d}", vocabulary_size=int(v), embedding_dim=16,
-              initializer=jax.nn.initializers.zeros,
-              optimizer=embedding_spec.SGDOptimizerSpec(), combiner="mean",
-              max_ids_per_partition=4096, max_unique_ids_per_partition=4096),
-          input_shape=[BATCH, MAX_IDS], output_shape=[BATCH, 16])
-      for i, v in enumerate(vocabs)
+    embedding_spec.FeatureSpec(
+      name=f"f{i:02d}",
+      table_spec=embedding_spec.TableSpec(
+        name=f"t{i:02d}",
+        vocabulary_size=int(v),
+        embedding_dim=16,
+        initializer=jax.nn.initializers.zeros,
+        optimizer=embedding_spec.SGDOptimizerSpec(),
+        combiner="mean",
+        max_ids_per_partition=4096,
+        max_unique_ids_per_partition=4096,
+      ),
+      input_shape=[BATCH, MAX_IDS],
+      output_shape=[BATCH, 16],
+    )
+    for i, v in enumerate(vocabs)
   ]
-  embedding.prepare_feature_specs_for_training(
-      specs, GLOBAL_DEVICES, SC_PER_DEVICE)
+  embedding.prepare_feature_specs_for_training(specs, GLOBAL_DEVICES, SC_PER_DEVICE)
   return specs
 
 
@@ -107,10 +118,12 @@ def time_paths(paths: dict, reps: int) -> dict[str, dict[str, float]]:
       cpu[name].append(time.process_time() - start_cpu)
       wall[name].append(time.perf_counter() - start)
   return {
-      name: {"min": float(np.min(wall[name])),
-             "median": float(np.median(wall[name])),
-             "cpu_min": float(np.min(cpu[name]))}
-      for name in paths
+    name: {
+      "min": float(np.min(wall[name])),
+      "median": float(np.median(wall[name])),
+      "cpu_min": float(np.min(cpu[name])),
+    }
+    for name in paths
   }
 
 
@@ -118,8 +131,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--reps", type=int, default=20)
   parser.add_argument("--json", default=None, help="write the figures here")
-  parser.add_argument("--profile", action="store_true",
-                      help="print a cProfile of our ragged path")
+  parser.add_argument("--profile", action="store_true", help="print a cProfile of our ragged path")
   args = parser.parse_args()
 
   vocabs, ragged, columnar = make_workload()
@@ -128,14 +140,14 @@ def main() -> None:
 
   def ours(features, specs):
     return T.preprocess_sparse_dense_matmul_input(
-        features, None, specs, LOCAL_DEVICES, GLOBAL_DEVICES,
-        num_sc_per_device=SC_PER_DEVICE)
+      features, None, specs, LOCAL_DEVICES, GLOBAL_DEVICES, num_sc_per_device=SC_PER_DEVICE
+    )
 
   _, stats = ours(ragged, specs)
   specs = T.update_preprocessing_parameters(specs, stats, SC_PER_DEVICE)
   paths = {
-      "sparsepipe ragged": lambda: ours(ragged, specs),
-      "sparsepipe RaggedBatch": lambda: ours(columnar, specs),
+    "sparsepipe ragged": lambda: ours(ragged, specs),
+    "sparsepipe RaggedBatch": lambda: ours(columnar, specs),
   }
   ref_note = "jax_tpu_embedding not importable"
   try:
@@ -144,41 +156,57 @@ def main() -> None:
     embedding = None
   if embedding is not None:
     from absl import logging  # pylint: disable=g-import-not-at-top
+
     logging.set_verbosity(logging.ERROR)
     rspecs = reference_specs(vocabs)
 
     def reference():
       return embedding.preprocess_sparse_dense_matmul_input(
-          ragged, None, rspecs, LOCAL_DEVICES, GLOBAL_DEVICES,
-          num_sc_per_device=SC_PER_DEVICE)
+        ragged, None, rspecs, LOCAL_DEVICES, GLOBAL_DEVICES, num_sc_per_device=SC_PER_DEVICE
+      )
 
     _, rstats = reference()
     embedding.update_preprocessing_parameters(rspecs, rstats, SC_PER_DEVICE)
     _check_same(ours(ragged, specs), reference())
     paths["reference (1 thread)"] = reference
-    ref_note = ("reference threads: SPARSECORE_INPUT_PREPROCESSING_THREADS="
-                + os.environ["SPARSECORE_INPUT_PREPROCESSING_THREADS"])
+    ref_note = (
+      "reference threads: SPARSECORE_INPUT_PREPROCESSING_THREADS="
+      + os.environ["SPARSECORE_INPUT_PREPROCESSING_THREADS"]
+    )
   results = time_paths(paths, args.reps)
 
-  print(f"{num_ids} ids, {BATCH} samples x {FEATURES} features,"
-        f" G={GLOBAL_DEVICES} L={LOCAL_DEVICES} S={SC_PER_DEVICE};"
-        f" {args.reps} interleaved reps; {ref_note};"
-        f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-  print(f"{'path':26s} {'ms/batch':>9s} {'median':>8s} {'cpu ms':>8s}"
-        f" {'samples/s':>11s} {'Mids/s':>8s}")
-  figures = {"num_ids": num_ids, "batch": BATCH, "features": FEATURES,
-             "reps": args.reps, "reference_threads": ref_note,
-             "load_average": os.getloadavg()[0], "paths": {}}
+  print(
+    f"{num_ids} ids, {BATCH} samples x {FEATURES} features,"
+    f" G={GLOBAL_DEVICES} L={LOCAL_DEVICES} S={SC_PER_DEVICE};"
+    f" {args.reps} interleaved reps; {ref_note};"
+    f" load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+  )
+  print(
+    f"{'path':26s} {'ms/batch':>9s} {'median':>8s} {'cpu ms':>8s} {'samples/s':>11s} {'Mids/s':>8s}"
+  )
+  figures = {
+    "num_ids": num_ids,
+    "batch": BATCH,
+    "features": FEATURES,
+    "reps": args.reps,
+    "reference_threads": ref_note,
+    "load_average": os.getloadavg()[0],
+    "paths": {},
+  }
   for name, r in results.items():
     best = r["min"]
-    print(f"{name:26s} {best * 1e3:9.2f} {r['median'] * 1e3:8.2f}"
-          f" {r['cpu_min'] * 1e3:8.2f} {BATCH / best:11.0f}"
-          f" {num_ids / best / 1e6:8.2f}")
-    figures["paths"][name] = {"ms_per_batch": best * 1e3,
-                              "median_ms": r["median"] * 1e3,
-                              "cpu_ms": r["cpu_min"] * 1e3,
-                              "samples_per_s": BATCH / best,
-                              "ids_per_s": num_ids / best}
+    print(
+      f"{name:26s} {best * 1e3:9.2f} {r['median'] * 1e3:8.2f}"
+      f" {r['cpu_min'] * 1e3:8.2f} {BATCH / best:11.0f}"
+      f" {num_ids / best / 1e6:8.2f}"
+    )
+    figures["paths"][name] = {
+      "ms_per_batch": best * 1e3,
+      "median_ms": r["median"] * 1e3,
+      "cpu_ms": r["cpu_min"] * 1e3,
+      "samples_per_s": BATCH / best,
+      "ids_per_s": num_ids / best,
+    }
   if "reference (1 thread)" in results:
     ref = results["reference (1 thread)"]
     for name in ("sparsepipe ragged", "sparsepipe RaggedBatch"):
@@ -204,8 +232,11 @@ def main() -> None:
 def _check_same(ours, reference) -> None:
   """Same buffers where the reference writes, same statistics."""
   (o, ostats), (r, rstats) = ours, reference
-  for field in ("max_ids_per_partition", "max_unique_ids_per_partition",
-                "required_buffer_size_per_sc"):
+  for field in (
+    "max_ids_per_partition",
+    "max_unique_ids_per_partition",
+    "required_buffer_size_per_sc",
+  ):
     for stack, value in getattr(rstats, field).items():
       np.testing.assert_array_equal(getattr(ostats, field)[stack], value)
   om, rm = o.sparse_dense_matmul_input, r.sparse_dense_matmul_input

@@ -51,7 +51,8 @@ _EMBEDDING_LR = flags.DEFINE_float("planted_embedding_lr", 0.1, "Adagrad rate of
 _DENSE_LR = flags.DEFINE_float("planted_dense_lr", 0.002, "Adam rate of the dense layers.")
 _PARTS = flags.DEFINE_list("parts", ["planted", "demo", "ratings"], "Figures to compute.")
 _RATINGS = flags.DEFINE_string(
-    "ratings_wheel", None, "recbole-1.2.1-py3-none-any.whl (MovieLens ml-100k) for figure (c).")
+  "ratings_wheel", None, "recbole-1.2.1-py3-none-any.whl (MovieLens ml-100k) for figure (c)."
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Keep the runs here (default: a temp dir).")
 
 
@@ -68,7 +69,8 @@ def _read_all(directory: str) -> data.ExampleBatch:
   manifest = data.read_manifest(directory)
   source = data.manifest_source(manifest)
   return data.concat_batches(
-      [data.decode_batch(source[i], manifest.schema) for i in range(len(source))])
+    [data.decode_batch(source[i], manifest.schema) for i in range(len(source))]
+  )
 
 
 def planted_config(pipelining: bool):
@@ -78,12 +80,14 @@ def planted_config(pipelining: bool):
   the multivalent features use the sqrtn combiner: the model can represent
   the truth, and what it misses is what the data did not show it.
   """
-  config = base_config([
+  config = base_config(
+    [
       ("user", feature(500)),
       ("item", feature(1000)),
       ("category", feature(50, max_ids=3, combiner="sqrtn")),
       ("history", feature(1000, max_ids=8, combiner="sqrtn")),
-  ])
+    ]
+  )
   config.embedding_optimizer.learning_rate = _EMBEDDING_LR.value
   config.dense_optimizer.learning_rate = _DENSE_LR.value
   config.num_steps = _STEPS.value
@@ -114,7 +118,8 @@ def planted(root: str) -> dict[str, float]:
   figures["planted_bayes_auc"] = pipeline.auc(evals.labels, probabilities)
   figures["planted_gap_to_bayes"] = figures["planted_bayes_auc"] - figures["planted_pipelined_auc"]
   figures["pipelined_minus_sequential_auc"] = (
-      figures["planted_pipelined_auc"] - figures["planted_sequential_auc"])
+    figures["planted_pipelined_auc"] - figures["planted_sequential_auc"]
+  )
   return figures
 
 
@@ -158,8 +163,9 @@ def _columns(batch: data.ExampleBatch, names, offsets):
   return np.concatenate(rows), np.concatenate(cols)
 
 
-def logistic_regression_auc(train: data.ExampleBatch, evals: data.ExampleBatch,
-                            epochs: int = 300) -> float:
+def logistic_regression_auc(
+  train: data.ExampleBatch, evals: data.ExampleBatch, epochs: int = 300
+) -> float:
   """Logistic regression on one-hot (multi-hot) sparse features, full-batch Adagrad."""
   names = sorted(train.sparse)
   sizes = [int(max(train.sparse[n].values.max(), evals.sparse[n].values.max())) + 1 for n in names]
@@ -184,19 +190,28 @@ def logistic_regression_auc(train: data.ExampleBatch, evals: data.ExampleBatch,
 def ratings(root: str, wheel: str) -> dict[str, float]:
   train_dir, eval_dir = os.path.join(root, "ratings"), os.path.join(root, "ratings_eval")
   data.convert_csv(
-      [movielens_csv(wheel, os.path.join(root, "ml-100k.csv"))], train_dir,
-      label_column="rating", label_threshold=4.0,
-      sparse_columns=["user", "movie", "age", "gender", "occupation", "genres"],
-      multivalent_columns=["genres"], integer_id_columns=["user", "movie"],
-      vocab_sizes=4096, eval_output=eval_dir, eval_fraction=0.1, overwrite=True,
+    [movielens_csv(wheel, os.path.join(root, "ml-100k.csv"))],
+    train_dir,
+    label_column="rating",
+    label_threshold=4.0,
+    sparse_columns=["user", "movie", "age", "gender", "occupation", "genres"],
+    multivalent_columns=["genres"],
+    integer_id_columns=["user", "movie"],
+    vocab_sizes=4096,
+    eval_output=eval_dir,
+    eval_fraction=0.1,
+    overwrite=True,
   )
   config = _load("dataset")
   config.data.dir, config.eval.data_dir = train_dir, eval_dir
   result = train_and_evaluate(config, os.path.join(root, "ratings_job"))
   lr_auc = logistic_regression_auc(_read_all(train_dir), _read_all(eval_dir))
-  return {"ratings_dlrm_auc": result.last_eval.auc, "ratings_logistic_regression_auc": lr_auc,
-          "ratings_train_examples": data.read_manifest(train_dir).num_examples,
-          "ratings_batches": int(config.num_steps)}
+  return {
+    "ratings_dlrm_auc": result.last_eval.auc,
+    "ratings_logistic_regression_auc": lr_auc,
+    "ratings_train_examples": data.read_manifest(train_dir).num_examples,
+    "ratings_batches": int(config.num_steps),
+  }
 
 
 def main(argv):

@@ -48,8 +48,10 @@ from sparsepipe.pipeline.zero import optimizer as zero  # pylint: disable=g-impo
 _BATCH = flags.DEFINE_integer("batch_size", 1024, "Global batch size.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 50_000, "Vocabulary of the model's tables.")
 _BASELINE_VOCABS = flags.DEFINE_list(
-    "baseline_vocab_sizes", ["50000", "1000000"],
-    "Vocabulary sizes for the kernel vs dense baseline comparison.")
+  "baseline_vocab_sizes",
+  ["50000", "1000000"],
+  "Vocabulary sizes for the kernel vs dense baseline comparison.",
+)
 _DIM = flags.DEFINE_integer("dim", 16, "Embedding dim of every table.")
 _TABLES = flags.DEFINE_integer("tables", 4, "Number of tables (one feature each).")
 _IDS = flags.DEFINE_integer("ids_per_sample", 4, "Ids per sample and feature.")
@@ -65,8 +67,8 @@ _SEEDS = (0, 1, 2, 3)
 def _host_ids(num_tables, vocab, seed):
   r = np.random.default_rng(seed)
   return {
-      f"f{i}": r.integers(0, vocab, (_BATCH.value, _IDS.value)).astype(np.int32)
-      for i in range(num_tables)
+    f"f{i}": r.integers(0, vocab, (_BATCH.value, _IDS.value)).astype(np.int32)
+    for i in range(num_tables)
   }
 
 
@@ -77,12 +79,16 @@ def _feature_specs(optimizer, num_tables, vocab, limits=None):
   for i in range(num_tables):
     max_ids, max_unique = (limits or {}).get(f"t{i}", (generous, generous))
     table = core.TableSpec(
-        name=f"t{i}", vocabulary_size=vocab, embedding_dim=_DIM.value,
-        combiner="mean", optimizer=optimizer, max_ids_per_partition=max_ids,
-        max_unique_ids_per_partition=max_unique,
+      name=f"t{i}",
+      vocabulary_size=vocab,
+      embedding_dim=_DIM.value,
+      combiner="mean",
+      optimizer=optimizer,
+      max_ids_per_partition=max_ids,
+      max_unique_ids_per_partition=max_unique,
     )
     features[f"f{i}"] = core.FeatureSpec(
-        f"f{i}", table, (_BATCH.value, _IDS.value), (_BATCH.value, _DIM.value)
+      f"f{i}", table, (_BATCH.value, _IDS.value), (_BATCH.value, _DIM.value)
     )
   return features
 
@@ -90,28 +96,36 @@ def _feature_specs(optimizer, num_tables, vocab, limits=None):
 def _prepared_specs(optimizer, num_tables, vocab, g):
   """Specs whose limits are the maxima observed on the batches (FDO-like)."""
   specs = T.prepare_feature_specs_for_training(
-      _feature_specs(optimizer, num_tables, vocab), g, _SC.value
+    _feature_specs(optimizer, num_tables, vocab), g, _SC.value
   )
   limits = {}
   for s in _SEEDS:
     _, stats = T.preprocess_sparse_dense_matmul_input(
-        _host_ids(num_tables, vocab, s), None, specs, g, g,
-        num_sc_per_device=_SC.value,
+      _host_ids(num_tables, vocab, s),
+      None,
+      specs,
+      g,
+      g,
+      num_sc_per_device=_SC.value,
     )
     for name, m in stats.max_ids_per_partition.items():
       u = stats.max_unique_ids_per_partition[name]
       old = limits.get(name, (0, 0))
       limits[name] = (max(old[0], int(m.max())), max(old[1], int(u.max())))
   specs = T.prepare_feature_specs_for_training(
-      _feature_specs(optimizer, num_tables, vocab, limits), g, _SC.value
+    _feature_specs(optimizer, num_tables, vocab, limits), g, _SC.value
   )
   return specs, limits
 
 
 def _sparse(specs, num_tables, vocab, g, seed):
   pre, _ = T.preprocess_sparse_dense_matmul_input(
-      _host_ids(num_tables, vocab, seed), None, specs, g, g,
-      num_sc_per_device=_SC.value,
+    _host_ids(num_tables, vocab, seed),
+    None,
+    specs,
+    g,
+    g,
+    num_sc_per_device=_SC.value,
   )
   return pre.sparse_dense_matmul_input
 
@@ -119,9 +133,9 @@ def _sparse(specs, num_tables, vocab, g, seed):
 def _host_batch(specs, g, seed):
   r = np.random.default_rng(seed + 1000)
   return core.TrainBatch(
-      labels=r.integers(0, 2, (_BATCH.value,)).astype(np.float32),
-      dense=r.normal(size=(_BATCH.value, _ND)).astype(np.float32),
-      sparse=_sparse(specs, _TABLES.value, _VOCAB.value, g, seed),
+    labels=r.integers(0, 2, (_BATCH.value,)).astype(np.float32),
+    dense=r.normal(size=(_BATCH.value, _ND)).astype(np.float32),
+    sparse=_sparse(specs, _TABLES.value, _VOCAB.value, g, seed),
   )
 
 
@@ -144,17 +158,19 @@ def _round_runner(step, carry, make_inputs):
 
 def _trainer(mesh, specs, dense_optimizer, example):
   config = P.DLRMConfig.from_feature_specs(
-      specs, _ND, bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128)
+    specs, _ND, bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128)
   )
   params = P.init_dlrm_params(jax.random.key(0), config)
-  emb = P.init_embedding_variables(
-      jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value
-  )
+  emb = P.init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value)
   state = P.create_train_state(dense_optimizer, params, mesh, emb)
   tc = P.make_dlrm_tc_stage(config, dense_optimizer, mesh)
   trainer = P.make_pipelined_trainer(
-      mesh, state, example, tc, feature_specs=specs,
-      num_sc_per_device=_SC.value,
+    mesh,
+    state,
+    example,
+    tc,
+    feature_specs=specs,
+    num_sc_per_device=_SC.value,
   )
   return trainer, state
 
@@ -173,7 +189,7 @@ def _sequential_step(trainer, same_work):
     tc_state = train_state.replace(embedding_variables=None)
     act, aux = trainer.sc_fwd_function(pipeline_input.sparse_inputs, emb)
     grads, out, tc_state, tc_aux = trainer.tc_function(
-        act, pipeline_input.dense_inputs, tc_state, aux
+      act, pipeline_input.dense_inputs, tc_state, aux
     )
     sparse = bwd_sparse if same_work else pipeline_input.sparse_inputs
     emb, _ = trainer.sc_bwd_function(sparse, grads, emb, tc_aux)
@@ -185,13 +201,13 @@ def _sequential_step(trainer, same_work):
   # round some dense params took the labels' buffers and XLA added copies.
   rep = jax.sharding.NamedSharding(trainer.mesh, jax.sharding.PartitionSpec())
   jitted = jax.jit(
-      lambda train_state, inputs: step(inputs, train_state),
-      donate_argnums=(0, 1),
-      in_shardings=(
-          trainer.train_state_sharding,
-          (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
-      ),
-      out_shardings=(trainer.train_state_sharding, {"loss": rep}),
+    lambda train_state, inputs: step(inputs, train_state),
+    donate_argnums=(0, 1),
+    in_shardings=(
+      trainer.train_state_sharding,
+      (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
+    ),
+    out_shardings=(trainer.train_state_sharding, {"loss": rep}),
   )
   return lambda inputs, state: jitted(state, inputs)[0]
 
@@ -200,28 +216,24 @@ def _pipelined(trainer, state, device_batch):
   def step(batch, carry):
     train_state, pipeline_state = carry
     train_state, pipeline_state, _ = trainer.run_pipeline_step(
-        train_state, pipeline_state, batch, False
+      train_state, pipeline_state, batch, False
     )
     return train_state, pipeline_state
 
-  return _round_runner(
-      step, (state, trainer.initial_pipeline_state()), device_batch
-  )
+  return _round_runner(step, (state, trainer.initial_pipeline_state()), device_batch)
 
 
 def _kernel_vs_baseline(mesh, vocab):
   """Lookup + SGD update of one table: COO kernels vs dense gather/scatter."""
   g = mesh.size
   specs, _ = _prepared_specs(core.SGDOptimizerSpec(0.01), 1, vocab, g)
-  emb = P.init_embedding_variables(
-      jax.random.key(2), specs, mesh, num_sc_per_device=_SC.value
-  )
+  emb = P.init_embedding_variables(jax.random.key(2), specs, mesh, num_sc_per_device=_SC.value)
   data = core.data_sharding(mesh)
 
   def kernel_step(sparse, emb):
     act = P.sparse_dense_matmul(sparse, emb, specs, mesh, num_sc_per_device=_SC.value)
     return P.sparse_dense_matmul_grad(
-        act, sparse, emb, specs, mesh, num_sc_per_device=_SC.value, step=0
+      act, sparse, emb, specs, mesh, num_sc_per_device=_SC.value, step=0
     )
 
   table_sharding = P.table_sharding(mesh)
@@ -237,16 +249,18 @@ def _kernel_vs_baseline(mesh, vocab):
     ids = _host_ids(1, vocab, s)["f0"]
     dense.append((ids, np.ones(ids.shape, np.float32)))
   table = jax.jit(
-      lambda: jnp.zeros((vocab, _DIM.value), jnp.float32),
-      out_shardings=table_sharding,
+    lambda: jnp.zeros((vocab, _DIM.value), jnp.float32),
+    out_shardings=table_sharding,
   )()
   kernel, _ = _round_runner(
-      jax.jit(kernel_step, donate_argnums=(1,)), emb,
-      lambda i: jax.device_put(sparse[i % len(sparse)], data),
+    jax.jit(kernel_step, donate_argnums=(1,)),
+    emb,
+    lambda i: jax.device_put(sparse[i % len(sparse)], data),
   )
   baseline, _ = _round_runner(
-      jax.jit(baseline_step, donate_argnums=(1,), out_shardings=table_sharding),
-      table, lambda i: jax.device_put(dense[i % len(dense)], data),
+    jax.jit(baseline_step, donate_argnums=(1,), out_shardings=table_sharding),
+    table,
+    lambda i: jax.device_put(dense[i % len(dense)], data),
   )
   return {f"coo_kernels_v{vocab}": kernel, f"dense_baseline_v{vocab}": baseline}
 
@@ -260,9 +274,7 @@ def main(argv):
   t_start = time.perf_counter()
   mesh = core.make_mesh()
   g = mesh.size
-  specs, limits = _prepared_specs(
-      core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g
-  )
+  specs, limits = _prepared_specs(core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g)
   host = [_host_batch(specs, g, s) for s in _SEEDS]
   data = core.data_sharding(mesh)
   device_batch = lambda i: jax.device_put(host[i % len(host)], data)
@@ -273,17 +285,16 @@ def main(argv):
   variants = {}
   variants["pipelined_zero"], zero_holder = _pipelined(trainer, state, device_batch)
   for name, same_work, s in (
-      ("sequential_fused", False, copies[0]),
-      ("sequential_same_work", True, copies[1]),
+    ("sequential_fused", False, copies[0]),
+    ("sequential_same_work", True, copies[1]),
   ):
     variants[name], _ = _round_runner(
-        _sequential_step(trainer, same_work), s,
-        lambda i: (trainer.input_fn(device_batch(i)), device_batch(i).sparse),
+      _sequential_step(trainer, same_work),
+      s,
+      lambda i: (trainer.input_fn(device_batch(i)), device_batch(i).sparse),
     )
   rep_trainer, rep_state = _trainer(mesh, specs, optax.adam(1e-3), host[0])
-  variants["pipelined_replicated"], rep_holder = _pipelined(
-      rep_trainer, rep_state, device_batch
-  )
+  variants["pipelined_replicated"], rep_holder = _pipelined(rep_trainer, rep_state, device_batch)
   vocabs = [int(v) for v in _BASELINE_VOCABS.value]
   for vocab in vocabs:
     variants.update(_kernel_vs_baseline(mesh, vocab))
@@ -300,73 +311,64 @@ def main(argv):
   n_params = sum(int(p.size) for p in params)
   padded = sum(zero.padded_size(int(p.size), g) for p in params)
   figures = {
-      "devices": g,
-      "global_batch": _BATCH.value,
-      "tables": _TABLES.value,
-      "vocab_size": _VOCAB.value,
-      "dim": _DIM.value,
-      "ids_per_sample": _IDS.value,
-      "max_ids_per_partition": {k: v[0] for k, v in limits.items()},
-      "dense_params": n_params,
-      "rounds": _ROUNDS.value,
-      "steps_per_round": _STEPS.value,
-      "step_ms_median": {k: float(np.median(v)) * 1e3 for k, v in times.items()},
-      "step_ms_min": {k: float(np.min(v)) * 1e3 for k, v in times.items()},
-      "pipelined_over_sequential_same_work": _median_ratio(
-          times, "pipelined_zero", "sequential_same_work"),
-      "pipelined_over_sequential_fused": _median_ratio(
-          times, "pipelined_zero", "sequential_fused"),
-      "coo_over_dense_baseline": {
-          v: _median_ratio(times, f"coo_kernels_v{v}", f"dense_baseline_v{v}")
-          for v in vocabs
-      },
-      "zero_over_replicated_step": _median_ratio(
-          times, "pipelined_zero", "pipelined_replicated"),
-      "optimizer_bytes_per_device_zero": zero_bytes,
-      "optimizer_bytes_per_device_replicated": rep_bytes,
-      "optimizer_bytes_expected_zero": 2 * padded * 4 // g + 4,
-      "optimizer_bytes_ratio": zero_bytes / rep_bytes,
-      "setup_and_compile_s": t_compiled - t_start,
+    "devices": g,
+    "global_batch": _BATCH.value,
+    "tables": _TABLES.value,
+    "vocab_size": _VOCAB.value,
+    "dim": _DIM.value,
+    "ids_per_sample": _IDS.value,
+    "max_ids_per_partition": {k: v[0] for k, v in limits.items()},
+    "dense_params": n_params,
+    "rounds": _ROUNDS.value,
+    "steps_per_round": _STEPS.value,
+    "step_ms_median": {k: float(np.median(v)) * 1e3 for k, v in times.items()},
+    "step_ms_min": {k: float(np.min(v)) * 1e3 for k, v in times.items()},
+    "pipelined_over_sequential_same_work": _median_ratio(
+      times, "pipelined_zero", "sequential_same_work"
+    ),
+    "pipelined_over_sequential_fused": _median_ratio(times, "pipelined_zero", "sequential_fused"),
+    "coo_over_dense_baseline": {
+      v: _median_ratio(times, f"coo_kernels_v{v}", f"dense_baseline_v{v}") for v in vocabs
+    },
+    "zero_over_replicated_step": _median_ratio(times, "pipelined_zero", "pipelined_replicated"),
+    "optimizer_bytes_per_device_zero": zero_bytes,
+    "optimizer_bytes_per_device_replicated": rep_bytes,
+    "optimizer_bytes_expected_zero": 2 * padded * 4 // g + 4,
+    "optimizer_bytes_ratio": zero_bytes / rep_bytes,
+    "setup_and_compile_s": t_compiled - t_start,
   }
   figures["total_s"] = time.perf_counter() - t_start
   ms = figures["step_ms_median"]
   rows = [
-      ("pipelined step (ZeRO Adam)", f"{ms['pipelined_zero']:.2f} ms"),
-      ("sequential step, same work", f"{ms['sequential_same_work']:.2f} ms"),
-      ("sequential step, fused (XLA CSE)", f"{ms['sequential_fused']:.2f} ms"),
-      ("  pipelined / sequential same work",
-       f"{figures['pipelined_over_sequential_same_work']:.3f}"),
-      ("  pipelined / sequential fused",
-       f"{figures['pipelined_over_sequential_fused']:.3f}"),
+    ("pipelined step (ZeRO Adam)", f"{ms['pipelined_zero']:.2f} ms"),
+    ("sequential step, same work", f"{ms['sequential_same_work']:.2f} ms"),
+    ("sequential step, fused (XLA CSE)", f"{ms['sequential_fused']:.2f} ms"),
+    ("  pipelined / sequential same work", f"{figures['pipelined_over_sequential_same_work']:.3f}"),
+    ("  pipelined / sequential fused", f"{figures['pipelined_over_sequential_fused']:.3f}"),
   ]
   for v in vocabs:
     rows += [
-        (f"lookup+update vocab {v}, COO kernels", f"{ms[f'coo_kernels_v{v}']:.2f} ms"),
-        (f"lookup+update vocab {v}, dense baseline",
-         f"{ms[f'dense_baseline_v{v}']:.2f} ms"),
-        ("  COO / dense baseline", f"{figures['coo_over_dense_baseline'][v]:.3f}"),
+      (f"lookup+update vocab {v}, COO kernels", f"{ms[f'coo_kernels_v{v}']:.2f} ms"),
+      (f"lookup+update vocab {v}, dense baseline", f"{ms[f'dense_baseline_v{v}']:.2f} ms"),
+      ("  COO / dense baseline", f"{figures['coo_over_dense_baseline'][v]:.3f}"),
     ]
   rows += [
-      ("pipelined step (replicated Adam)", f"{ms['pipelined_replicated']:.2f} ms"),
-      ("  ZeRO / replicated step", f"{figures['zero_over_replicated_step']:.3f}"),
-      ("optimizer bytes/device, ZeRO", str(zero_bytes)),
-      ("optimizer bytes/device, replicated", str(rep_bytes)),
-      ("  expected ZeRO (padded/D + count)",
-       str(figures["optimizer_bytes_expected_zero"])),
-      ("  ZeRO / replicated bytes", f"{figures['optimizer_bytes_ratio']:.4f}"),
+    ("pipelined step (replicated Adam)", f"{ms['pipelined_replicated']:.2f} ms"),
+    ("  ZeRO / replicated step", f"{figures['zero_over_replicated_step']:.3f}"),
+    ("optimizer bytes/device, ZeRO", str(zero_bytes)),
+    ("optimizer bytes/device, replicated", str(rep_bytes)),
+    ("  expected ZeRO (padded/D + count)", str(figures["optimizer_bytes_expected_zero"])),
+    ("  ZeRO / replicated bytes", f"{figures['optimizer_bytes_ratio']:.4f}"),
   ]
   print(
-      f"{g} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
-      f" {_VOCAB.value} x {_DIM.value}, {n_params} dense params; median of"
-      f" {_ROUNDS.value} rounds x {_STEPS.value} steps"
+    f"{g} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
+    f" {_VOCAB.value} x {_DIM.value}, {n_params} dense params; median of"
+    f" {_ROUNDS.value} rounds x {_STEPS.value} steps"
   )
   width = max(len(r[0]) for r in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value:>12}")
-  print(
-      f"(setup+compile {figures['setup_and_compile_s']:.1f} s, total"
-      f" {figures['total_s']:.1f} s)"
-  )
+  print(f"(setup+compile {figures['setup_and_compile_s']:.1f} s, total {figures['total_s']:.1f} s)")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(figures, f, indent=2, sort_keys=True)

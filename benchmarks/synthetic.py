@@ -69,26 +69,35 @@ def _main(argv):
   _, base_s = _timed(lambda: _baseline(n, ids_per_example, seed))
   batches, generate_s = _timed(lambda: list(data.generate_batches(features, 13, n, seed)))
   probs, probs_s = _timed(
-      lambda: np.concatenate([data.synthetic_click_probabilities(b, seed) for b in batches]))
+    lambda b=batches: np.concatenate([data.synthetic_click_probabilities(x, seed) for x in b])
+  )
   labels = np.concatenate([b.labels for b in batches])
   del batches
   with tempfile.TemporaryDirectory() as tmp:
-    _, write_s = _timed(lambda: data.write_synthetic(
-        os.path.join(tmp, "ds"), features, num_examples=n, seed=seed))
-  rows = [("(0) numpy uniforms only (baseline)", base_s),
-          ("(a) generate (ids, dense, labels)", generate_s),
-          ("(b) true probabilities only", probs_s),
-          ("(c) write_synthetic (ArrayRecord)", write_s)]
+    _, write_s = _timed(
+      lambda: data.write_synthetic(os.path.join(tmp, "ds"), features, num_examples=n, seed=seed)
+    )
+  rows = [
+    ("(0) numpy uniforms only (baseline)", base_s),
+    ("(a) generate (ids, dense, labels)", generate_s),
+    ("(b) true probabilities only", probs_s),
+    ("(c) write_synthetic (ArrayRecord)", write_s),
+  ]
   figures = {"num_examples": n, "stages": {}}
   print(f"{'stage':<38}{'examples/CPU-s':>15}{'vs (0)':>8}")
   for name, seconds in rows:
     rate = n / seconds
     figures["stages"][name] = {"examples_per_cpu_s": rate, "ratio_to_baseline": base_s / seconds}
     print(f"{name:<38}{rate:>15,.0f}{base_s / seconds:>8.2f}")
-  figures.update(click_rate=float(labels.mean()), mean_probability=float(probs.mean()),
-                 bayes_auc=_auc(probs, labels))
-  print(f"click rate {figures['click_rate']:.4f}, mean probability"
-        f" {figures['mean_probability']:.4f}, Bayes AUC {figures['bayes_auc']:.4f}")
+  figures.update(
+    click_rate=float(labels.mean()),
+    mean_probability=float(probs.mean()),
+    bayes_auc=_auc(probs, labels),
+  )
+  print(
+    f"click rate {figures['click_rate']:.4f}, mean probability"
+    f" {figures['mean_probability']:.4f}, Bayes AUC {figures['bayes_auc']:.4f}"
+  )
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(figures, f, indent=1)

@@ -71,9 +71,9 @@ def example(index: int) -> dict[str, np.ndarray]:
   """Example `index`: two ids and four features, derived from the index."""
   rng = np.random.default_rng(index)
   return {
-      "index": np.int32(index),
-      "ids": rng.integers(0, VOCAB, size=2).astype(np.int32),
-      "x": rng.standard_normal(4).astype(np.float32),
+    "index": np.int32(index),
+    "ids": rng.integers(0, VOCAB, size=2).astype(np.int32),
+    "x": rng.standard_normal(4).astype(np.float32),
   }
 
 
@@ -89,8 +89,8 @@ def make_iterator(num_workers: int = 0, seed: int = 7) -> Any:
   ds = ds.to_iter_dataset()
   if num_workers:
     ds = ds.mp_prefetch(
-        grain.multiprocessing.MultiprocessingOptions(num_workers=num_workers),
-        worker_init_fn=ignore_stop_signals_in_worker,
+      grain.multiprocessing.MultiprocessingOptions(num_workers=num_workers),
+      worker_init_fn=ignore_stop_signals_in_worker,
     )
   return iter(ds)
 
@@ -99,24 +99,24 @@ def _host_state(num_steps: int) -> tuple[Any, Any, Any]:
   """The initial state as numpy arrays (no device op, nothing to compile)."""
   rng = np.random.default_rng(0)
   params = {
-      "w": (rng.standard_normal((4 + DIM, 4)) * 0.1).astype(np.float32),
-      "b": np.zeros((4,), np.float32),
+    "w": (rng.standard_normal((4 + DIM, 4)) * 0.1).astype(np.float32),
+    "b": np.zeros((4,), np.float32),
   }
   opt_shapes = jax.eval_shape(optax.adam(1e-2).init, params)
   train_state = {
-      "params": params,
-      "opt": jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), opt_shapes),
-      "step": np.zeros((), np.int32),
-      "consumed": np.full((num_steps, BATCH), -1, np.int32),
+    "params": params,
+    "opt": jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), opt_shapes),
+    "step": np.zeros((), np.int32),
+    "consumed": np.full((num_steps, BATCH), -1, np.int32),
   }
   embeddings = {
-      "table": (rng.standard_normal((VOCAB, DIM)) * 0.1).astype(np.float32),
-      "accumulator": np.full((VOCAB, DIM), 0.1, np.float32),
+    "table": (rng.standard_normal((VOCAB, DIM)) * 0.1).astype(np.float32),
+    "accumulator": np.full((VOCAB, DIM), 0.1, np.float32),
   }
   pipeline_state = {
-      "ids": np.zeros((BATCH, 2), np.int32),
-      "grad": np.zeros((BATCH, DIM), np.float32),
-      "valid": np.zeros((), bool),
+    "ids": np.zeros((BATCH, 2), np.int32),
+    "grad": np.zeros((BATCH, DIM), np.float32),
+    "valid": np.zeros((), bool),
   }
   return train_state, embeddings, pipeline_state
 
@@ -155,16 +155,14 @@ def _step(train_state, embeddings, pipeline_state, batch):
   emb = table[ids[:, 0]] + table[ids[:, 1]]
   target = jnp.sin(x) * 2.0
   params = train_state["params"]
-  loss, (g_params, g_emb) = jax.value_and_grad(_loss, argnums=(0, 1))(
-      params, emb, x, target
-  )
+  loss, (g_params, g_emb) = jax.value_and_grad(_loss, argnums=(0, 1))(params, emb, x, target)
   updates, opt = optax.adam(1e-2).update(g_params, train_state["opt"], params)
   step = train_state["step"]
   new_train = {
-      "params": optax.apply_updates(params, updates),
-      "opt": opt,
-      "step": step + 1,
-      "consumed": train_state["consumed"].at[step].set(batch["index"]),
+    "params": optax.apply_updates(params, updates),
+    "opt": opt,
+    "step": step + 1,
+    "consumed": train_state["consumed"].at[step].set(batch["index"]),
   }
   new_pipe = {"ids": ids, "grad": g_emb, "valid": jnp.ones((), bool)}
   return new_train, {"table": table, "accumulator": acc}, new_pipe, loss
@@ -175,18 +173,15 @@ def make_train_step(mesh: Mesh) -> Any:
   """The jitted step with fixed output shardings (those of the state), so a
   restored state and a continued one run the very same program."""
   return jax.jit(
-      _step,
-      donate_argnums=(0, 1, 2),
-      out_shardings=(*state_shardings(mesh), NamedSharding(mesh, P())),
+    _step,
+    donate_argnums=(0, 1, 2),
+    out_shardings=(*state_shardings(mesh), NamedSharding(mesh, P())),
   )
 
 
 def to_device(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   sharding = NamedSharding(mesh, P("data"))
-  return {
-      k: jax.make_array_from_process_local_data(sharding, v)
-      for k, v in batch.items()
-  }
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
 
 
 def update_fdo(fdo: dict[str, Any], batch: dict[str, np.ndarray]) -> dict:
@@ -200,9 +195,9 @@ def update_fdo(fdo: dict[str, Any], batch: dict[str, np.ndarray]) -> dict:
 
 def config_for(args: Any) -> dict[str, Any]:
   return {
-      "model": {"dim": DIM, "vocab": VOCAB},
-      "data": {"batch": BATCH, "workers": args.workers},
-      "num_steps": args.num_steps,
+    "model": {"dim": DIM, "vocab": VOCAB},
+    "data": {"batch": BATCH, "workers": args.workers},
+    "num_steps": args.num_steps,
   }
 
 
@@ -210,9 +205,9 @@ def final_arrays(train_state, embeddings, pipeline_state) -> dict[str, np.ndarra
   """Every leaf as a global numpy array (gathered across processes)."""
   out = {}
   for prefix, tree in (
-      ("train", train_state),
-      ("emb", embeddings),
-      ("pipe", pipeline_state),
+    ("train", train_state),
+    ("emb", embeddings),
+    ("pipe", pipeline_state),
   ):
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
       if not leaf.is_fully_addressable:
@@ -224,18 +219,18 @@ def final_arrays(train_state, embeddings, pipeline_state) -> dict[str, np.ndarra
 def run(args: Any) -> int:
   if args.num_processes > 1:
     jax.distributed.initialize(
-        coordinator_address=args.coordinator,
-        num_processes=args.num_processes,
-        process_id=args.process_id,
+      coordinator_address=args.coordinator,
+      num_processes=args.num_processes,
+      process_id=args.process_id,
     )
   mesh = make_mesh()
   run_info = RunInfo.create(config_for(args), mesh, data_worker_count=args.workers)
   manager = TrainingCheckpointManager(
-      args.workdir,
-      run_info,
-      save_interval_steps=args.save_every,
-      keep_latest=2,
-      mutable_config_keys=("config.num_steps",),
+    args.workdir,
+    run_info,
+    save_interval_steps=args.save_every,
+    keep_latest=2,
+    mutable_config_keys=("config.num_steps",),
   )
   iterator = make_iterator(args.workers)
   train_state, embeddings, pipeline_state = init_state(mesh, args.num_steps)
@@ -257,7 +252,7 @@ def run(args: Any) -> int:
         ids = multihost_utils.process_allgather(ids, tiled=True)
       fdo = update_fdo(fdo, {"ids": ids})
       train_state, embeddings, pipeline_state, _ = train_step(
-          train_state, embeddings, pipeline_state, to_device(batch, mesh)
+        train_state, embeddings, pipeline_state, to_device(batch, mesh)
       )
       step += 1
       print(f"step {step}", flush=True)

@@ -18,21 +18,21 @@ DEMO_CONFIG = config_path("demo")
 # Small enough to compile and train in seconds on 2 cores, big enough to
 # exercise stacking, FDO retunes (limits change) and several checkpoints.
 TINY_OVERRIDES = {
-    "num_steps": 8,
-    "global_batch_size": 0,  # per host: the multi-process tests double the global batch
-    "per_host_batch_size": 32,
-    "log_every_steps": 1,
-    "synthetic.num_examples": 1024,
-    "synthetic.num_dense": 3,
-    "synthetic.records_per_shard": 256,
-    "model.bottom_mlp_dims": (8, 4),
-    "model.top_mlp_dims": (8,),
-    "model.embedding_dim": 4,
-    "fdo.every_steps": 4,
-    "checkpoint.every_steps": 3,
-    "checkpoint.keep": 2,
-    "synthetic.eval_examples": 0,  # no eval unless a test asks for it
-    "eval.every_steps": 0,
+  "num_steps": 8,
+  "global_batch_size": 0,  # per host: the multi-process tests double the global batch
+  "per_host_batch_size": 32,
+  "log_every_steps": 1,
+  "synthetic.num_examples": 1024,
+  "synthetic.num_dense": 3,
+  "synthetic.records_per_shard": 256,
+  "model.bottom_mlp_dims": (8, 4),
+  "model.top_mlp_dims": (8,),
+  "model.embedding_dim": 4,
+  "fdo.every_steps": 4,
+  "checkpoint.every_steps": 3,
+  "checkpoint.keep": 2,
+  "synthetic.eval_examples": 0,  # no eval unless a test asks for it
+  "eval.every_steps": 0,
 }
 
 
@@ -42,7 +42,10 @@ def tiny_config(**overrides: Any):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config()
-  for key, value in {**TINY_OVERRIDES, **{k.replace("__", "."): v for k, v in overrides.items()}}.items():
+  for key, value in {
+    **TINY_OVERRIDES,
+    **{k.replace("__", "."): v for k, v in overrides.items()},
+  }.items():
     node = config
     *parents, leaf = key.split(".")
     for p in parents:

@@ -35,10 +35,10 @@ Command = Sequence[str]
 
 
 def cpu_env(
-    num_devices: int = 8,
-    *,
-    compilation_cache_dir: str | os.PathLike[str] | None = None,
-    **extra: str,
+  num_devices: int = 8,
+  *,
+  compilation_cache_dir: str | os.PathLike[str] | None = None,
+  **extra: str,
 ) -> dict[str, str]:
   """Environment for a JAX subprocess on `num_devices` CPU devices.
 
@@ -48,16 +48,14 @@ def cpu_env(
   """
   env = dict(os.environ)
   flags = [
-      f
-      for f in env.get("XLA_FLAGS", "").split()
-      if not f.startswith("--xla_force_host_platform_device_count")
+    f
+    for f in env.get("XLA_FLAGS", "").split()
+    if not f.startswith("--xla_force_host_platform_device_count")
   ]
   flags.append(f"--xla_force_host_platform_device_count={num_devices}")
   env["XLA_FLAGS"] = " ".join(flags)
   env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join(
-      p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p
-  )
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
   env["PYTHONUNBUFFERED"] = "1"
   if compilation_cache_dir is not None:
     env["JAX_COMPILATION_CACHE_DIR"] = os.fspath(compilation_cache_dir)
@@ -117,8 +115,8 @@ class Result:
   def describe(self) -> str:
     tail = "\n".join(self.stderr.strip().splitlines()[-25:])
     return (
-        f"exit status {self.returncode}, signalled={self.signalled}\n"
-        f"stdout: {self.lines}\nstderr tail:\n{tail}"
+      f"exit status {self.returncode}, signalled={self.signalled}\n"
+      f"stdout: {self.lines}\nstderr tail:\n{tail}"
     )
 
 
@@ -156,12 +154,12 @@ class _Process:
   def __init__(self, command: Command, env: Mapping[str, str]):
     self.stderr = tempfile.TemporaryFile("w+")
     self.proc = subprocess.Popen(
-        list(command),
-        stdout=subprocess.PIPE,
-        stderr=self.stderr,
-        env=dict(env),
-        text=True,
-        start_new_session=True,
+      list(command),
+      stdout=subprocess.PIPE,
+      stderr=self.stderr,
+      env=dict(env),
+      text=True,
+      start_new_session=True,
     )
     self.lines: list[str] = []
     self.signalled = False
@@ -190,17 +188,15 @@ class _Process:
     self.stderr.seek(0)
     text = self.stderr.read()
     self.stderr.close()
-    return Result(
-        self.proc.returncode, self.lines, text, self.signalled, self.proc.pid
-    )
+    return Result(self.proc.returncode, self.lines, text, self.signalled, self.proc.pid)
 
 
 def run_many(
-    commands: Sequence[Command],
-    *,
-    env: Mapping[str, str] | Sequence[Mapping[str, str]],
-    interruption: Interruption | None = None,
-    timeout_s: float = 120.0,
+  commands: Sequence[Command],
+  *,
+  env: Mapping[str, str] | Sequence[Mapping[str, str]],
+  interruption: Interruption | None = None,
+  timeout_s: float = 120.0,
 ) -> list[Result]:
   """Runs the commands concurrently (e.g. one per JAX process).
 
@@ -228,31 +224,28 @@ def run_many(
   results = [p.result() for p in procs]
   if timed_out:
     raise TimeoutError(
-        f"{commands} ran over {timeout_s}s:\n"
-        + "\n".join(r.describe() for r in results)
+      f"{commands} ran over {timeout_s}s:\n" + "\n".join(r.describe() for r in results)
     )
   return results
 
 
 def run(
-    command: Command,
-    *,
-    env: Mapping[str, str],
-    interruption: Interruption | None = None,
-    timeout_s: float = 120.0,
+  command: Command,
+  *,
+  env: Mapping[str, str],
+  interruption: Interruption | None = None,
+  timeout_s: float = 120.0,
 ) -> Result:
   """Runs one command (see run_many)."""
-  return run_many(
-      [command], env=env, interruption=interruption, timeout_s=timeout_s
-  )[0]
+  return run_many([command], env=env, interruption=interruption, timeout_s=timeout_s)[0]
 
 
 def run_interrupted(
-    commands: Command | Sequence[Command],
-    interruptions: Sequence[Interruption],
-    *,
-    env: Mapping[str, str] | Sequence[Mapping[str, str]],
-    timeout_s: float = 120.0,
+  commands: Command | Sequence[Command],
+  interruptions: Sequence[Interruption],
+  *,
+  env: Mapping[str, str] | Sequence[Mapping[str, str]],
+  timeout_s: float = 120.0,
 ) -> list[list[Result]]:
   """Runs the job once per interruption, then until it exits 0.
 
@@ -266,28 +259,22 @@ def run_interrupted(
     commands = [commands]
   runs = []
   for interruption in interruptions:
-    results = run_many(
-        commands, env=env, interruption=interruption, timeout_s=timeout_s
-    )
+    results = run_many(commands, env=env, interruption=interruption, timeout_s=timeout_s)
     runs.append(results)
     if all(r.returncode == 0 for r in results):
       return runs
     target = results[interruption.target]
     expected = interruption.expected_returncode
     others_ok = all(
-        r.returncode == PREEMPTED_EXIT_CODE
-        for i, r in enumerate(results)
-        if i != interruption.target
+      r.returncode == PREEMPTED_EXIT_CODE for i, r in enumerate(results) if i != interruption.target
     )
     if not target.signalled or target.returncode != expected or not others_ok:
       raise AssertionError(
-          f"run interrupted by {interruption} should exit {expected}:\n"
-          + "\n".join(r.describe() for r in results)
+        f"run interrupted by {interruption} should exit {expected}:\n"
+        + "\n".join(r.describe() for r in results)
       )
   final = run_many(commands, env=env, timeout_s=timeout_s)
   runs.append(final)
   if any(r.returncode != 0 for r in final):
-    raise AssertionError(
-        "final run failed:\n" + "\n".join(r.describe() for r in final)
-    )
+    raise AssertionError("final run failed:\n" + "\n".join(r.describe() for r in final))
   return runs

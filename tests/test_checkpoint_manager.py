@@ -28,9 +28,7 @@ TOY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_toy.p
 
 # A failed read leaves TensorStore callbacks aimed at Orbax's closed event
 # loop; Python reports them when they are collected. Harmless here.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore::pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 NUM_STEPS = 8
 CONFIG = {"model": {"dim": 16, "vocab": 256}, "num_steps": NUM_STEPS}
@@ -65,15 +63,15 @@ class Job:
 
 def run_info(mesh=None, config=CONFIG, workers=0, processes=None):
   return RunInfo.create(
-      config, mesh or toy.make_mesh(), data_worker_count=workers,
-      process_count=processes,
+    config,
+    mesh or toy.make_mesh(),
+    data_worker_count=workers,
+    process_count=processes,
   )
 
 
 def save(manager, job, **kwargs):
-  return manager.save(
-      job.step, job.training_state(), Progress(job.step, job.step), **kwargs
-  )
+  return manager.save(job.step, job.training_state(), Progress(job.step, job.step), **kwargs)
 
 
 @pytest.fixture(name="pristine", scope="module")
@@ -124,9 +122,7 @@ def test_restore_of_empty_directory_is_none(tmp_path):
 
 def test_interval_force_and_existing_steps(tmp_path):
   job = Job()
-  with TrainingCheckpointManager(
-      tmp_path / "c", run_info(), save_interval_steps=3
-  ) as manager:
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), save_interval_steps=3) as manager:
     job.advance(2)
     assert not save(manager, job)  # step 2: not a multiple of 3
     assert save(manager, job, force=True)  # forced (e.g. preemption)
@@ -153,30 +149,30 @@ def test_absolute_directory(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "current, message",
-    [
-        (
-            run_info(config={**CONFIG, "model": {"dim": 32, "vocab": 256}}),
-            "was written with config.model.dim=16, current run has 32",
-        ),
-        (
-            run_info(config={**CONFIG, "extra": "x", "num_steps": 9}),
-            'was written with config.extra=(unset), current run has "x";'
-            " config.num_steps=8, current run has 9",
-        ),
-        (
-            run_info(workers=3),
-            "was written with 0 data workers per process, current run has 3:"
-            " the Grain iterator state depends on the worker count (resume"
-            " with 0 workers)",
-        ),
-        (
-            run_info(processes=2),
-            "was written by 1 processes, current run has 2: a"
-            " PrefetchDatasetIterator cannot take the data iterator states of 1"
-            " processes",
-        ),
-    ],
+  "current, message",
+  [
+    (
+      run_info(config={**CONFIG, "model": {"dim": 32, "vocab": 256}}),
+      "was written with config.model.dim=16, current run has 32",
+    ),
+    (
+      run_info(config={**CONFIG, "extra": "x", "num_steps": 9}),
+      'was written with config.extra=(unset), current run has "x";'
+      " config.num_steps=8, current run has 9",
+    ),
+    (
+      run_info(workers=3),
+      "was written with 0 data workers per process, current run has 3:"
+      " the Grain iterator state depends on the worker count (resume"
+      " with 0 workers)",
+    ),
+    (
+      run_info(processes=2),
+      "was written by 1 processes, current run has 2: a"
+      " PrefetchDatasetIterator cannot take the data iterator states of 1"
+      " processes",
+    ),
+  ],
 )
 def test_incompatible_run_is_refused(saved, current, message):
   directory, _ = saved
@@ -192,7 +188,7 @@ def test_mutable_config_keys_may_change(saved):
   directory, _ = saved
   current = run_info(config={**CONFIG, "num_steps": 100})
   with TrainingCheckpointManager(
-      directory, current, mutable_config_keys=("config.num_steps",)
+    directory, current, mutable_config_keys=("config.num_steps",)
   ) as manager:
     assert manager.restore(Job().targets()).step == 4
 
@@ -203,29 +199,26 @@ def test_changed_tree_dtype_or_shape_is_refused(saved):
   with TrainingCheckpointManager(directory, run_info()) as manager:
     bad = dict(targets.embeddings)
     bad["table"] = jax.ShapeDtypeStruct(
-        bad["table"].shape, np.int32, sharding=bad["table"].sharding
+      bad["table"].shape, np.int32, sharding=bad["table"].sharding
     )
     with pytest.raises(
-        IncompatibleCheckpointError,
-        match="item 'embeddings' leaf 'table' was saved as float32, current"
-        " run has int32",
+      IncompatibleCheckpointError,
+      match="item 'embeddings' leaf 'table' was saved as float32, current run has int32",
     ):
       manager.restore(targets._replace(embeddings=bad))
     bad = dict(targets.embeddings)
     bad["extra"] = bad["table"]
     with pytest.raises(
-        IncompatibleCheckpointError,
-        match=r"only in the current run \['extra'\], only in the checkpoint \[\]",
+      IncompatibleCheckpointError,
+      match=r"only in the current run \['extra'\], only in the checkpoint \[\]",
     ):
       manager.restore(targets._replace(embeddings=bad))
     bad = dict(targets.pipeline_state)
-    bad["ids"] = jax.ShapeDtypeStruct(
-        (32, 2), np.int32, sharding=bad["ids"].sharding
-    )
+    bad["ids"] = jax.ShapeDtypeStruct((32, 2), np.int32, sharding=bad["ids"].sharding)
     with pytest.raises(
-        IncompatibleCheckpointError,
-        match=r"leaf 'ids' was saved with shape \(16, 2\), current run has"
-        r" \(32, 2\)",
+      IncompatibleCheckpointError,
+      match=r"leaf 'ids' was saved with shape \(16, 2\), current run has"
+      r" \(32, 2\)",
     ):
       manager.restore(targets._replace(pipeline_state=bad))
 
@@ -275,50 +268,50 @@ def _replace_json(path, old, new):
 
 
 CORRUPTIONS = {
-    "garbled table data": (
-        lambda d: _garble(_data_file(d, "embeddings")),
-        "item 'embeddings' leaf '",
+  "garbled table data": (
+    lambda d: _garble(_data_file(d, "embeddings")),
+    "item 'embeddings' leaf '",
+  ),
+  "truncated train_state data": (
+    lambda d: [_truncate(f) for f in _data_files(d, "train_state")],
+    "array metadata is unreadable (ValueError: OUT_OF_RANGE",
+  ),
+  "missing item": (
+    lambda d: shutil.rmtree(d / "fdo"),
+    "item(s) ['fdo'] missing",
+  ),
+  "garbled iterator state": (
+    lambda d: _replace_json(
+      d / "data_iter" / "process_0-of-1.json", '"next_index": 4', '"next_index": 5'
     ),
-    "truncated train_state data": (
-        lambda d: [_truncate(f) for f in _data_files(d, "train_state")],
-        "array metadata is unreadable (ValueError: OUT_OF_RANGE",
+    "item 'data_iter' file process_0-of-1.json does not match the digest",
+  ),
+  "garbled fdo value": (
+    lambda d: _replace_json(d / "fdo" / "metadata", '"ids_seen": 128', '"ids_seen": 129'),
+    "item 'fdo' does not match the digest",
+  ),
+  "garbled metadata": (
+    lambda d: _replace_json(
+      d / "metadata" / "metadata.json", '"batches_consumed": 4', '"batches_consumed": 3'
     ),
-    "missing item": (
-        lambda d: shutil.rmtree(d / "fdo"),
-        "item(s) ['fdo'] missing",
-    ),
-    "garbled iterator state": (
-        lambda d: _replace_json(
-            d / "data_iter" / "process_0-of-1.json", '"next_index": 4', '"next_index": 5'
-        ),
-        "item 'data_iter' file process_0-of-1.json does not match the digest",
-    ),
-    "garbled fdo value": (
-        lambda d: _replace_json(d / "fdo" / "metadata", '"ids_seen": 128', '"ids_seen": 129'),
-        "item 'fdo' does not match the digest",
-    ),
-    "garbled metadata": (
-        lambda d: _replace_json(
-            d / "metadata" / "metadata.json", '"batches_consumed": 4', '"batches_consumed": 3'
-        ),
-        "item 'metadata' does not match its sha256",
-    ),
-    "truncated metadata": (
-        lambda d: _truncate(d / "metadata" / "metadata.json"),
-        "item 'metadata' is unreadable (JSONDecodeError",
-    ),
-    "garbled fingerprint file": (
-        lambda d: _bump_first_number(d / "metadata" / "fingerprints.process_0.json"),
-        "item 'metadata' file fingerprints.process_0.json does not match its sha256",
-    ),
-    "missing fingerprint file": (
-        lambda d: (d / "metadata" / "fingerprints.process_0.json").unlink(),
-        "item 'metadata' file fingerprints.process_0.json is unreadable (FileNotFoundError",
-    ),
-    "truncated array metadata": (
-        lambda d: _truncate(d / "pipeline_state" / "_METADATA"),
-        "is unreadable",
-    ),
+    "item 'metadata' does not match its sha256",
+  ),
+  "truncated metadata": (
+    lambda d: _truncate(d / "metadata" / "metadata.json"),
+    "item 'metadata' is unreadable (JSONDecodeError",
+  ),
+  "garbled fingerprint file": (
+    lambda d: _bump_first_number(d / "metadata" / "fingerprints.process_0.json"),
+    "item 'metadata' file fingerprints.process_0.json does not match its sha256",
+  ),
+  "missing fingerprint file": (
+    lambda d: (d / "metadata" / "fingerprints.process_0.json").unlink(),
+    "item 'metadata' file fingerprints.process_0.json is unreadable (FileNotFoundError",
+  ),
+  "truncated array metadata": (
+    lambda d: _truncate(d / "pipeline_state" / "_METADATA"),
+    "is unreadable",
+  ),
 }
 
 
@@ -343,8 +336,8 @@ def test_corrupt_latest_step_falls_back_to_previous(saved, kind, caplog):
   reference = Job()
   reference.advance(2)
   toy.assert_same_trees(
-      (restored.train_state, restored.embeddings, restored.pipeline_state),
-      reference.state,
+    (restored.train_state, restored.embeddings, restored.pipeline_state),
+    reference.state,
   )
 
 
@@ -364,9 +357,7 @@ def test_every_step_corrupt_raises_and_moves_nothing(saved):
     for path in _data_files(directory / step, "train_state"):
       _garble(path)
   with TrainingCheckpointManager(directory, run_info()) as manager:
-    with pytest.raises(
-        CorruptCheckpointError, match=f"no restorable checkpoint in {directory}: "
-    ):
+    with pytest.raises(CorruptCheckpointError, match=f"no restorable checkpoint in {directory}: "):
       manager.restore(Job().targets())
   assert sorted(os.listdir(directory)) == ["2", "4"]
 
@@ -375,7 +366,9 @@ def test_explicit_corrupt_step_raises(saved):
   directory, _ = saved
   _garble(_data_file(directory / "2", "embeddings"))
   with TrainingCheckpointManager(directory, run_info()) as manager:
-    with pytest.raises(CorruptCheckpointError, match=f"checkpoint at {directory} step 2: item 'embeddings'"):
+    with pytest.raises(
+      CorruptCheckpointError, match=f"checkpoint at {directory} step 2: item 'embeddings'"
+    ):
       manager.restore(Job().targets(), step=2)
     assert manager.restore(Job().targets(), step=4).step == 4
 
@@ -388,8 +381,8 @@ def test_unreadable_item_is_named_when_reading_fails(saved):
   _truncate(_data_file(directory / "2", "embeddings"))
   with TrainingCheckpointManager(directory, run_info()) as manager:
     with pytest.raises(
-        CorruptCheckpointError,
-        match=f"checkpoint at {directory} step 2: item 'embeddings': reading failed",
+      CorruptCheckpointError,
+      match=f"checkpoint at {directory} step 2: item 'embeddings': reading failed",
     ):
       manager.restore(Job().targets(), step=2)
 
@@ -421,17 +414,15 @@ def test_read_metadata(saved):
 def test_saving_without_fingerprints_restores_unverified(tmp_path):
   job = Job()
   job.advance(2)
-  with TrainingCheckpointManager(
-      tmp_path / "c", run_info(), fingerprint_arrays=False
-  ) as manager:
+  with TrainingCheckpointManager(tmp_path / "c", run_info(), fingerprint_arrays=False) as manager:
     save(manager, job)
   body = json.loads((tmp_path / "c" / "2" / "metadata" / "metadata.json").read_text())
   assert body["integrity"]["fingerprints"] is None
   with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
     restored = manager.restore(job.targets())
   toy.assert_same_trees(
-      (restored.train_state, restored.embeddings, restored.pipeline_state),
-      job.state,
+    (restored.train_state, restored.embeddings, restored.pipeline_state),
+    job.state,
   )
 
 
@@ -439,8 +430,8 @@ def _pipeline_iterator(dataset, batch=16):
   """The toy iterator inside the input pipeline's iterator (its state carries
   the dataset fingerprint and the batch size)."""
   return InputPipelineIterator(
-      toy.make_iterator(),
-      {"num_workers": 0, "dataset": dataset, "per_host_batch_size": batch},
+    toy.make_iterator(),
+    {"num_workers": 0, "dataset": dataset, "per_host_batch_size": batch},
   )
 
 
@@ -462,10 +453,10 @@ def test_replaced_dataset_is_reported_and_nothing_is_moved(saved_with_dataset, c
       with pytest.raises(IncompatibleCheckpointError) as info:
         manager.restore(job.targets(_pipeline_iterator("fedcba9876543210")))
   assert str(info.value) == (
-      f"checkpoint at {directory} step 4: the dataset changed: the data iterator"
-      " state was saved reading dataset 0123456789abcdef, the data now is dataset"
-      " fedcba9876543210; restore with the original data, or train on the new data"
-      " in a new workdir (the checkpoint is left as it is)"
+    f"checkpoint at {directory} step 4: the dataset changed: the data iterator"
+    " state was saved reading dataset 0123456789abcdef, the data now is dataset"
+    " fedcba9876543210; restore with the original data, or train on the new data"
+    " in a new workdir (the checkpoint is left as it is)"
   )
   assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
   assert sorted(os.listdir(directory)) == ["2", "4"]
@@ -479,8 +470,8 @@ def test_other_iterator_mismatch_is_incompatible_not_corrupt(saved_with_dataset)
     with pytest.raises(IncompatibleCheckpointError) as info:
       manager.restore(job.targets(_pipeline_iterator("0123456789abcdef", batch=32)))
   assert str(info.value) == (
-      f"checkpoint at {directory} step 4: data iterator state was saved with"
-      " per_host_batch_size=16, but this pipeline has per_host_batch_size=32"
+    f"checkpoint at {directory} step 4: data iterator state was saved with"
+    " per_host_batch_size=16, but this pipeline has per_host_batch_size=32"
   )
   assert sorted(os.listdir(directory)) == ["2", "4"]
 
@@ -490,8 +481,15 @@ def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
   # error log) and "Event loop is closed" / discarded coroutine tracebacks.
   workdir = tmp_path / "ckpt"
   command = harness.python_command(
-      TOY, "--workdir", str(workdir), "--out", str(tmp_path / "out.npz"),
-      "--num_steps", "10", "--save_every", "5",
+    TOY,
+    "--workdir",
+    str(workdir),
+    "--out",
+    str(tmp_path / "out.npz"),
+    "--num_steps",
+    "10",
+    "--save_every",
+    "5",
   )
   env = harness.cpu_env()
   assert harness.run(command, env=env).returncode == 0
@@ -500,14 +498,14 @@ def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
   assert result.returncode == 0, result.describe()
   (line,) = result.stderr.splitlines()
   assert re.fullmatch(
-      re.escape(
-          f"WARNING:absl:Skipped checkpoint at {workdir} step 10: item 'embeddings':"
-          " reading failed (Exception: Encountered error while reading array index:"
-          " (slice("
-      )
-      + r"\d+, \d+"
-      + re.escape(f", 1), slice(0, 16, 1)).); moved it to {workdir}/10.corrupt"),
-      line,
+    re.escape(
+      f"WARNING:absl:Skipped checkpoint at {workdir} step 10: item 'embeddings':"
+      " reading failed (Exception: Encountered error while reading array index:"
+      " (slice("
+    )
+    + r"\d+, \d+"
+    + re.escape(f", 1), slice(0, 16, 1)).); moved it to {workdir}/10.corrupt"),
+    line,
   ), line
   assert "restored 5" in result.lines
 
@@ -518,12 +516,12 @@ def test_non_array_leaf_is_refused_before_saving(tmp_path, fingerprint_arrays):
   job.advance()
   state = job.training_state()._replace(pipeline_state={"count": 3})
   with TrainingCheckpointManager(
-      tmp_path / "c", run_info(), fingerprint_arrays=fingerprint_arrays
+    tmp_path / "c", run_info(), fingerprint_arrays=fingerprint_arrays
   ) as manager:
     with pytest.raises(
-        ValueError,
-        match="^item 'pipeline_state' leaf 'count' is a int; checkpointed trees hold"
-        r" arrays \(jax.Array or numpy\) only$",
+      ValueError,
+      match="^item 'pipeline_state' leaf 'count' is a int; checkpointed trees hold"
+      r" arrays \(jax.Array or numpy\) only$",
     ):
       manager.save(1, state, Progress(1, 1))
     assert manager.all_steps() == []

@@ -32,11 +32,11 @@ def mesh_of(count, axes=("data",)):
 
 def test_config_to_json_values():
   config = ml_collections.ConfigDict(
-      {"model": {"dims": (16, 8), "rate": np.float32(0.5)}, "name": "x"}
+    {"model": {"dims": (16, 8), "rate": np.float32(0.5)}, "name": "x"}
   )
   assert to_json_value(config) == {
-      "model": {"dims": [16, 8], "rate": 0.5},
-      "name": "x",
+    "model": {"dims": [16, 8], "rate": 0.5},
+    "name": "x",
   }
   with pytest.raises(ValueError, match=r"config.model.init is a function"):
     to_json_value({"model": {"init": lambda: 0}})
@@ -48,25 +48,27 @@ def test_config_differences_with_mutable_keys():
   saved = {"model": {"dim": 16, "act": "relu"}, "num_steps": 10, "checkpoint": {"every": 5}}
   current = {"model": {"dim": 32}, "num_steps": 20, "checkpoint": {"every": 7}, "new": 1}
   assert config_differences(saved, current, ("config.num_steps", "config.checkpoint.*")) == [
-      ("config.model.act", "relu", UNSET),
-      ("config.model.dim", 16, 32),
-      ("config.new", UNSET, 1),
+    ("config.model.act", "relu", UNSET),
+    ("config.model.dim", 16, 32),
+    ("config.new", UNSET, 1),
   ]
 
 
 def run_info(**changes):
   base = dict(
-      config={"model": {"embedding_dim": 16}},
-      mesh_shape={"data": 8},
-      process_count=1,
-      data_worker_count=2,
+    config={"model": {"embedding_dim": 16}},
+    mesh_shape={"data": 8},
+    process_count=1,
+    data_worker_count=2,
   )
   base.update(changes)
   return RunInfo(**base)
 
 
 def metadata(**changes):
-  return CheckpointMetadata(run_info(**changes), Progress(40, 38, False), {"s": {"max_ids_per_partition": 8}})
+  return CheckpointMetadata(
+    run_info(**changes), Progress(40, 38, False), {"s": {"max_ids_per_partition": 8}}
+  )
 
 
 def test_metadata_json_round_trip():
@@ -77,12 +79,12 @@ def test_metadata_json_round_trip():
 
 
 @pytest.mark.parametrize(
-    "change, message",
-    [
-        (lambda d: d.pop("pipeline_step"), "metadata has no 'pipeline_step'"),
-        (lambda d: d.update(process_count="1"), "metadata 'process_count' is '1', not a int"),
-        (lambda d: d.update(batches_consumed=True), "metadata 'batches_consumed' is True, not a int"),
-    ],
+  "change, message",
+  [
+    (lambda d: d.pop("pipeline_step"), "metadata has no 'pipeline_step'"),
+    (lambda d: d.update(process_count="1"), "metadata 'process_count' is '1', not a int"),
+    (lambda d: d.update(batches_consumed=True), "metadata 'batches_consumed' is True, not a int"),
+  ],
 )
 def test_malformed_metadata_is_corrupt(change, message):
   data = metadata().to_json()
@@ -95,39 +97,38 @@ def test_newer_format_is_incompatible():
   data = metadata().to_json()
   data["format_version"] = FORMAT_VERSION + 1
   with pytest.raises(
-      IncompatibleCheckpointError,
-      match=f"^{WHERE} has format_version {FORMAT_VERSION + 1}; this sparsepipe"
-      f" reads format_version {FORMAT_VERSION} and older$",
+    IncompatibleCheckpointError,
+    match=f"^{WHERE} has format_version {FORMAT_VERSION + 1}; this sparsepipe"
+    f" reads format_version {FORMAT_VERSION} and older$",
   ):
     CheckpointMetadata.from_json(data, WHERE)
 
 
 @pytest.mark.parametrize(
-    "current, message",
-    [
-        (
-            run_info(config={"model": {"embedding_dim": 32}}),
-            "checkpoint at /x step 40 was written with config.model.embedding_dim=16,"
-            " current run has 32",
-        ),
-        (
-            run_info(data_worker_count=3),
-            "checkpoint at /x step 40 was written with 2 data workers per process,"
-            " current run has 3: the Grain iterator state depends on the worker"
-            " count (resume with 2 workers)",
-        ),
-        (
-            run_info(process_count=4),
-            "checkpoint at /x step 40 was written by 1 processes, current run has"
-            " 4: the data iterator state is saved per process and cannot be"
-            " split or merged",
-        ),
-        (
-            run_info(mesh_shape={"data": 4, "model": 2}),
-            "checkpoint at /x step 40 was written on a mesh with axes ('data',),"
-            " current mesh has axes ('data', 'model')",
-        ),
-    ],
+  "current, message",
+  [
+    (
+      run_info(config={"model": {"embedding_dim": 32}}),
+      "checkpoint at /x step 40 was written with config.model.embedding_dim=16, current run has 32",
+    ),
+    (
+      run_info(data_worker_count=3),
+      "checkpoint at /x step 40 was written with 2 data workers per process,"
+      " current run has 3: the Grain iterator state depends on the worker"
+      " count (resume with 2 workers)",
+    ),
+    (
+      run_info(process_count=4),
+      "checkpoint at /x step 40 was written by 1 processes, current run has"
+      " 4: the data iterator state is saved per process and cannot be"
+      " split or merged",
+    ),
+    (
+      run_info(mesh_shape={"data": 4, "model": 2}),
+      "checkpoint at /x step 40 was written on a mesh with axes ('data',),"
+      " current mesh has axes ('data', 'model')",
+    ),
+  ],
 )
 def test_incompatible_messages(current, message):
   with pytest.raises(IncompatibleCheckpointError) as info:
@@ -191,12 +192,14 @@ def test_verify_names_the_leaf():
   fingerprint.verify(tree, expected, item="train_state", where=WHERE)
   tree["a"]["w"] = np.array([1, 1, 1, 2], np.float32)
   with pytest.raises(
-      CorruptCheckpointError,
-      match=f"^{WHERE}: item 'train_state' leaf 'a/w' restored with fingerprint"
-      f" [0-9a-f]{{8}}, saved {expected['a/w']} \\(garbled data file\\)$",
+    CorruptCheckpointError,
+    match=f"^{WHERE}: item 'train_state' leaf 'a/w' restored with fingerprint"
+    f" [0-9a-f]{{8}}, saved {expected['a/w']} \\(garbled data file\\)$",
   ):
     fingerprint.verify(tree, expected, item="train_state", where=WHERE)
-  with pytest.raises(ValueError, match="item 'x' leaf 'n' is a int; checkpointed trees hold arrays"):
+  with pytest.raises(
+    ValueError, match="item 'x' leaf 'n' is a int; checkpointed trees hold arrays"
+  ):
     fingerprint.tree_fingerprints({"n": 3}, "x")
 
 
@@ -212,9 +215,7 @@ def test_abstract_of_and_on_mesh():
 def _host_fingerprints(tree, groups=1):
   """Partial sums of the shards split over `groups` pretend processes, combined."""
   shards = host_fingerprint.take_shards(tree, "x")
-  parts = [
-      {path: members[g::groups] for path, members in shards.items()} for g in range(groups)
-  ]
+  parts = [{path: members[g::groups] for path, members in shards.items()} for g in range(groups)]
   return host_fingerprint.combine(host_fingerprint.partial_sums(p) for p in parts)
 
 
@@ -225,14 +226,14 @@ def test_host_partial_sums_add_up_to_the_device_fingerprint(monkeypatch, chunk_w
   mesh = jax.make_mesh((4, 2), ("a", "b"), devices=jax.devices()[:8])
   put = lambda x, *spec: jax.device_put(x, NamedSharding(mesh, P(*spec)))
   tree = {
-      "blocks": put(rng.standard_normal((64, 24)).astype(np.float32), "a", "b"),
-      "replicated": put(rng.standard_normal((16, 3)).astype(np.float32)),
-      "rows": put(rng.integers(0, 100, (32,)).astype(np.int32), "a"),
-      "bf16": put(jnp.asarray(rng.standard_normal((8, 4)), jnp.bfloat16), None, "b"),
-      "int8": put(rng.integers(-100, 100, (8, 5, 3)).astype(np.int8), "a"),
-      "bool": put(rng.integers(0, 2, (8,)).astype(bool), "a"),
-      "scalar": put(np.int32(7)),
-      "host": np.arange(10, dtype=np.uint32),
+    "blocks": put(rng.standard_normal((64, 24)).astype(np.float32), "a", "b"),
+    "replicated": put(rng.standard_normal((16, 3)).astype(np.float32)),
+    "rows": put(rng.integers(0, 100, (32,)).astype(np.int32), "a"),
+    "bf16": put(jnp.asarray(rng.standard_normal((8, 4)), jnp.bfloat16), None, "b"),
+    "int8": put(rng.integers(-100, 100, (8, 5, 3)).astype(np.int8), "a"),
+    "bool": put(rng.integers(0, 2, (8,)).astype(bool), "a"),
+    "scalar": put(np.int32(7)),
+    "host": np.arange(10, dtype=np.uint32),
   }
   want = fingerprint.resolve(fingerprint.tree_fingerprints(tree))
   assert _host_fingerprints(tree) == want

@@ -32,13 +32,10 @@ CONFIG = {"num_sc_per_device": S, "batch": BATCH}
 def feature_specs(devices):
   opt = core.AdagradOptimizerSpec(learning_rate=0.1)
   tables = [
-      core.TableSpec(name, vocabulary_size=vocab, embedding_dim=8, optimizer=opt)
-      for name, vocab in (("t_a", 100), ("t_b", 64))
+    core.TableSpec(name, vocabulary_size=vocab, embedding_dim=8, optimizer=opt)
+    for name, vocab in (("t_a", 100), ("t_b", 64))
   ]
-  specs = {
-      t.name: core.FeatureSpec(f"f_{t.name}", t, (BATCH, 2), (BATCH, 8))
-      for t in tables
-  }
+  specs = {t.name: core.FeatureSpec(f"f_{t.name}", t, (BATCH, 2), (BATCH, 8)) for t in tables}
   return transforms.prepare_feature_specs_for_training(specs, devices, S)
 
 
@@ -49,42 +46,39 @@ class Setup:
     self.mesh = core.make_mesh(jax.devices()[:devices])
     self.specs = feature_specs(devices)
     model = pipeline.DLRMConfig.from_feature_specs(
-        self.specs, NUM_DENSE, bottom_mlp_dims=(16, 8), top_mlp_dims=(8,)
+      self.specs, NUM_DENSE, bottom_mlp_dims=(16, 8), top_mlp_dims=(8,)
     )
     self.zero = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
     params = pipeline.init_dlrm_params(jax.random.key(1), model)
     self.params_shape = jax.eval_shape(lambda: params)
     embeddings = pipeline.init_embedding_variables(
-        jax.random.key(2), self.specs, self.mesh, num_sc_per_device=S
+      jax.random.key(2), self.specs, self.mesh, num_sc_per_device=S
     )
-    self.train_state = pipeline.create_train_state(
-        self.zero, params, self.mesh, embeddings
-    )
+    self.train_state = pipeline.create_train_state(self.zero, params, self.mesh, embeddings)
     example = pipeline.abstract_train_batch(
-        self.specs, self.mesh, global_batch_size=BATCH, num_dense=NUM_DENSE,
-        num_sc_per_device=S,
+      self.specs,
+      self.mesh,
+      global_batch_size=BATCH,
+      num_dense=NUM_DENSE,
+      num_sc_per_device=S,
     )
     self.trainer = pipeline.make_pipelined_trainer(
-        self.mesh,
-        self.train_state,
-        example,
-        pipeline.make_dlrm_tc_stage(model, self.zero, self.mesh),
-        feature_specs=self.specs,
-        num_sc_per_device=S,
-        gradient_multiplier=True,
+      self.mesh,
+      self.train_state,
+      example,
+      pipeline.make_dlrm_tc_stage(model, self.zero, self.mesh),
+      feature_specs=self.specs,
+      num_sc_per_device=S,
+      gradient_multiplier=True,
     )
 
   def abstract_train_state(self):
-    embeddings = pipeline.abstract_embedding_variables(
-        self.specs, self.mesh, num_sc_per_device=S
-    )
-    return pipeline.abstract_train_state(
-        self.zero, self.params_shape, self.mesh, embeddings
-    )
+    embeddings = pipeline.abstract_embedding_variables(self.specs, self.mesh, num_sc_per_device=S)
+    return pipeline.abstract_train_state(self.zero, self.params_shape, self.mesh, embeddings)
 
   def step(self, train_state, pipeline_state):
     return self.trainer.run_pipeline_step(
-        train_state, pipeline_state, None, False, num_batches=NUM_BATCHES
+      train_state, pipeline_state, None, False, num_batches=NUM_BATCHES
     )
 
 
@@ -106,10 +100,10 @@ def save(directory, setup, train_state, pipeline_state, *, drained):
   step = int(pipeline_state.pipeline_step)
   with TrainingCheckpointManager(directory, run_info(setup)) as manager:
     manager.save(
-        step,
-        TrainingState(dense, embeddings, pipeline_state, toy.make_iterator(), {}),
-        Progress(step, step, pipeline_drained=drained),
-        force=True,
+      step,
+      TrainingState(dense, embeddings, pipeline_state, toy.make_iterator(), {}),
+      Progress(step, step, pipeline_drained=drained),
+      force=True,
     )
   return step
 
@@ -122,8 +116,10 @@ def restore(directory, setup):
     seen.append(metadata.progress)
     dense, embeddings = split(setup.abstract_train_state())
     return RestoreTargets(
-        dense, embeddings, setup.trainer.abstract_pipeline_state,
-        toy.make_iterator(),
+      dense,
+      embeddings,
+      setup.trainer.abstract_pipeline_state,
+      toy.make_iterator(),
     )
 
   with TrainingCheckpointManager(directory, run_info(setup)) as manager:
@@ -173,8 +169,8 @@ def test_buffered_pipeline_refuses_another_device_count(midway):
 
   with TrainingCheckpointManager(directory, run) as manager:
     with pytest.raises(
-        IncompatibleCheckpointError,
-        match="holds a PipelineState with buffered inputs laid out for 8"
-        " devices .*; the current mesh has 4 devices",
+      IncompatibleCheckpointError,
+      match="holds a PipelineState with buffered inputs laid out for 8"
+      " devices .*; the current mesh has 4 devices",
     ):
       manager.restore(targets)

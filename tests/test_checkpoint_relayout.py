@@ -53,9 +53,9 @@ def feature_specs(devices):
   b = TableSpec("t_b", vocabulary_size=40, embedding_dim=12, optimizer=opt)
   c = TableSpec("t_c", vocabulary_size=100, embedding_dim=4, optimizer=opt)
   specs = {
-      "f_a": FeatureSpec("f_a", a, (32, 1), (32, 8)),
-      "f_b": FeatureSpec("f_b", b, (32, 1), (32, 12)),
-      "f_c": FeatureSpec("f_c", c, (32, 1), (32, 4)),
+    "f_a": FeatureSpec("f_a", a, (32, 1), (32, 8)),
+    "f_b": FeatureSpec("f_b", b, (32, 1), (32, 12)),
+    "f_c": FeatureSpec("f_c", c, (32, 1), (32, 4)),
   }
   specs = stack_tables(specs, ["t_a", "t_b"], devices, S, stack_name="ab")
   return stack_tables(specs, ["t_c"], devices, S)
@@ -74,10 +74,10 @@ def state_on(count):
   params = optax.apply_updates(params, updates)
   train = {"params": params, "opt": opt, "step": jax.device_put(jnp.int32(1), rep)}
   embeddings = init_embedding_variables(
-      jax.random.key(EMBEDDING_KEY),
-      feature_specs(mesh.size),
-      mesh,
-      num_sc_per_device=S,
+    jax.random.key(EMBEDDING_KEY),
+    feature_specs(mesh.size),
+    mesh,
+    num_sc_per_device=S,
   )
   buffer = jnp.zeros((2 * mesh.size,))
   pipeline = {"buffer": jax.device_put(buffer, NamedSharding(mesh, P("data")))}
@@ -89,27 +89,25 @@ def abstract_state_on(mesh):
   rep = NamedSharding(mesh, P())
   struct = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep)
   train = {
-      "params": jax.tree.map(struct, PARAMS),
-      "opt": abstract_train_state(zero_sharded(ADAM, mesh), PARAMS, mesh, None).opt_state,
-      "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
+    "params": jax.tree.map(struct, PARAMS),
+    "opt": abstract_train_state(zero_sharded(ADAM, mesh), PARAMS, mesh, None).opt_state,
+    "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=rep),
   }
-  embeddings = abstract_embedding_variables(
-      feature_specs(mesh.size), mesh, num_sc_per_device=S
-  )
+  embeddings = abstract_embedding_variables(feature_specs(mesh.size), mesh, num_sc_per_device=S)
   buffer = jax.ShapeDtypeStruct(
-      (2 * mesh.size,), jnp.float32, sharding=NamedSharding(mesh, P("data"))
+    (2 * mesh.size,), jnp.float32, sharding=NamedSharding(mesh, P("data"))
   )
   return train, embeddings, {"buffer": buffer}
 
 
 def relayouts_for(mesh):
   return {
-      "embeddings": embedding_relayout(
-          feature_specs(mesh.size),
-          mesh,
-          num_sc_per_device=S,
-          saved_feature_specs=feature_specs,
-      )
+    "embeddings": embedding_relayout(
+      feature_specs(mesh.size),
+      mesh,
+      num_sc_per_device=S,
+      saved_feature_specs=feature_specs,
+    )
   }
 
 
@@ -117,10 +115,10 @@ def save_on(directory, mesh, state, *, drained=True, step=7):
   run = RunInfo.create(CONFIG, mesh, data_worker_count=0)
   with TrainingCheckpointManager(directory, run) as manager:
     manager.save(
-        step,
-        TrainingState(*state, toy.make_iterator(), {"limits": {}}),
-        Progress(pipeline_step=step, batches_consumed=step, pipeline_drained=drained),
-        force=True,
+      step,
+      TrainingState(*state, toy.make_iterator(), {"limits": {}}),
+      Progress(pipeline_step=step, batches_consumed=step, pipeline_drained=drained),
+      force=True,
     )
 
 
@@ -128,8 +126,8 @@ def restore_on(directory, mesh, relayouts=None):
   run = RunInfo.create(CONFIG, mesh, data_worker_count=0)
   with TrainingCheckpointManager(directory, run) as manager:
     return manager.restore(
-        RestoreTargets(*abstract_state_on(mesh), toy.make_iterator()),
-        relayouts=relayouts_for(mesh) if relayouts is None else relayouts,
+      RestoreTargets(*abstract_state_on(mesh), toy.make_iterator()),
+      relayouts=relayouts_for(mesh) if relayouts is None else relayouts,
     )
 
 
@@ -175,31 +173,37 @@ def with_nonzero_padding(state):
 
 
 @pytest.mark.parametrize(
-    "change, drained, relayouts, message",
-    [
-        (
-            None, False, None,
-            " holds a PipelineState with buffered inputs laid out for 8 devices"
-            " (pipeline not drained at pipeline step 7); the current mesh has 4"
-            " devices. Buffered per-device COO inputs cannot be re-laid out:"
-            " resume on 8 devices, or from a checkpoint saved with a drained"
-            " pipeline",
-        ),
-        (
-            None, True, {},
-            ": item 'embeddings' was saved for 8 devices and the current mesh"
-            " has 4; its layout depends on the device count and no relayout"
-            " was given for it (pass relayouts={'embeddings': ...}, e.g."
-            " embedding_relayout)",
-        ),
-        (
-            with_nonzero_padding, True, None,
-            ": cannot re-lay out item 'train_state' leaf 'opt/0/mu/w' from"
-            " shape (24,) (8 devices) to (20,) (4 devices): the cut part holds"
-            " nonzero values, so it is not zero padding",
-        ),
-    ],
-    ids=["undrained pipeline", "no embedding relayout", "nonzero padding"],
+  "change, drained, relayouts, message",
+  [
+    (
+      None,
+      False,
+      None,
+      " holds a PipelineState with buffered inputs laid out for 8 devices"
+      " (pipeline not drained at pipeline step 7); the current mesh has 4"
+      " devices. Buffered per-device COO inputs cannot be re-laid out:"
+      " resume on 8 devices, or from a checkpoint saved with a drained"
+      " pipeline",
+    ),
+    (
+      None,
+      True,
+      {},
+      ": item 'embeddings' was saved for 8 devices and the current mesh"
+      " has 4; its layout depends on the device count and no relayout"
+      " was given for it (pass relayouts={'embeddings': ...}, e.g."
+      " embedding_relayout)",
+    ),
+    (
+      with_nonzero_padding,
+      True,
+      None,
+      ": cannot re-lay out item 'train_state' leaf 'opt/0/mu/w' from"
+      " shape (24,) (8 devices) to (20,) (4 devices): the cut part holds"
+      " nonzero values, so it is not zero padding",
+    ),
+  ],
+  ids=["undrained pipeline", "no embedding relayout", "nonzero padding"],
 )
 def test_device_change_refusals(tmp_path, change, drained, relayouts, message):
   state = change(state_on(8)) if change else state_on(8)

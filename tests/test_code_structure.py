@@ -53,7 +53,9 @@ def test_no_function_body_is_over_80_lines():
     for node in ast.walk(tree):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         body = node.body
-        if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        if isinstance(body[0], ast.Expr) and isinstance(
+          getattr(body[0], "value", None), ast.Constant
+        ):
           body = body[1:] or body  # the docstring is not code
         lines = body[-1].end_lineno - body[0].lineno + 1
         if lines > MAX_FUNCTION_LINES:
@@ -61,10 +63,16 @@ def test_no_function_body_is_over_80_lines():
   assert long == []
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None and not os.environ.get("CI"),
-                    reason="ruff is installed by the [test] extra")
+@pytest.mark.skipif(
+  shutil.which("ruff") is None and not os.environ.get("CI"),
+  reason="ruff is installed by the [test] extra",
+)
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
 def test_ruff_is_clean(command):
-  result = subprocess.run([sys.executable, "-m", "ruff", *command, "--no-cache", ROOT],
-                          capture_output=True, text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, "-m", "ruff", *command, "--no-cache", ROOT],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert result.returncode == 0, result.stdout + result.stderr

@@ -36,9 +36,13 @@ def test_the_shipped_default_is_global():
 
 @pytest.mark.parametrize("global_batch, per_host", [(256, 128), (0, 0), (-8, 0)])
 def test_exactly_one_batch_field_must_be_set(global_batch, per_host):
-  with pytest.raises(ValueError, match=(
+  with pytest.raises(
+    ValueError,
+    match=(
       rf"set exactly one of global_batch_size={global_batch} and"
-      rf" per_host_batch_size={per_host} \(0 means unset\)")):
+      rf" per_host_batch_size={per_host} \(0 means unset\)"
+    ),
+  ):
     config_specs.per_host_batch_size(_config(global_batch, per_host), 1)
 
 

@@ -10,7 +10,7 @@ from sparsepipe.launch import config_specs
 from sparsepipe.launch.configs import config_path
 
 CHECKOUT_CONFIGS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs"
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs"
 )
 
 
@@ -61,17 +61,22 @@ def test_zero_limits_mean_the_worst_case_of_the_batch():
 
 
 @pytest.mark.parametrize(
-    "field, value, message",
-    [
-        ("stacking", "some", r"stacking='some' is not 'auto' or 'none'"),
-        ("embedding_optimizer.name", "rmsprop",
-         r"embedding_optimizer.name='rmsprop' is not one of \['adagrad',"
-         r" 'adagrad_momentum', 'adam', 'ftrl', 'laprop', 'sgd'\]"),
-    ],
+  "field, value, message",
+  [
+    ("stacking", "some", r"stacking='some' is not 'auto' or 'none'"),
+    (
+      "embedding_optimizer.name",
+      "rmsprop",
+      r"embedding_optimizer.name='rmsprop' is not one of \['adagrad',"
+      r" 'adagrad_momentum', 'adam', 'ftrl', 'laprop', 'sgd'\]",
+    ),
+  ],
 )
 def test_bad_config_values_are_named(field, value, message):
   config = _load("demo")
-  node, key = (config, field) if "." not in field else (config[field.split(".")[0]], field.split(".")[1])
+  node, key = (
+    (config, field) if "." not in field else (config[field.split(".")[0]], field.split(".")[1])
+  )
   node[key] = value
   with pytest.raises(ValueError, match=message):
     config_specs.build_feature_specs(config, global_batch_size=128, global_device_count=8)

@@ -30,8 +30,7 @@ def _load(path):
       name = f["name"]
       raw[name] = tuple(data[f"raw/{name}/{k}"] for k in ("ids", "lengths", "weights"))
     expected = {
-        key[len("expected/"):]: data[key]
-        for key in data.files if key.startswith("expected/")
+      key[len("expected/") :]: data[key] for key in data.files if key.startswith("expected/")
     }
   return case, raw, expected
 
@@ -40,24 +39,24 @@ def _load(path):
 # stack preprocessing call in order (FDO cases run twice). The wide_* cases
 # exist to pin the key-width paths; see their comments in make_golden.py.
 _SORT_PATHS = {
-    "auto_stack_fdo": ["global_uint32", "per_sc_uint32"] * 2,
-    "dropping_mean": ["position_uint32"],
-    "dropping_stacked_sqrtn": ["position_uint32"],
-    "feature_stacking_sum": ["global_uint32"],
-    "mean_single": ["per_sc_uint32"],
-    "mixed_dims": ["position_uint32"],
-    "sqrtn_dense_weighted": ["position_uint32"],
-    "stack_rotation_multihost": ["position_uint32"],
-    "wide_narrow": ["per_sc_narrow"],
-    "wide_uint32_boundary": ["per_sc_uint32"],
-    "wide_uint64_single": ["per_sc_uint64"],
-    "wide_uint64_stacked": ["global_uint64"],
-    "wide_uint64_weighted_dropping": ["position_uint64"],
+  "auto_stack_fdo": ["global_uint32", "per_sc_uint32"] * 2,
+  "dropping_mean": ["position_uint32"],
+  "dropping_stacked_sqrtn": ["position_uint32"],
+  "feature_stacking_sum": ["global_uint32"],
+  "mean_single": ["per_sc_uint32"],
+  "mixed_dims": ["position_uint32"],
+  "sqrtn_dense_weighted": ["position_uint32"],
+  "stack_rotation_multihost": ["position_uint32"],
+  "wide_narrow": ["per_sc_narrow"],
+  "wide_uint32_boundary": ["per_sc_uint32"],
+  "wide_uint64_single": ["per_sc_uint64"],
+  "wide_uint64_stacked": ["global_uint64"],
+  "wide_uint64_weighted_dropping": ["position_uint64"],
 }
 
 
 def _name(path):
-  return os.path.basename(path)[len("coo_"):-len(".npz")]
+  return os.path.basename(path)[len("coo_") : -len(".npz")]
 
 
 def test_fixtures_present():
@@ -82,4 +81,5 @@ def test_matches_reference_bitwise(path):
     assert got.dtype == want.dtype and got.shape == want.shape, key
     bits = np.uint32 if got.dtype == np.float32 else got.dtype
     np.testing.assert_array_equal(
-        got.reshape(-1).view(bits), want.reshape(-1).view(bits), err_msg=key)
+      got.reshape(-1).view(bits), want.reshape(-1).view(bits), err_msg=key
+    )

@@ -9,8 +9,16 @@ from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.transforms import coo_inputs
 
 IDS = [[0, 5, 5, 9], [], [3], [7, 1], [2, 2, 2], [11], [], [4, 8, 15]]
-WEIGHTS = [[0.5, 1.0, 2.0, 0.25], [], [3.0], [1.5, 0.5], [1.0, 2.0, 3.0],
-           [0.75], [], [1.0, 1.0, 2.5]]
+WEIGHTS = [
+  [0.5, 1.0, 2.0, 0.25],
+  [],
+  [3.0],
+  [1.5, 0.5],
+  [1.0, 2.0, 3.0],
+  [0.75],
+  [],
+  [1.0, 1.0, 2.5],
+]
 
 
 def _object_rows(rows, dtype):
@@ -20,16 +28,21 @@ def _object_rows(rows, dtype):
 
 
 def _specs(combiner="mean", batch=8):
-  table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8,
-                      combiner=combiner)
+  table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8, combiner=combiner)
   return T.prepare_feature_specs_for_training(
-      {"f": core.FeatureSpec("f", table, (batch, 4), (batch, 8))}, 2, 2)
+    {"f": core.FeatureSpec("f", table, (batch, 4), (batch, 8))}, 2, 2
+  )
 
 
 def _run(feature, weights=None, specs=None):
   out, stats = T.preprocess_sparse_dense_matmul_input(
-      {"f": feature}, None if weights is None else {"f": weights},
-      specs or _specs(), 2, 2, num_sc_per_device=2)
+    {"f": feature},
+    None if weights is None else {"f": weights},
+    specs or _specs(),
+    2,
+    2,
+    num_sc_per_device=2,
+  )
   return out, stats
 
 
@@ -57,16 +70,18 @@ def test_ragged_forms_agree(weighted):
   w64 = _object_rows(WEIGHTS, np.float64) if weighted else None
   _assert_same(base, _run(_object_rows(IDS, np.int64), w64))
   _assert_same(base, _run(_object_rows(IDS, np.uint16), w32))
-  _assert_same(base, _run([np.asarray(r, np.int32) for r in IDS],
-                          None if w32 is None else list(w32)))
-  _assert_same(base, _run([list(r) for r in IDS],
-                          None if w32 is None else [list(r) for r in WEIGHTS]))
-  columnar = RaggedBatch(_flat(IDS, np.int64), LENGTHS,
-                         _flat(WEIGHTS, np.float64) if weighted else None)
+  _assert_same(
+    base, _run([np.asarray(r, np.int32) for r in IDS], None if w32 is None else list(w32))
+  )
+  _assert_same(
+    base, _run([list(r) for r in IDS], None if w32 is None else [list(r) for r in WEIGHTS])
+  )
+  columnar = RaggedBatch(
+    _flat(IDS, np.int64), LENGTHS, _flat(WEIGHTS, np.float64) if weighted else None
+  )
   _assert_same(base, _run(columnar))
   if weighted:
-    _assert_same(base, _run(RaggedBatch(_flat(IDS, np.int32), LENGTHS),
-                            _flat(WEIGHTS, np.float32)))
+    _assert_same(base, _run(RaggedBatch(_flat(IDS, np.int32), LENGTHS), _flat(WEIGHTS, np.float32)))
 
 
 def test_mixed_row_dtypes_views_and_float_empty_rows():
@@ -80,18 +95,24 @@ def test_mixed_row_dtypes_views_and_float_empty_rows():
 
 
 def test_dense_and_sparse_tensor_forms_agree():
-  dense = np.array([[1, 1, 3], [4, 0, 2], [9, 9, 9], [5, 6, 7],
-                    [0, 0, 1], [2, 3, 4], [8, 8, 1], [15, 14, 13]])
+  dense = np.array(
+    [[1, 1, 3], [4, 0, 2], [9, 9, 9], [5, 6, 7], [0, 0, 1], [2, 3, 4], [8, 8, 1], [15, 14, 13]]
+  )
   weights = np.linspace(0.1, 2.4, 24).reshape(8, 3)
-  base = _run(_object_rows(dense.tolist(), np.int32),
-              _object_rows(weights.tolist(), np.float32))
+  base = _run(_object_rows(dense.tolist(), np.int32), _object_rows(weights.tolist(), np.float32))
   _assert_same(base, _run(dense.astype(np.int64), weights))
   _assert_same(base, _run(dense.astype(np.int32), weights.astype(np.float32)))
   unweighted = _run(dense)
   rows, cols = np.nonzero(np.ones_like(dense))
   sparse = T.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-      {"f": np.stack([rows, cols], 1)}, {"f": dense.reshape(-1)},
-      {"f": np.array([8, 3])}, _specs(), 2, 2, num_sc_per_device=2)
+    {"f": np.stack([rows, cols], 1)},
+    {"f": dense.reshape(-1)},
+    {"f": np.array([8, 3])},
+    _specs(),
+    2,
+    2,
+    num_sc_per_device=2,
+  )
   _assert_same(unweighted, sparse)
 
 
@@ -99,8 +120,14 @@ def test_sparse_tensor_with_empty_rows_matches_ragged():
   rows = np.repeat(np.arange(8), LENGTHS)
   cols = np.concatenate([np.arange(n) for n in LENGTHS])
   sparse = T.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-      {"f": np.stack([rows, cols], 1)}, {"f": _flat(IDS, np.int32)},
-      {"f": np.array([8, 4])}, _specs(), 2, 2, num_sc_per_device=2)
+    {"f": np.stack([rows, cols], 1)},
+    {"f": _flat(IDS, np.int32)},
+    {"f": np.array([8, 4])},
+    _specs(),
+    2,
+    2,
+    num_sc_per_device=2,
+  )
   _assert_same(_run(_object_rows(IDS, np.int32)), sparse)
 
 
@@ -108,12 +135,20 @@ def test_partially_weighted_pytree_and_nested_structures():
   table_a = core.TableSpec(name="a", vocabulary_size=16, embedding_dim=8, combiner="sum")
   table_b = core.TableSpec(name="b", vocabulary_size=16, embedding_dim=8, combiner="sum")
   specs = T.prepare_feature_specs_for_training(
-      {"group": [core.FeatureSpec("x", table_a, (8, 4), (8, 8)),
-                 core.FeatureSpec("y", table_b, (8, 4), (8, 8))]}, 2, 2)
+    {
+      "group": [
+        core.FeatureSpec("x", table_a, (8, 4), (8, 8)),
+        core.FeatureSpec("y", table_b, (8, 4), (8, 8)),
+      ]
+    },
+    2,
+    2,
+  )
   rows = _object_rows(IDS, np.int32)
   weights = {"group": [_object_rows(WEIGHTS, np.float32), None]}
   out, _ = T.preprocess_sparse_dense_matmul_input(
-      {"group": [rows, rows]}, weights, specs, 2, 2, num_sc_per_device=2)
+    {"group": [rows, rows]}, weights, specs, 2, 2, num_sc_per_device=2
+  )
   gains = out.sparse_dense_matmul_input.lhs_gains
   sample_ids = out.sparse_dense_matmul_input.lhs_sample_ids
   # Same ids, same layout; only the weighted feature's gains differ from 1.
@@ -131,8 +166,7 @@ def test_int64_ids_are_range_checked_before_conversion():
 
 
 def test_uint64_ids_beyond_int64_are_reported():
-  batch = RaggedBatch(np.array([1, 2**63 + 5, 3, 4, 5, 6, 7, 8], np.uint64),
-                      np.ones(8, np.int64))
+  batch = RaggedBatch(np.array([1, 2**63 + 5, 3, 4, 5, 6, 7, 8], np.uint64), np.ones(8, np.int64))
   with pytest.raises(T.PreprocessingError, match="id 9223372036854775813 in sample 1"):
     _run(batch)
 
@@ -143,8 +177,7 @@ def test_normalize_feature_fast_path_keeps_values():
   np.testing.assert_array_equal(x.values, _flat(IDS, np.int32))
   np.testing.assert_array_equal(x.row_lengths, LENGTHS)
   assert x.values.dtype == np.int32 and x.row_lengths.dtype == np.int64
-  w = coo_inputs.normalize_feature(
-      "f", rows, _object_rows(WEIGHTS, np.float64)).weights
+  w = coo_inputs.normalize_feature("f", rows, _object_rows(WEIGHTS, np.float64)).weights
   assert w.dtype == np.float32
   np.testing.assert_array_equal(w, _flat(WEIGHTS, np.float32))
 
@@ -152,10 +185,12 @@ def test_normalize_feature_fast_path_keeps_values():
 def test_empty_batch_features_give_empty_buffers():
   table = core.TableSpec(name="t", vocabulary_size=16, embedding_dim=8)
   specs = T.prepare_feature_specs_for_training(
-      {"f": core.FeatureSpec("f", table, (4, 1), (4, 8))}, 1, 2)
+    {"f": core.FeatureSpec("f", table, (4, 1), (4, 8))}, 1, 2
+  )
   rows = _object_rows([[], [], [], []], np.int32)
   out, stats = T.preprocess_sparse_dense_matmul_input(
-      {"f": rows}, None, specs, 1, 1, num_sc_per_device=2)
+    {"f": rows}, None, specs, 1, 1, num_sc_per_device=2
+  )
   m = out.sparse_dense_matmul_input
   assert (m.lhs_embedding_ids["t"] == 2**31 - 1).all()
   assert np.isnan(m.lhs_gains["t"]).all()

@@ -41,11 +41,11 @@ def test_random_case_matches_reference(seed):
 # one-feature stacks); these golden configurations pin each key-width path
 # of coo_sort (make_golden.py), here with fresh draws.
 _WIDE_PATHS = {
-    "wide_uint32_boundary": "per_sc_uint32",
-    "wide_narrow": "per_sc_narrow",
-    "wide_uint64_single": "per_sc_uint64",
-    "wide_uint64_stacked": "global_uint64",
-    "wide_uint64_weighted_dropping": "position_uint64",
+  "wide_uint32_boundary": "per_sc_uint32",
+  "wide_narrow": "per_sc_narrow",
+  "wide_uint64_single": "per_sc_uint64",
+  "wide_uint64_stacked": "global_uint64",
+  "wide_uint64_weighted_dropping": "position_uint64",
 }
 
 
@@ -75,14 +75,25 @@ def test_stacked_specs_match_reference(seed):
     assert f.id_transformation.col_offset == r.id_transformation.col_offset
     assert f.id_transformation.col_shift == r.id_transformation.col_shift
     s, rs = f.table_spec.setting_in_stack, r.table_spec.setting_in_stack
-    for field in ("stack_name", "padded_vocab_size", "padded_embedding_dim",
-                  "row_offset_in_shard", "shard_rotation"):
+    for field in (
+      "stack_name",
+      "padded_vocab_size",
+      "padded_embedding_dim",
+      "row_offset_in_shard",
+      "shard_rotation",
+    ):
       assert getattr(s, field) == getattr(rs, field), (name, field)
     st, rst = f.table_spec.stacked_table_spec, r.table_spec.stacked_table_spec
-    for field in ("stack_name", "stack_vocab_size", "stack_embedding_dim",
-                  "combiner", "total_sample_count", "max_ids_per_partition",
-                  "max_unique_ids_per_partition",
-                  "suggested_coo_buffer_size_per_device"):
+    for field in (
+      "stack_name",
+      "stack_vocab_size",
+      "stack_embedding_dim",
+      "combiner",
+      "total_sample_count",
+      "max_ids_per_partition",
+      "max_unique_ids_per_partition",
+      "suggested_coo_buffer_size_per_device",
+    ):
       assert getattr(st, field) == getattr(rst, field), (name, field)
 
 
@@ -102,12 +113,17 @@ def test_sparse_tensor_input_matches_reference(seed):
     indices[f["name"]] = np.stack([rows, cols], axis=1).astype(np.int64)
     values[f["name"]] = ids
     shapes[f["name"]] = np.array([lengths.size, max(f["valency"], 1)], np.int64)
-  kwargs = dict(num_sc_per_device=case["sc_per_device"],
-                allow_id_dropping=case["allow_id_dropping"])
+  kwargs = dict(
+    num_sc_per_device=case["sc_per_device"], allow_id_dropping=case["allow_id_dropping"]
+  )
   l, g = case["local_devices"], case["global_devices"]
   out, stats = embedding.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-      indices, values, shapes, specs_ref, l, g, **kwargs)
+    indices, values, shapes, specs_ref, l, g, **kwargs
+  )
   expected = coo_cases.flatten_result(out, stats)
-  actual = coo_cases.flatten_result(*T.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-      indices, values, shapes, specs_ours, l, g, **kwargs))
+  actual = coo_cases.flatten_result(
+    *T.preprocess_sparse_dense_matmul_input_from_sparse_tensor(
+      indices, values, shapes, specs_ours, l, g, **kwargs
+    )
+  )
   coo_cases.compare(case, expected, actual)

@@ -39,15 +39,22 @@ def test_criteo_float32_overflow_is_refused_for_stored_values(tmp_path, column, 
     m = _criteo(tmp_path, ["\t".join(fields)])
     assert m.num_examples == 1
   else:
-    with pytest.raises(InputFormatError, match=(
+    with pytest.raises(
+      InputFormatError,
+      match=(
         r"^'.*in.tsv' line 1: column label value '1e39' is not finite as float32"
-        r" \(magnitude at most 3.4028235e\+38\)$")):
+        r" \(magnitude at most 3.4028235e\+38\)$"
+      ),
+    ):
       _criteo(tmp_path, ["\t".join(fields)])
 
 
 def test_csv_float32_overflow_names_file_line_column_value(tmp_path):
-  with pytest.raises(InputFormatError, match=r"^'.*in.csv' line 3: column age value '-1e39' is not"
-                     r" finite as float32"):
+  with pytest.raises(
+    InputFormatError,
+    match=r"^'.*in.csv' line 3: column age value '-1e39' is not"
+    r" finite as float32",
+  ):
     _csv(tmp_path, CSV.replace("u2,i2,0,40", "u2,i2,0,-1e39"))
   # The largest float32 and values that round to it are fine; half an ulp more is inf.
   assert parse_float("3.4028235e38", "f", 1, "x") == 3.4028235e38
@@ -57,21 +64,29 @@ def test_csv_float32_overflow_names_file_line_column_value(tmp_path):
 
 
 def test_labels_outside_0_1_name_column_line_value_and_flag(tmp_path):
-  with pytest.raises(InputFormatError, match=(
+  with pytest.raises(
+    InputFormatError,
+    match=(
       r"^'.*in.csv' line 4: label column rating value '5' is outside \[0, 1\]; map such values"
-      r" to 0/1 with --label_threshold T \(label_threshold=T: 1 if value >= T\)$")):
+      r" to 0/1 with --label_threshold T \(label_threshold=T: 1 if value >= T\)$"
+    ),
+  ):
     _csv(tmp_path, CSV.replace("u3,i3,1,50", "u3,i3,5,50"))
   m = _csv(tmp_path, CSV.replace("u3,i3,1,50", "u3,i3,5,50"), label_threshold=4, overwrite=True)
   assert m.num_examples == 3
-  with pytest.raises(InputFormatError,
-                     match=r"line 2: label column label value '-1' is outside \[0, 1\]$"):
+  with pytest.raises(
+    InputFormatError, match=r"line 2: label column label value '-1' is outside \[0, 1\]$"
+  ):
     _criteo(tmp_path, [CRITEO, "-1" + CRITEO[1:]], overwrite=True)
 
 
-@pytest.mark.parametrize("label, reason", [
+@pytest.mark.parametrize(
+  "label, reason",
+  [
     ("x", "column label value 'x' is not a number"),
     ("", "the label field is empty"),
-])
+  ],
+)
 def test_criteo_bad_first_line_is_an_error_not_a_header(tmp_path, label, reason):
   lines = [label + CRITEO[1:]] + [CRITEO] * 9
   with pytest.raises(InputFormatError, match=rf"^'.*in.tsv' line 1: {reason}$"):
@@ -81,24 +96,32 @@ def test_criteo_bad_first_line_is_an_error_not_a_header(tmp_path, label, reason)
 
 
 def test_csv_header_naming_a_used_column_twice(tmp_path):
-  with pytest.raises(InputFormatError, match=(
-      r"^'.*in.csv' line 1: the header names column 'item' 2 times \(fields \[2, 4\]\)$")):
+  with pytest.raises(
+    InputFormatError,
+    match=(r"^'.*in.csv' line 1: the header names column 'item' 2 times \(fields \[2, 4\]\)$"),
+  ):
     _csv(tmp_path, "user,item,rating,item\nu1,i1,1,30\n", dense_columns=[])
 
 
 def test_unterminated_quote_is_reported_at_its_line(tmp_path):
   lines = ["u,i,1,1"] * 4 + ['u,"i,1,1'] + ["u,i,1,1"] * 5
-  with pytest.raises(InputFormatError, match=(
+  with pytest.raises(
+    InputFormatError,
+    match=(
       r"^'.*in.csv' line 6: expected 4 fields, got 2 \(this row runs from line 6 to line 11:"
-      r" is a quote left open on line 6\?\)$")):
+      r" is a quote left open on line 6\?\)$"
+    ),
+  ):
     _csv(tmp_path, "user,item,rating,age\n" + "\n".join(lines) + "\n")
 
 
 def test_non_utf8_byte_names_its_line(tmp_path):
   path = tmp_path / "in.csv"
   path.write_bytes(CSV.encode() + b"u4,caf\xe9,1,20\n")
-  with pytest.raises(InputFormatError, match=(
-      r"^'.*in.csv' line 5: byte 7 \(b'\\xe9'\) is not UTF-8 text; convert the file to UTF-8")):
+  with pytest.raises(
+    InputFormatError,
+    match=(r"^'.*in.csv' line 5: byte 7 \(b'\\xe9'\) is not UTF-8 text; convert the file to UTF-8"),
+  ):
     convert_csv([str(path)], str(tmp_path / "out"), **CSV_ARGS)
 
 
@@ -106,8 +129,10 @@ def test_truncated_gzip_names_file_and_last_line(tmp_path):
   path = tmp_path / "day.tsv.gz"
   data = gzip.compress("".join(CRITEO + "\n" for _ in range(2000)).encode())
   path.write_bytes(data[: len(data) // 2])
-  with pytest.raises(InputFormatError, match=(
-      r"^'.*day.tsv.gz' line \d+: the gzip data is truncated or damaged after line \d+ \(")):
+  with pytest.raises(
+    InputFormatError,
+    match=(r"^'.*day.tsv.gz' line \d+: the gzip data is truncated or damaged after line \d+ \("),
+  ):
     convert_criteo([str(path)], str(tmp_path / "out"), vocab_sizes=100)
 
 
@@ -117,12 +142,17 @@ def test_utf8_bom_is_not_part_of_the_first_column_name(tmp_path):
   assert convert_csv([str(path)], str(tmp_path / "out"), **CSV_ARGS).num_examples == 3
 
 
-@pytest.mark.parametrize("sizes, message", [
+@pytest.mark.parametrize(
+  "sizes, message",
+  [
     (["1e6"], r"vocab_sizes \(--vocab_sizes\): '1e6' is not an integer \(write 1000000, not 1e6\)"),
-    (["user=1e6", "10"],
-     r"vocab_sizes \(--vocab_sizes\) entry 'user=1e6': '1e6' is not an integer"),
+    (
+      ["user=1e6", "10"],
+      r"vocab_sizes \(--vocab_sizes\) entry 'user=1e6': '1e6' is not an integer",
+    ),
     (["0"], r"vocab_sizes \(--vocab_sizes\): 0 must be >= 1"),
-])
+  ],
+)
 def test_vocab_sizes_that_are_not_integers_name_the_flag(tmp_path, sizes, message):
   with pytest.raises(ValueError, match=message):
     _csv(tmp_path, CSV, vocab_sizes=sizes)
@@ -149,9 +179,13 @@ def test_overwrite_keeps_the_old_dataset_when_the_new_one_fails(tmp_path):
 def test_writer_refuses_to_replace_a_directory_holding_other_files(tmp_path):
   m = _csv(tmp_path, CSV)
   (tmp_path / "out" / "notes.txt").write_text("mine")
-  with pytest.raises(FileExistsError, match=(
+  with pytest.raises(
+    FileExistsError,
+    match=(
       r"holds a dataset and other files \['notes.txt'\]: overwriting replaces the whole"
-      r" directory, so move those files or choose another output$")):
+      r" directory, so move those files or choose another output$"
+    ),
+  ):
     _csv(tmp_path, CSV, overwrite=True)
   assert read_manifest(m.directory).num_examples == 3
 

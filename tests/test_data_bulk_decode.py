@@ -16,9 +16,9 @@ from sparsepipe.data.synthetic_gen import generate_batches
 from sparsepipe.data.synthetic_gen import synthetic_schema
 
 FEATURES = (
-    SyntheticFeature("a", 30, 0, 3),
-    SyntheticFeature("b", 9, 1, 2, weighted=True),
-    SyntheticFeature("c", 5, 0, 0),  # always empty
+  SyntheticFeature("a", 30, 0, 3),
+  SyntheticFeature("b", 9, 1, 2, weighted=True),
+  SyntheticFeature("c", 5, 0, 0),  # always empty
 )
 SCHEMA = synthetic_schema(FEATURES, 2)
 CODEC = RecordCodec(SCHEMA)
@@ -80,14 +80,14 @@ def _bad_lengths(r):  # row length of example 0 of 'a' += 1
 
 
 @pytest.mark.parametrize(
-    "damage, reason",
-    [
-        (_truncate, r"expected \d+ bytes, got \d+ \(truncated\)"),
-        (lambda r: r[:6], r"record has 6 bytes, fewer than the 16-byte header"),
-        (lambda r: r[:-2], r"expected \d+ bytes, got \d+ \(truncated\)"),
-        (_bad_lengths, r"feature 'a': row lengths sum to \d+, header says \d+ ids"),
-        (_bad_id, r"feature 'a': id 30 out of range \[0, 30\)"),
-    ],
+  "damage, reason",
+  [
+    (_truncate, r"expected \d+ bytes, got \d+ \(truncated\)"),
+    (lambda r: r[:6], r"record has 6 bytes, fewer than the 16-byte header"),
+    (lambda r: r[:-2], r"expected \d+ bytes, got \d+ \(truncated\)"),
+    (_bad_lengths, r"feature 'a': row lengths sum to \d+, header says \d+ ids"),
+    (_bad_id, r"feature 'a': id 30 out of range \[0, 30\)"),
+  ],
 )
 def test_bulk_errors_equal_single_record_errors(damage, reason):
   records, stream = _records([2, 1, 3, 1, 2])
@@ -113,15 +113,18 @@ def test_bulk_all_corrupt():
   nothing = decode_records(CODEC, [b"xx", b"yyyy"], skip_corrupt=True)
   assert nothing.examples is None and list(nothing.examples_per_record) == [0, 0]
   assert [e.reason for e in nothing.errors] == [
-      "record has 2 bytes, fewer than the 16-byte header",
-      "record has 4 bytes, fewer than the 16-byte header"]
+    "record has 2 bytes, fewer than the 16-byte header",
+    "record has 4 bytes, fewer than the 16-byte header",
+  ]
 
 
 def test_bulk_raises_the_first_error_in_record_order():
   records, _ = _records([1, 2, 1, 2])
   records[1] = _bad_lengths(records[1])  # found only by the content checks
   records[3] = records[3][:9]  # found by the size check
-  with pytest.raises(CorruptRecordError, match=r"^corrupt record 1: feature 'a': row lengths sum to"):
+  with pytest.raises(
+    CorruptRecordError, match=r"^corrupt record 1: feature 'a': row lengths sum to"
+  ):
     decode_records(CODEC, records, where=lambda i: (None, i))
   out = decode_records(CODEC, records, where=lambda i: (None, i), skip_corrupt=True)
   assert [e.index for e in out.errors] == [1, 3]

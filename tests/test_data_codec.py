@@ -23,19 +23,31 @@ from sparsepipe.data import make_schema
 from sparsepipe.data import slice_batch
 
 SCHEMA = ExampleSchema(
-    num_dense=2,
-    sparse=(SparseFeatureSchema("a", 10), SparseFeatureSchema("b", 100, weighted=True)),
+  num_dense=2,
+  sparse=(SparseFeatureSchema("a", 10), SparseFeatureSchema("b", 100, weighted=True)),
 )
 
 
 def _examples():
   return [
-      Example(1.0, np.array([0.5, -1.0], np.float32), {"a": np.array([1, 2, 3]), "b": np.array([7])},
-              {"b": np.array([0.25], np.float32)}),
-      Example(0.0, np.array([2.0, 3.0], np.float32), {"a": np.array([], np.int64), "b": np.array([99, 0])},
-              {"b": np.array([1.5, 2.5], np.float32)}),
-      Example(1.0, np.array([0.0, 0.0], np.float32), {"a": np.array([9]), "b": np.array([], np.int32)},
-              {"b": np.array([], np.float32)}),
+    Example(
+      1.0,
+      np.array([0.5, -1.0], np.float32),
+      {"a": np.array([1, 2, 3]), "b": np.array([7])},
+      {"b": np.array([0.25], np.float32)},
+    ),
+    Example(
+      0.0,
+      np.array([2.0, 3.0], np.float32),
+      {"a": np.array([], np.int64), "b": np.array([99, 0])},
+      {"b": np.array([1.5, 2.5], np.float32)},
+    ),
+    Example(
+      1.0,
+      np.array([0.0, 0.0], np.float32),
+      {"a": np.array([9]), "b": np.array([], np.int32)},
+      {"b": np.array([], np.float32)},
+    ),
   ]
 
 
@@ -53,21 +65,24 @@ def _assert_batch_equal(x: ExampleBatch, y: ExampleBatch):
 
 
 def test_schema_json_round_trip():
-  schema = make_schema(3, {"x": 5, "y": 7}, weighted=["y"], dense_names=["d0", "d1", "d2"],
-                       label_name="click")
+  schema = make_schema(
+    3, {"x": 5, "y": 7}, weighted=["y"], dense_names=["d0", "d1", "d2"], label_name="click"
+  )
   assert ExampleSchema.from_json(schema.to_json()) == schema
   assert schema.feature("y") == SparseFeatureSchema("y", 7, True)
   assert hash(schema) == hash(ExampleSchema.from_json(schema.to_json()))
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(num_dense=1, sparse=(SparseFeatureSchema("a", 3), SparseFeatureSchema("a", 4))),
-         r"duplicate sparse feature names: \['a'\]"),
-        (dict(num_dense=2, sparse=(), dense_names=("x",)), r"dense_names has 1 names but num_dense=2"),
-        (dict(num_dense=-1, sparse=()), r"num_dense=-1 must be >= 0"),
-    ],
+  "kwargs, message",
+  [
+    (
+      dict(num_dense=1, sparse=(SparseFeatureSchema("a", 3), SparseFeatureSchema("a", 4))),
+      r"duplicate sparse feature names: \['a'\]",
+    ),
+    (dict(num_dense=2, sparse=(), dense_names=("x",)), r"dense_names has 1 names but num_dense=2"),
+    (dict(num_dense=-1, sparse=()), r"num_dense=-1 must be >= 0"),
+  ],
 )
 def test_schema_rejects(kwargs, message):
   with pytest.raises(ValueError, match=message):
@@ -75,7 +90,9 @@ def test_schema_rejects(kwargs, message):
 
 
 def test_schema_rejects_vocab_size():
-  with pytest.raises(ValueError, match=r"sparse feature 'v': vocab_size=2147483648 must be in \[1, 2147483647\]"):
+  with pytest.raises(
+    ValueError, match=r"sparse feature 'v': vocab_size=2147483648 must be in \[1, 2147483647\]"
+  ):
     SparseFeatureSchema("v", 2**31)
 
 
@@ -135,26 +152,32 @@ def _patch(data: bytes, offset: int, fmt: str, value) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "make, reason",
-    [
-        (lambda d: d[:10], "record has 10 bytes, fewer than the 16-byte header"),
-        (lambda d: d[:20], "truncated header: expected at least 32 bytes, got 20"),
-        (lambda d: d[:-4], "expected 132 bytes, got 128 (truncated)"),
-        (lambda d: d + b"\0" * 8, "expected 132 bytes, got 140 (8 trailing bytes)"),
-        (lambda d: b"XYZ" + d[3:], "bad magic b'XYZ' (expected b'SPR')"),
-        (lambda d: _patch(d, 3, "<B", 2), "format version 2 is not supported (expected 1)"),
-        (lambda d: _patch(d, 8, "<I", 5), "record has 5 dense values per example, schema has 2"),
-        (lambda d: _patch(d, 12, "<I", 3), "record has 3 sparse features, schema has 2"),
-        (lambda d: _patch(d, 4, "<I", 0), "record holds 0 examples"),
-        (lambda d: _patch(d, 28, "<I", 0), "feature 'b' has flags 0, schema says weighted=True"),
-        (lambda d: _patch(d, 24, "<I", 1), "feature 'a' has flags 1, schema says weighted=False"),
-        # Row length of example 0 of 'a' (offset 32 + 4*(3+6)) set to 2: sums no longer match.
-        (lambda d: _patch(d, 68, "<i", 2), "feature 'a': row lengths sum to 3, header says 4 ids"),
-        (lambda d: _patch(d, 68, "<i", -1), "feature 'a': negative row length -1"),
-        # First id of 'b' (after 6 lengths and 4 ids of 'a') set to 100 (vocab 100).
-        (lambda d: _patch(d, 32 + 4 * (3 + 6 + 6 + 4), "<i", 100), r"feature 'b': id 100 out of range [0, 100)"),
-        (lambda d: _patch(d, 32 + 4 * (3 + 6 + 6), "<i", -3), r"feature 'a': id -3 out of range [0, 10)"),
-    ],
+  "make, reason",
+  [
+    (lambda d: d[:10], "record has 10 bytes, fewer than the 16-byte header"),
+    (lambda d: d[:20], "truncated header: expected at least 32 bytes, got 20"),
+    (lambda d: d[:-4], "expected 132 bytes, got 128 (truncated)"),
+    (lambda d: d + b"\0" * 8, "expected 132 bytes, got 140 (8 trailing bytes)"),
+    (lambda d: b"XYZ" + d[3:], "bad magic b'XYZ' (expected b'SPR')"),
+    (lambda d: _patch(d, 3, "<B", 2), "format version 2 is not supported (expected 1)"),
+    (lambda d: _patch(d, 8, "<I", 5), "record has 5 dense values per example, schema has 2"),
+    (lambda d: _patch(d, 12, "<I", 3), "record has 3 sparse features, schema has 2"),
+    (lambda d: _patch(d, 4, "<I", 0), "record holds 0 examples"),
+    (lambda d: _patch(d, 28, "<I", 0), "feature 'b' has flags 0, schema says weighted=True"),
+    (lambda d: _patch(d, 24, "<I", 1), "feature 'a' has flags 1, schema says weighted=False"),
+    # Row length of example 0 of 'a' (offset 32 + 4*(3+6)) set to 2: sums no longer match.
+    (lambda d: _patch(d, 68, "<i", 2), "feature 'a': row lengths sum to 3, header says 4 ids"),
+    (lambda d: _patch(d, 68, "<i", -1), "feature 'a': negative row length -1"),
+    # First id of 'b' (after 6 lengths and 4 ids of 'a') set to 100 (vocab 100).
+    (
+      lambda d: _patch(d, 32 + 4 * (3 + 6 + 6 + 4), "<i", 100),
+      r"feature 'b': id 100 out of range [0, 100)",
+    ),
+    (
+      lambda d: _patch(d, 32 + 4 * (3 + 6 + 6), "<i", -3),
+      r"feature 'a': id -3 out of range [0, 10)",
+    ),
+  ],
 )
 def test_corrupt_records_raise_exact_errors(make, reason):
   data = make(_record())
@@ -172,22 +195,45 @@ def test_corrupt_record_without_location():
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
-    [
-        (lambda b: b._replace(sparse={**b.sparse, "a": b.sparse["a"]._replace(values=np.array([1, 2, 3, 10]))}),
-         r"feature 'a': id 10 out of range \[0, 10\)"),
-        (lambda b: b._replace(sparse={**b.sparse, "a": b.sparse["a"]._replace(row_lengths=np.array([3, 0, 2]))}),
-         r"feature 'a': row lengths sum to 5 but there are 4 ids"),
-        (lambda b: b._replace(sparse={**b.sparse, "b": b.sparse["b"]._replace(weights=None)}),
-         r"feature 'b' is weighted in the schema but has no weights"),
-        (lambda b: b._replace(sparse={**b.sparse, "a": b.sparse["a"]._replace(weights=np.ones(4, np.float32))}),
-         r"feature 'a' is unweighted in the schema but has weights"),
-        (lambda b: b._replace(sparse={"a": b.sparse["a"]}),
-         r"sparse features \['a'\] do not match the schema's \['a', 'b'\]"),
-        (lambda b: b._replace(dense=np.zeros((3, 1), np.float32)), r"dense has shape \(3, 1\), expected \(3, 2\)"),
-        (lambda b: b._replace(sparse={**b.sparse, "a": b.sparse["a"]._replace(values=np.array([1., 2, 3, 9]))}),
-         r"feature 'a': ids have dtype float64, not integer"),
-    ],
+  "mutate, message",
+  [
+    (
+      lambda b: b._replace(
+        sparse={**b.sparse, "a": b.sparse["a"]._replace(values=np.array([1, 2, 3, 10]))}
+      ),
+      r"feature 'a': id 10 out of range \[0, 10\)",
+    ),
+    (
+      lambda b: b._replace(
+        sparse={**b.sparse, "a": b.sparse["a"]._replace(row_lengths=np.array([3, 0, 2]))}
+      ),
+      r"feature 'a': row lengths sum to 5 but there are 4 ids",
+    ),
+    (
+      lambda b: b._replace(sparse={**b.sparse, "b": b.sparse["b"]._replace(weights=None)}),
+      r"feature 'b' is weighted in the schema but has no weights",
+    ),
+    (
+      lambda b: b._replace(
+        sparse={**b.sparse, "a": b.sparse["a"]._replace(weights=np.ones(4, np.float32))}
+      ),
+      r"feature 'a' is unweighted in the schema but has weights",
+    ),
+    (
+      lambda b: b._replace(sparse={"a": b.sparse["a"]}),
+      r"sparse features \['a'\] do not match the schema's \['a', 'b'\]",
+    ),
+    (
+      lambda b: b._replace(dense=np.zeros((3, 1), np.float32)),
+      r"dense has shape \(3, 1\), expected \(3, 2\)",
+    ),
+    (
+      lambda b: b._replace(
+        sparse={**b.sparse, "a": b.sparse["a"]._replace(values=np.array([1.0, 2, 3, 9]))}
+      ),
+      r"feature 'a': ids have dtype float64, not integer",
+    ),
+  ],
 )
 def test_encode_rejects_bad_batches(mutate, message):
   batch = mutate(batch_from_examples(_examples(), SCHEMA))
@@ -196,12 +242,20 @@ def test_encode_rejects_bad_batches(mutate, message):
 
 
 def test_batch_from_examples_rejects_bad_examples():
-  bad = Example(0.0, np.zeros(2, np.float32), {"a": np.array([1]), "b": np.array([2, 3])},
-                {"b": np.array([1.0], np.float32)})
+  bad = Example(
+    0.0,
+    np.zeros(2, np.float32),
+    {"a": np.array([1]), "b": np.array([2, 3])},
+    {"b": np.array([1.0], np.float32)},
+  )
   with pytest.raises(ValueError, match=r"example 0: feature 'b' has 2 ids but 1 weights"):
     batch_from_examples([bad], SCHEMA)
-  extra = Example(0.0, np.zeros(2, np.float32), {"a": np.array([1]), "b": np.array([2]), "c": np.array([1])},
-                  {"b": np.array([1.0], np.float32)})
+  extra = Example(
+    0.0,
+    np.zeros(2, np.float32),
+    {"a": np.array([1]), "b": np.array([2]), "c": np.array([1])},
+    {"b": np.array([1.0], np.float32)},
+  )
   with pytest.raises(ValueError, match=r"examples hold sparse features not in the schema: \['c'\]"):
     batch_from_examples([extra], SCHEMA)
 

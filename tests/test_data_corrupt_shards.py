@@ -27,10 +27,13 @@ RECORDS = 600  # 2 shards of 400 and 200 records
 @pytest.fixture()
 def dataset(tmp_path):
   """2400 examples whose dense value is the example number; group_size 1 (a chunk per record)."""
-  examples = [Example(float(i % 2), np.array([i], np.float32), {"a": np.array([i % 50, 7])})
-              for i in range(RECORDS * PER_RECORD)]
-  with ShardedRecordWriter(str(tmp_path / "ds"), SCHEMA, examples_per_record=PER_RECORD,
-                           max_records_per_shard=400) as writer:
+  examples = [
+    Example(float(i % 2), np.array([i], np.float32), {"a": np.array([i % 50, 7])})
+    for i in range(RECORDS * PER_RECORD)
+  ]
+  with ShardedRecordWriter(
+    str(tmp_path / "ds"), SCHEMA, examples_per_record=PER_RECORD, max_records_per_shard=400
+  ) as writer:
     writer.write_batch(batch_from_examples(examples, SCHEMA))
   return writer.manifest
 
@@ -47,9 +50,14 @@ def _unreadable(source, keys):
 
 def _decode_all(manifest, skip_corrupt):
   ds = DecodeBatchIterDataset(
-      grain.MapDataset.range(manifest.num_records), manifest_source(manifest), 100,
-      schema=manifest.schema, locator=RecordLocator.from_manifest(manifest),
-      skip_corrupt=skip_corrupt, examples_per_record=PER_RECORD)
+    grain.MapDataset.range(manifest.num_records),
+    manifest_source(manifest),
+    100,
+    schema=manifest.schema,
+    locator=RecordLocator.from_manifest(manifest),
+    skip_corrupt=skip_corrupt,
+    examples_per_record=PER_RECORD,
+  )
   return list(ds)
 
 
@@ -58,9 +66,13 @@ def test_damaged_chunk_names_shard_and_record_or_is_skipped_and_counted(dataset)
   _damage(shard, 5000, 5100)
   bad = _unreadable(manifest_source(dataset), list(range(RECORDS)))
   assert bad and len(bad) < 5 and max(bad) < 400
-  with pytest.raises(CorruptRecordError, match=(
+  with pytest.raises(
+    CorruptRecordError,
+    match=(
       rf"^corrupt record {bad[0]} in '{shard}': ArrayRecord cannot read it: Corrupted"
-      r" Riegeli/records file")):
+      r" Riegeli/records file"
+    ),
+  ):
     _decode_all(dataset, skip_corrupt=False)
   batches = _decode_all(dataset, skip_corrupt=True)
   assert sum(b.num_corrupt_records for b in batches) == len(bad)
@@ -81,16 +93,22 @@ def test_truncated_shard_names_the_shard(dataset, keep):
   source = manifest_source(dataset)
   record = source[450]
   assert isinstance(record, UnreadableRecord) and (record.path, record.index) == (shard, 50)
-  with pytest.raises(CorruptRecordError, match=(
+  with pytest.raises(
+    CorruptRecordError,
+    match=(
       rf"^corrupt record 50 in '{shard}': ArrayRecord cannot read it: the shard holds 0 readable"
-      r" records, the manifest lists 200 \(truncated\?\)$")):
+      r" records, the manifest lists 200 \(truncated\?\)$"
+    ),
+  ):
     decode_batch(record, SCHEMA)
   assert _unreadable(source, list(range(RECORDS))) == list(range(400, RECORDS))
-  decoded = decode_records(RecordCodec(SCHEMA), source.__getitems__(list(range(395, 405))),
-                           skip_corrupt=True)
+  decoded = decode_records(
+    RecordCodec(SCHEMA), source.__getitems__(list(range(395, 405))), skip_corrupt=True
+  )
   assert decoded.examples_per_record.tolist() == [4] * 5 + [0] * 5
   assert [str(e) for e in decoded.errors][0].startswith(
-      f"corrupt record 0 in '{shard}': ArrayRecord cannot read it: ")
+    f"corrupt record 0 in '{shard}': ArrayRecord cannot read it: "
+  )
 
 
 def test_unreadable_record_survives_pickling():

@@ -6,7 +6,6 @@ from sparsepipe.data.progress import Progress
 
 
 class _Terminal(io.StringIO):
-
   def isatty(self):
     return True
 
@@ -21,8 +20,8 @@ def test_log_stream_gets_whole_lines_and_no_carriage_returns():
   lines = stream.getvalue().splitlines()
   assert "\r" not in stream.getvalue()
   assert [line.split("  ")[0] for line in lines] == [
-      "convert: 40/100 examples (40.0%)",
-      "convert: 100/100 examples (100.0%)",
+    "convert: 40/100 examples (40.0%)",
+    "convert: 100/100 examples (100.0%)",
   ]
 
 

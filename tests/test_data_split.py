@@ -16,8 +16,13 @@ from sparsepipe.data import stable_hash64
 from sparsepipe.data.split import eval_mask
 
 N = 200
-CSV_ARGS = dict(label_column="click", dense_columns=["x"], sparse_columns=["user", "tags"],
-                multivalent_columns=["tags"], vocab_sizes=["1000"])
+CSV_ARGS = dict(
+  label_column="click",
+  dense_columns=["x"],
+  sparse_columns=["user", "tags"],
+  multivalent_columns=["tags"],
+  vocab_sizes=["1000"],
+)
 
 
 def _rows(n, start=0):
@@ -50,8 +55,15 @@ def test_eval_mask_is_a_fixed_function_of_index_and_seed():
 def test_csv_eval_split_is_deterministic_disjoint_and_complete(tmp_path):
   path = tmp_path / "in.csv"
   path.write_text(_rows(N))
-  m = convert_csv([str(path)], str(tmp_path / "train"), eval_output=str(tmp_path / "eval"),
-                  eval_fraction=0.25, split_seed=3, examples_per_record=8, **CSV_ARGS)
+  m = convert_csv(
+    [str(path)],
+    str(tmp_path / "train"),
+    eval_output=str(tmp_path / "eval"),
+    eval_fraction=0.25,
+    split_seed=3,
+    examples_per_record=8,
+    **CSV_ARGS,
+  )
   train, evals = _read(tmp_path / "train"), _read(tmp_path / "eval")
   expected = eval_mask(0, N, 0.25, 3)
   np.testing.assert_array_equal(evals.dense[:, 0], np.flatnonzero(expected))
@@ -59,9 +71,12 @@ def test_csv_eval_split_is_deterministic_disjoint_and_complete(tmp_path):
   assert m.num_examples == N - expected.sum()
   e = read_manifest(str(tmp_path / "eval"))
   assert e.schema == m.schema
-  assert e.info["split"] == {"part": "eval", "eval_fraction": 0.25, "seed": 3,
-                             "rule": "eval if splitmix64(index + seed * 0x9E3779B97F4A7C15) >> 11"
-                                     " < fraction * 2^53"}
+  assert e.info["split"] == {
+    "part": "eval",
+    "eval_fraction": 0.25,
+    "seed": 3,
+    "rule": "eval if splitmix64(index + seed * 0x9E3779B97F4A7C15) >> 11 < fraction * 2^53",
+  }
   assert m.info["split"]["part"] == "train"
   # Ids are hashed alike in both splits: user u<k> -> the same id.
   for batch in (train, evals):
@@ -73,12 +88,21 @@ def test_csv_eval_split_is_deterministic_disjoint_and_complete(tmp_path):
 def test_held_out_file_converted_alone_gets_the_same_ids(tmp_path):
   (tmp_path / "day0.csv").write_text(_rows(100))
   (tmp_path / "day1.csv").write_text(_rows(50, start=100))
-  both = _read(convert_csv([str(tmp_path / "day0.csv"), str(tmp_path / "day1.csv")],
-                           str(tmp_path / "both"), **CSV_ARGS).directory)
-  convert_csv([str(tmp_path / "day0.csv")], str(tmp_path / "t"), eval_output=str(tmp_path / "e"),
-              eval_fraction=0.1, **CSV_ARGS)
-  held_out = _read(convert_csv([str(tmp_path / "day1.csv")], str(tmp_path / "day1"),
-                               **CSV_ARGS).directory)
+  both = _read(
+    convert_csv(
+      [str(tmp_path / "day0.csv"), str(tmp_path / "day1.csv")], str(tmp_path / "both"), **CSV_ARGS
+    ).directory
+  )
+  convert_csv(
+    [str(tmp_path / "day0.csv")],
+    str(tmp_path / "t"),
+    eval_output=str(tmp_path / "e"),
+    eval_fraction=0.1,
+    **CSV_ARGS,
+  )
+  held_out = _read(
+    convert_csv([str(tmp_path / "day1.csv")], str(tmp_path / "day1"), **CSV_ARGS).directory
+  )
   for name in ("user", "tags"):
     lo = int(both.sparse[name].row_lengths[:100].sum())
     np.testing.assert_array_equal(held_out.sparse[name].values, both.sparse[name].values[lo:])
@@ -86,28 +110,40 @@ def test_held_out_file_converted_alone_gets_the_same_ids(tmp_path):
 
 def test_criteo_eval_split(tmp_path):
   line = "\t".join(["{label}", "{i}", *["1"] * 12, "c{c}", *["aa"] * 25])
-  (tmp_path / "d.tsv").write_text("".join(
-      line.format(label=i % 2, i=i, c=i % 5) + "\n" for i in range(N)))
-  convert_criteo([str(tmp_path / "d.tsv")], str(tmp_path / "t"), vocab_sizes=50,
-                 eval_output=str(tmp_path / "e"), eval_fraction=0.5)
+  (tmp_path / "d.tsv").write_text(
+    "".join(line.format(label=i % 2, i=i, c=i % 5) + "\n" for i in range(N))
+  )
+  convert_criteo(
+    [str(tmp_path / "d.tsv")],
+    str(tmp_path / "t"),
+    vocab_sizes=50,
+    eval_output=str(tmp_path / "e"),
+    eval_fraction=0.5,
+  )
   evals = _read(tmp_path / "e")
   expected = np.flatnonzero(eval_mask(0, N, 0.5, 0))
   np.testing.assert_allclose(evals.dense[:, 0], np.log1p(expected), rtol=1e-6)
   np.testing.assert_array_equal(evals.labels, expected % 2)
 
 
-@pytest.mark.parametrize("kwargs, message", [
+@pytest.mark.parametrize(
+  "kwargs, message",
+  [
     (dict(eval_fraction=0.0), r"eval_fraction=0.0 must lie in \(0, 1\) with an eval output"),
     (dict(eval_fraction=1.0), r"eval_fraction=1.0 must lie in \(0, 1\) with an eval output"),
-    (dict(eval_fraction=0.001),
-     r"the eval split got none of the 200 examples \(eval_fraction=0.001\)"),
-])
+    (
+      dict(eval_fraction=0.001),
+      r"the eval split got none of the 200 examples \(eval_fraction=0.001\)",
+    ),
+  ],
+)
 def test_eval_split_errors(tmp_path, kwargs, message):
   path = tmp_path / "in.csv"
   path.write_text(_rows(N))
   with pytest.raises(ValueError, match=message):
-    convert_csv([str(path)], str(tmp_path / "t"), eval_output=str(tmp_path / "e"), **kwargs,
-                **CSV_ARGS)
+    convert_csv(
+      [str(path)], str(tmp_path / "t"), eval_output=str(tmp_path / "e"), **kwargs, **CSV_ARGS
+    )
   assert not (tmp_path / "t").exists() and not (tmp_path / "e").exists()
 
 
@@ -117,14 +153,17 @@ def test_manifest_records_ids_per_example(tmp_path):
   m = convert_csv([str(path)], str(tmp_path / "out"), **CSV_ARGS)
   tags = [i % 4 for i in range(N)]
   assert read_manifest(m.directory).info["ids_per_example"] == {
-      "user": {"max": 1, "mean": 1.0},
-      "tags": {"max": 3, "mean": sum(tags) / N},
+    "user": {"max": 1, "mean": 1.0},
+    "tags": {"max": 3, "mean": sum(tags) / N},
   }
 
 
 def test_select_examples_keeps_ids_and_weights_of_the_chosen_rows():
-  rb = RaggedBatch(np.array([1, 2, 3, 4, 5], np.int32), np.array([2, 0, 3], np.int32),
-                   np.array([.1, .2, .3, .4, .5], np.float32))
+  rb = RaggedBatch(
+    np.array([1, 2, 3, 4, 5], np.int32),
+    np.array([2, 0, 3], np.int32),
+    np.array([0.1, 0.2, 0.3, 0.4, 0.5], np.float32),
+  )
   dense = np.arange(6, dtype=np.float32).reshape(3, 2)
   batch = ExampleBatch(np.array([0, 1, 0], np.float32), dense, {"a": rb})
   out = select_examples(batch, np.array([True, False, True]))
@@ -134,4 +173,4 @@ def test_select_examples_keeps_ids_and_weights_of_the_chosen_rows():
   np.testing.assert_array_equal(out.sparse["a"].row_lengths, [2, 3])
   out = select_examples(batch, np.array([False, True, True]))
   np.testing.assert_array_equal(out.sparse["a"].values, [3, 4, 5])
-  np.testing.assert_array_equal(out.sparse["a"].weights, np.float32([.3, .4, .5]))
+  np.testing.assert_array_equal(out.sparse["a"].weights, np.float32([0.3, 0.4, 0.5]))

@@ -25,8 +25,8 @@ from sparsepipe.data import synthetic_gen
 from sparsepipe.data import synthetic_model
 
 FEATURES = (
-    SyntheticFeature("u", 50, 1, 3),
-    SyntheticFeature("v", 7, 0, 4, weighted=True, zipf_exponent=1.0),
+  SyntheticFeature("u", 50, 1, 3),
+  SyntheticFeature("v", 7, 0, 4, weighted=True, zipf_exponent=1.0),
 )
 
 
@@ -65,9 +65,12 @@ def _fmix32(x):
 
 def _reference_probability(seed, dense_row, ids_by_feature):
   """The module doc's formula, one example, in plain Python."""
+
   def weight(key, what):
-    salt = int.from_bytes(hashlib.blake2b(f"{seed}/{what}".encode(), digest_size=8).digest(),
-                          "little") & 0xFFFFFFFF
+    salt = (
+      int.from_bytes(hashlib.blake2b(f"{seed}/{what}".encode(), digest_size=8).digest(), "little")
+      & 0xFFFFFFFF
+    )
     u = _fmix32((key & 0xFFFFFFFF) ^ salt) / 2.0**32
     return (2.0 * u - 1.0) * math.sqrt(3.0)
 
@@ -85,16 +88,22 @@ def _reference_probability(seed, dense_row, ids_by_feature):
 
 def test_probabilities_follow_the_documented_formula():
   batch = ExampleBatch(
-      np.zeros(3, np.float32),
-      np.array([[0.5, 3.0], [2.0, 0.0], [1.0, 1.0]], np.float32),
-      {"u": RaggedBatch(np.array([4, 9, 4, 7], np.int32), np.array([2, 0, 2], np.int32)),
-       "v": RaggedBatch(np.array([1, 2, 3], np.int32), np.array([1, 1, 1], np.int32),
-                        np.array([0.5, 1.25, 1.0], np.float32))})
+    np.zeros(3, np.float32),
+    np.array([[0.5, 3.0], [2.0, 0.0], [1.0, 1.0]], np.float32),
+    {
+      "u": RaggedBatch(np.array([4, 9, 4, 7], np.int32), np.array([2, 0, 2], np.int32)),
+      "v": RaggedBatch(
+        np.array([1, 2, 3], np.int32),
+        np.array([1, 1, 1], np.int32),
+        np.array([0.5, 1.25, 1.0], np.float32),
+      ),
+    },
+  )
   got = synthetic_click_probabilities(batch, seed=11)
   expected = [
-      _reference_probability(11, [0.5, 3.0], {"u": ([4, 9], [1, 1]), "v": ([1], [0.5])}),
-      _reference_probability(11, [2.0, 0.0], {"u": ([], []), "v": ([2], [1.25])}),
-      _reference_probability(11, [1.0, 1.0], {"u": ([4, 7], [1, 1]), "v": ([3], [1.0])}),
+    _reference_probability(11, [0.5, 3.0], {"u": ([4, 9], [1, 1]), "v": ([1], [0.5])}),
+    _reference_probability(11, [2.0, 0.0], {"u": ([], []), "v": ([2], [1.25])}),
+    _reference_probability(11, [1.0, 1.0], {"u": ([4, 7], [1, 1]), "v": ([3], [1.0])}),
   ]
   np.testing.assert_allclose(got, expected, rtol=1e-12)
   assert synthetic_model.fmix32(np.array([0, 1], np.uint32)).tolist() == [0, 0x514E28B7]
@@ -120,14 +129,16 @@ def test_labels_are_draws_of_the_probabilities_with_a_learnable_auc():
 
 
 def test_probabilities_do_not_depend_on_batching_and_survive_the_disk(tmp_path):
-  m = write_synthetic(str(tmp_path / "a"), FEATURES, num_examples=5000, num_dense=2, seed=7,
-                      examples_per_record=3)
+  m = write_synthetic(
+    str(tmp_path / "a"), FEATURES, num_examples=5000, num_dense=2, seed=7, examples_per_record=3
+  )
   stored = _all_examples(m)
   whole = synthetic_click_probabilities(stored, m.info["seed"])
   parts = [synthetic_click_probabilities(b, 7) for b in generate_batches(FEATURES, 2, 5000, 7)]
   np.testing.assert_array_equal(whole, np.concatenate(parts))
   np.testing.assert_array_equal(
-      synthetic_click_probabilities(slice_batch(stored, 1234, 1300), 7), whole[1234:1300])
+    synthetic_click_probabilities(slice_batch(stored, 1234, 1300), 7), whole[1234:1300]
+  )
 
 
 def test_streams_are_deterministic_and_extend():
@@ -144,14 +155,20 @@ def _rows(batch):
   out = []
   for i in range(batch.num_examples):
     ex = slice_batch(batch, i, i + 1)
-    out.append(ex.dense.tobytes() + b"".join(
-        r.values.tobytes() + b"|" for r in ex.sparse.values()))
+    out.append(ex.dense.tobytes() + b"".join(r.values.tobytes() + b"|" for r in ex.sparse.values()))
   return out
 
 
 def test_eval_split_is_disjoint_deterministic_and_from_its_own_stream(tmp_path):
-  train = write_synthetic(str(tmp_path / "t"), FEATURES, num_examples=400, num_dense=2, seed=5,
-                          eval_output=str(tmp_path / "e"), eval_fraction=0.25)
+  train = write_synthetic(
+    str(tmp_path / "t"),
+    FEATURES,
+    num_examples=400,
+    num_dense=2,
+    seed=5,
+    eval_output=str(tmp_path / "e"),
+    eval_fraction=0.25,
+  )
   evals = read_manifest(str(tmp_path / "e"))
   assert (train.num_examples, evals.num_examples) == (300, 100)
   assert (train.info["split"], evals.info["split"]) == ("train", "eval")
@@ -160,21 +177,33 @@ def test_eval_split_is_disjoint_deterministic_and_from_its_own_stream(tmp_path):
   _assert_same(_all_examples(train), _stream(300, 5))
   _assert_same(_all_examples(evals), _stream(100, 5, split="eval"))
   assert not set(_rows(_all_examples(train))) & set(_rows(_all_examples(evals)))
-  again = write_synthetic(str(tmp_path / "t2"), FEATURES, num_examples=50, num_dense=2, seed=5,
-                          eval_output=str(tmp_path / "e2"), eval_examples=100)
+  again = write_synthetic(
+    str(tmp_path / "t2"),
+    FEATURES,
+    num_examples=50,
+    num_dense=2,
+    seed=5,
+    eval_output=str(tmp_path / "e2"),
+    eval_examples=100,
+  )
   assert again.num_examples == 50
   _assert_same(_all_examples(read_manifest(str(tmp_path / "e2"))), _all_examples(evals))
 
 
-@pytest.mark.parametrize("kwargs,message", [
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
     ({"eval_fraction": 0.1}, r"eval_fraction/eval_examples need eval_output"),
     ({"eval_output": "E"}, r"eval_output needs exactly one of eval_fraction and eval_examples"),
-    ({"eval_output": "E", "eval_fraction": 0.1, "eval_examples": 3},
-     r"eval_output needs exactly one of eval_fraction and eval_examples"),
+    (
+      {"eval_output": "E", "eval_fraction": 0.1, "eval_examples": 3},
+      r"eval_output needs exactly one of eval_fraction and eval_examples",
+    ),
     ({"eval_output": "E", "eval_fraction": 1.0}, r"eval_fraction=1.0 must be in \(0, 1\)"),
     ({"eval_output": "E", "eval_examples": 0}, r"eval_examples=0 must be >= 1"),
     ({"eval_output": "T", "eval_examples": 1}, r"eval_output 'T' must differ from the train"),
-])
+  ],
+)
 def test_eval_split_arguments_are_checked(tmp_path, kwargs, message):
   kwargs = {k: str(tmp_path / v) if k == "eval_output" else v for k, v in kwargs.items()}
   message = message.replace("'T'", f"'{tmp_path / 'T'}'")
@@ -198,15 +227,38 @@ def test_scramble_table_equals_the_modular_bijection():
 def test_command_writes_the_eval_split(tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  args = ["--output", str(tmp_path / "t"), "--num_examples", "200", "--num_sparse", "2",
-          "--vocab_sizes", "10", "--num_dense", "2", "--seed", "9",
-          "--eval_output", str(tmp_path / "e"), "--eval_fraction", "0.1"]
-  out = subprocess.run([sys.executable, "-m", "sparsepipe.data.synthetic", *args],
-                       capture_output=True, text=True, env=env, check=False, timeout=120)
+  args = [
+    "--output",
+    str(tmp_path / "t"),
+    "--num_examples",
+    "200",
+    "--num_sparse",
+    "2",
+    "--vocab_sizes",
+    "10",
+    "--num_dense",
+    "2",
+    "--seed",
+    "9",
+    "--eval_output",
+    str(tmp_path / "e"),
+    "--eval_fraction",
+    "0.1",
+  ]
+  out = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.data.synthetic", *args],
+    capture_output=True,
+    text=True,
+    env=env,
+    check=False,
+    timeout=120,
+  )
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   assert lines[0].startswith("wrote 180 examples")
   assert lines[1] == f"eval split: 20 examples (train 180), seed 9: {tmp_path / 'e'}"
   features = criteo_like_features(2, 10)
-  _assert_same(_all_examples(read_manifest(str(tmp_path / "e"))),
-               _stream(20, 9, split="eval", features=features))
+  _assert_same(
+    _all_examples(read_manifest(str(tmp_path / "e"))),
+    _stream(20, 9, split="eval", features=features),
+  )

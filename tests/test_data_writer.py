@@ -24,8 +24,8 @@ from sparsepipe.data.synthetic_gen import generate_batches
 from sparsepipe.data.synthetic_gen import zipf_ids
 
 FEATURES = (
-    SyntheticFeature("u", 50, 1, 3),
-    SyntheticFeature("v", 7, 0, 4, weighted=True, zipf_exponent=1.0),
+  SyntheticFeature("u", 50, 1, 3),
+  SyntheticFeature("v", 7, 0, 4, weighted=True, zipf_exponent=1.0),
 )
 
 
@@ -43,19 +43,30 @@ def _assert_same(x, y):
 
 
 def test_writer_packs_records_and_shards(tmp_path):
-  manifest = write_synthetic(str(tmp_path / "ds"), FEATURES, num_examples=103, num_dense=3,
-                             seed=5, examples_per_record=4, max_records_per_shard=7)
+  manifest = write_synthetic(
+    str(tmp_path / "ds"),
+    FEATURES,
+    num_examples=103,
+    num_dense=3,
+    seed=5,
+    examples_per_record=4,
+    max_records_per_shard=7,
+  )
   # 103 examples -> 25 full records + 1 of 3; shards of at most 7 records.
   assert manifest.num_examples == 103 and manifest.num_records == 26
   assert [(s.path, s.num_records, s.num_examples) for s in manifest.shards] == [
-      ("part-00000.arrayrecord", 7, 28),
-      ("part-00001.arrayrecord", 7, 28),
-      ("part-00002.arrayrecord", 7, 28),
-      ("part-00003.arrayrecord", 5, 19),
+    ("part-00000.arrayrecord", 7, 28),
+    ("part-00001.arrayrecord", 7, 28),
+    ("part-00002.arrayrecord", 7, 28),
+    ("part-00003.arrayrecord", 5, 19),
   ]
   assert sorted(os.listdir(tmp_path / "ds")) == [
-      "manifest.json", "part-00000.arrayrecord", "part-00001.arrayrecord",
-      "part-00002.arrayrecord", "part-00003.arrayrecord"]
+    "manifest.json",
+    "part-00000.arrayrecord",
+    "part-00001.arrayrecord",
+    "part-00002.arrayrecord",
+    "part-00003.arrayrecord",
+  ]
   with open(tmp_path / "ds" / "manifest.json") as f:
     raw = json.load(f)
   assert raw["format"] == "sparsepipe.arrayrecord" and raw["format_version"] == 1
@@ -77,13 +88,23 @@ def test_writer_packs_records_and_shards(tmp_path):
 
 
 def test_synthetic_is_deterministic_per_seed_and_independent_of_packing(tmp_path):
-  a = write_synthetic(str(tmp_path / "a"), FEATURES, num_examples=40, num_dense=2, seed=1,
-                      examples_per_record=3)
-  b = write_synthetic(str(tmp_path / "b"), FEATURES, num_examples=40, num_dense=2, seed=1,
-                      examples_per_record=16, max_records_per_shard=1)
+  a = write_synthetic(
+    str(tmp_path / "a"), FEATURES, num_examples=40, num_dense=2, seed=1, examples_per_record=3
+  )
+  b = write_synthetic(
+    str(tmp_path / "b"),
+    FEATURES,
+    num_examples=40,
+    num_dense=2,
+    seed=1,
+    examples_per_record=16,
+    max_records_per_shard=1,
+  )
   c = write_synthetic(str(tmp_path / "c"), FEATURES, num_examples=40, num_dense=2, seed=2)
   _assert_same(_all_examples(a), _all_examples(b))
-  assert not np.array_equal(_all_examples(a).sparse["u"].values, _all_examples(c).sparse["u"].values)
+  assert not np.array_equal(
+    _all_examples(a).sparse["u"].values, _all_examples(c).sparse["u"].values
+  )
   ex = _all_examples(a)
   lengths = ex.sparse["u"].row_lengths
   assert lengths.min() >= 1 and lengths.max() <= 3
@@ -107,16 +128,28 @@ def test_criteo_like_features():
   assert [f.name for f in feats[:3]] == ["C1", "C2", "C3"] and len(feats) == 26
   with pytest.raises(ValueError, match=r"vocab_sizes has 2 entries, expected 1 or 26"):
     criteo_like_features(26, [1, 2])
-  with pytest.raises(ValueError, match=r"feature 'x': need 0 <= min_ids <= max_ids, got min_ids=3 max_ids=2"):
+  with pytest.raises(
+    ValueError, match=r"feature 'x': need 0 <= min_ids <= max_ids, got min_ids=3 max_ids=2"
+  ):
     SyntheticFeature("x", 10, 3, 2)
 
 
 def test_writer_refuses_existing_dataset_and_overwrites(tmp_path):
   write_synthetic(str(tmp_path), FEATURES, num_examples=10, seed=0)
-  with pytest.raises(FileExistsError, match=r"already holds a dataset \(manifest.json or 1 shard files\); pass overwrite=True"):
+  with pytest.raises(
+    FileExistsError,
+    match=r"already holds a dataset \(manifest.json or 1 shard files\); pass overwrite=True",
+  ):
     write_synthetic(str(tmp_path), FEATURES, num_examples=10, seed=0)
-  m = write_synthetic(str(tmp_path), FEATURES, num_examples=300, seed=0, examples_per_record=1,
-                      max_records_per_shard=100, overwrite=True)
+  m = write_synthetic(
+    str(tmp_path),
+    FEATURES,
+    num_examples=300,
+    seed=0,
+    examples_per_record=1,
+    max_records_per_shard=100,
+    overwrite=True,
+  )
   assert len(m.shards) == 3 and read_manifest(str(tmp_path)).num_examples == 300
 
 
@@ -125,8 +158,11 @@ def test_failed_write_leaves_no_manifest(tmp_path):
   with pytest.raises(ValueError, match=r"feature 'a': id 9 out of range \[0, 5\)"):
     with ShardedRecordWriter(str(tmp_path), schema, examples_per_record=1) as writer:
       writer.write(Example(0.0, np.zeros(0, np.float32), {"a": np.array([1])}))
-      bad = ExampleBatch(np.zeros(1, np.float32), np.zeros((1, 0), np.float32),
-                         {"a": RaggedBatch(np.array([9], np.int32), np.array([1], np.int32))})
+      bad = ExampleBatch(
+        np.zeros(1, np.float32),
+        np.zeros((1, 0), np.float32),
+        {"a": RaggedBatch(np.array([9], np.int32), np.array([1], np.int32))},
+      )
       writer.write_batch(bad)
   assert not os.path.exists(tmp_path / "manifest.json")
   with pytest.raises(ManifestError, match=r"no manifest.json in .* \(not a finished dataset\)"):
@@ -134,8 +170,9 @@ def test_failed_write_leaves_no_manifest(tmp_path):
 
 
 def test_manifest_consistency_checks(tmp_path):
-  m = write_synthetic(str(tmp_path), FEATURES, num_examples=20, seed=0, examples_per_record=2,
-                      max_records_per_shard=5)
+  m = write_synthetic(
+    str(tmp_path), FEATURES, num_examples=20, seed=0, examples_per_record=2, max_records_per_shard=5
+  )
   path = tmp_path / "manifest.json"
   raw = json.loads(path.read_text())
   raw["num_records"] = 11
@@ -146,7 +183,9 @@ def test_manifest_consistency_checks(tmp_path):
   raw["shards"][1]["num_records"] = 6
   raw["shards"][0]["num_records"] = 4
   path.write_text(json.dumps(raw))
-  with pytest.raises(ManifestError, match=r"part-00000.arrayrecord' holds 5 records, manifest says 4"):
+  with pytest.raises(
+    ManifestError, match=r"part-00000.arrayrecord' holds 5 records, manifest says 4"
+  ):
     read_manifest(str(tmp_path), verify_shards=True)
   raw["format_version"] = 9
   path.write_text(json.dumps(raw))

@@ -15,10 +15,10 @@ from sparsepipe.core.mesh import DATA_AXIS, make_mesh
 
 B, ND = 16, 5
 CONFIG = dlrm.DLRMConfig(
-    num_dense_features=ND,
-    feature_dims=(("a", 8), ("b", 4), ("c", 8)),
-    bottom_mlp_dims=(12, 8),
-    top_mlp_dims=(10,),
+  num_dense_features=ND,
+  feature_dims=(("a", 8), ("b", 4), ("c", 8)),
+  bottom_mlp_dims=(12, 8),
+  top_mlp_dims=(10,),
 )
 
 
@@ -55,16 +55,16 @@ def test_init_shapes_and_determinism():
   params = dlrm.init_dlrm_params(jax.random.key(3), CONFIG)
   shapes = jax.tree.map(lambda x: x.shape, params)
   assert shapes == {
-      "bottom_mlp": {
-          "layer_0": {"kernel": (5, 12), "bias": (12,)},
-          "layer_1": {"kernel": (12, 8), "bias": (8,)},
-      },
-      # 8 bottom outputs + 4*3/2 = 6 interactions.
-      "top_mlp": {
-          "layer_0": {"kernel": (14, 10), "bias": (10,)},
-          "layer_1": {"kernel": (10, 1), "bias": (1,)},
-      },
-      "projection": {"b": (4, 8)},
+    "bottom_mlp": {
+      "layer_0": {"kernel": (5, 12), "bias": (12,)},
+      "layer_1": {"kernel": (12, 8), "bias": (8,)},
+    },
+    # 8 bottom outputs + 4*3/2 = 6 interactions.
+    "top_mlp": {
+      "layer_0": {"kernel": (14, 10), "bias": (10,)},
+      "layer_1": {"kernel": (10, 1), "bias": (1,)},
+    },
+    "projection": {"b": (4, 8)},
   }
   again = dlrm.init_dlrm_params(jax.random.key(3), CONFIG)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
@@ -80,7 +80,7 @@ def test_logits_match_numpy():
   z = numpy_logits(params, dense, acts)
   expected = np.mean(np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z))))
   np.testing.assert_allclose(
-      dlrm.dlrm_loss(params, CONFIG, dense, acts, labels), expected, rtol=1e-5
+    dlrm.dlrm_loss(params, CONFIG, dense, acts, labels), expected, rtol=1e-5
   )
 
 
@@ -92,12 +92,18 @@ def test_without_dense_features_the_embeddings_sum_is_the_first_order_term():
   assert params["top_mlp"]["layer_0"]["kernel"].shape == (8 + 3, 10)
   _, acts, _ = inputs()
   p = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
-  vectors = [acts[n].astype(np.float64) @ p["projection"][n] if d != 8 else acts[n]
-             for n, d in config.feature_dims]
-  feats = [sum(vectors)] + [np.sum(vectors[i] * vectors[j], axis=1, keepdims=True)
-                            for i in range(3) for j in range(i)]
-  h = np.maximum(np.concatenate(feats, axis=1) @ p["top_mlp"]["layer_0"]["kernel"]
-                 + p["top_mlp"]["layer_0"]["bias"], 0)
+  vectors = [
+    acts[n].astype(np.float64) @ p["projection"][n] if d != 8 else acts[n]
+    for n, d in config.feature_dims
+  ]
+  feats = [sum(vectors)] + [
+    np.sum(vectors[i] * vectors[j], axis=1, keepdims=True) for i in range(3) for j in range(i)
+  ]
+  h = np.maximum(
+    np.concatenate(feats, axis=1) @ p["top_mlp"]["layer_0"]["kernel"]
+    + p["top_mlp"]["layer_0"]["bias"],
+    0,
+  )
   expected = (h @ p["top_mlp"]["layer_1"]["kernel"] + p["top_mlp"]["layer_1"]["bias"])[:, 0]
   logits = dlrm.dlrm_logits(params, config, np.zeros((B, 0), np.float32), acts)
   np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
@@ -109,7 +115,7 @@ def test_config_from_feature_specs_and_errors():
       self.name, self.output_shape = name, (B, dim)
 
   config = dlrm.DLRMConfig.from_feature_specs(
-      {"x": Spec("x", 4), "y": Spec("y", 16)}, 3, bottom_mlp_dims=(16,)
+    {"x": Spec("x", 4), "y": Spec("y", 16)}, 3, bottom_mlp_dims=(16,)
   )
   assert config.feature_dims == (("x", 4), ("y", 16))
   with pytest.raises(ValueError, match=r"DLRM: duplicate feature names in \['a', 'a'\]"):
@@ -121,9 +127,7 @@ def test_config_from_feature_specs_and_errors():
   with pytest.raises(ValueError, match=r"DLRM: 2 activation arrays for 3 features"):
     dlrm.dlrm_logits(params, CONFIG, dense, {"a": acts["a"], "b": acts["b"]})
   acts["c"] = acts["c"][:, :4]
-  with pytest.raises(
-      ValueError, match="DLRM: feature 'c' activations have dim 4, config says 8"
-  ):
+  with pytest.raises(ValueError, match="DLRM: feature 'c' activations have dim 4, config says 8"):
     dlrm.dlrm_logits(params, CONFIG, dense, acts)
 
 
@@ -157,9 +161,9 @@ def test_tc_stage_zero_equals_replicated_and_global_gradients(mesh):
   # First step: loss and activation gradients of the global mean loss.
   params = dlrm.init_dlrm_params(jax.random.key(0), CONFIG)
   dense, acts, labels = inputs(0)
-  loss, act_grads = jax.value_and_grad(
-      lambda a: dlrm.dlrm_loss(params, CONFIG, dense, a, labels)
-  )(acts)
+  loss, act_grads = jax.value_and_grad(lambda a: dlrm.dlrm_loss(params, CONFIG, dense, a, labels))(
+    acts
+  )
   grads, out, _ = z_results[0]
   np.testing.assert_allclose(out["loss"], loss, rtol=1e-6)
   for name in act_grads:

@@ -56,36 +56,44 @@ def _setup(g, s):
   init = UniformInitializer(0.5)  # compiles faster than a truncated normal
   t0 = TableSpec("t0", 50, 8, "mean", initializer=init, optimizer=ADAM)
   t1 = TableSpec("t1", 30, 6, "mean", initializer=init, optimizer=ADAM)
-  t2 = TableSpec(
-      "t2", 20, 16, "sum", initializer=init, optimizer=ADAGRAD,
-      max_ids_per_partition=64)
+  t2 = TableSpec("t2", 20, 16, "sum", initializer=init, optimizer=ADAGRAD, max_ids_per_partition=64)
   # t3: every SC fills partition 0 to exactly max_ids_per_partition, with a
   # COO buffer smaller than the theoretical maximum.
   t3 = TableSpec(
-      "t3", 130, 4, "sqrtn", initializer=init, optimizer=SGD,
-      max_ids_per_partition=8, max_unique_ids_per_partition=8,
-      suggested_coo_buffer_size_per_device=16 * s,
+    "t3",
+    130,
+    4,
+    "sqrtn",
+    initializer=init,
+    optimizer=SGD,
+    max_ids_per_partition=8,
+    max_unique_ids_per_partition=8,
+    suggested_coo_buffer_size_per_device=16 * s,
   )
   feature = lambda name, table, batch: FeatureSpec(
-      name, table, (batch, 4), (batch, table.embedding_dim))
+    name, table, (batch, 4), (batch, table.embedding_dim)
+  )
   specs = {
-      "f0": feature("f0", t0, BATCH),
-      "f1": feature("f1", t1, BATCH),
-      "f2a": feature("f2a", t2, BATCH),
-      "f2b": feature("f2b", t2, 2 * BATCH),
-      "f3": feature("f3", t3, BATCH),
+    "f0": feature("f0", t0, BATCH),
+    "f1": feature("f1", t1, BATCH),
+    "f2a": feature("f2a", t2, BATCH),
+    "f2b": feature("f2b", t2, 2 * BATCH),
+    "f3": feature("f3", t3, BATCH),
   }
   specs = stack_tables(
-      specs, ["t0", "t1"], g, s, rotation=3,
-      stack_to_max_ids_per_partition=lambda name, batch: 64,
-      stack_to_max_unique_ids_per_partition=lambda name, batch: 64,
+    specs,
+    ["t0", "t1"],
+    g,
+    s,
+    rotation=3,
+    stack_to_max_ids_per_partition=lambda name, batch: 64,
+    stack_to_max_unique_ids_per_partition=lambda name, batch: 64,
   )
   specs = prepare_feature_specs_for_training(specs, g, s)
   mesh = make_mesh(jax.devices()[:g])
   kw = dict(feature_specs=specs, mesh=mesh, num_sc_per_device=s)
   lookup = jax.jit(functools.partial(sparse_dense_matmul, **kw))
-  update = jax.jit(
-      functools.partial(sparse_dense_matmul_grad, **kw), donate_argnums=(2,))
+  update = jax.jit(functools.partial(sparse_dense_matmul_grad, **kw), donate_argnums=(2,))
   return specs, mesh, lookup, update
 
 
@@ -97,8 +105,7 @@ def _ragged(rng, spec, n, weighted):
     # Sample j of SC c holds M / n_f distinct multiples of N: partition 0 of
     # every SC gets exactly M = 8 entries.
     per_sample = 8 // (batch // n)
-    rows = [n * (np.arange(per_sample) + per_sample * (j % (batch // n)))
-            for j in range(batch)]
+    rows = [n * (np.arange(per_sample) + per_sample * (j % (batch // n))) for j in range(batch)]
   else:
     rows = [rng.integers(0, vocab, rng.integers(0, 6)) for _ in range(batch)]
     rows[0] = np.array([1, 1, 2])
@@ -123,9 +130,9 @@ def _gains(weights, combiner):
 def _samples(spec, batch):
   """(row index, ids, gains) per non-empty sample, in float64."""
   splits = batch.row_splits()
-  weights = (
-      np.ones(batch.values.shape) if batch.weights is None else batch.weights
-  ).astype(np.float64)
+  weights = (np.ones(batch.values.shape) if batch.weights is None else batch.weights).astype(
+    np.float64
+  )
   for i in range(batch.batch_size):
     ids = batch.values[splits[i] : splits[i + 1]]
     if ids.size:
@@ -152,8 +159,7 @@ def _reference_update(specs, batches, grads, logical, step):
       for row, gain in zip(ids, gains):
         dense[name][row, : grad.shape[1]] += gain * grad[i]
         touched[name].add(int(row))
-  optimizers = {
-      s.table_spec.name: s.table_spec.optimizer for s in specs.values()}
+  optimizers = {s.table_spec.name: s.table_spec.optimizer for s in specs.values()}
   new = {}
   for name, old in logical.items():
     rows = np.array(sorted(touched[name]), np.int64)
@@ -180,8 +186,7 @@ def _reference_update(specs, batches, grads, logical, step):
 
 
 def _preprocess(specs, batches, g, s, mesh):
-  pre, _ = preprocess_sparse_dense_matmul_input(
-      batches, None, specs, g, g, num_sc_per_device=s)
+  pre, _ = preprocess_sparse_dense_matmul_input(batches, None, specs, g, g, num_sc_per_device=s)
   put = lambda x: jax.device_put(x, data_sharding(mesh))
   return jax.tree.map(put, pre.sparse_dense_matmul_input)
 
@@ -194,26 +199,19 @@ def _assert_close(actual, expected):
 def test_lookup_and_update_match_dense_references(g, s):
   specs, mesh, lookup, update = _setup(g, s)
   n = g * s
-  state = init_embedding_variables(
-      jax.random.key(1), specs, mesh, num_sc_per_device=s)
+  state = init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=s)
   logical = unstack_embedding_variables(state, specs, num_sc_per_device=s)
   rng = np.random.default_rng(g * 10 + s)
   for step in range(2):
-    batches = {
-        k: _ragged(rng, f, n, weighted=step == 0) for k, f in specs.items()}
+    batches = {k: _ragged(rng, f, n, weighted=step == 0) for k, f in specs.items()}
     sparse = _preprocess(specs, batches, g, s, mesh)
     acts = lookup(sparse, state)
     assert set(acts) == set(specs)
     for key, spec in specs.items():
       assert acts[key].shape == spec.output_shape
       assert acts[key].dtype == jnp.float32
-      _assert_close(
-          np.asarray(acts[key]),
-          _reference_activations(spec, batches[key], logical))
-    grads = {
-        k: jnp.asarray(rng.normal(size=a.shape), jnp.float32)
-        for k, a in acts.items()
-    }
+      _assert_close(np.asarray(acts[key]), _reference_activations(spec, batches[key], logical))
+    grads = {k: jnp.asarray(rng.normal(size=a.shape), jnp.float32) for k, a in acts.items()}
     expected = _reference_update(specs, batches, grads, logical, step)
     old_tables = [v.table for v in state.values()]
     state = update(grads, sparse, state, step=jnp.int32(step))
@@ -236,10 +234,8 @@ def test_lookup_and_update_match_dense_references(g, s):
 def test_all_zero_buffers_change_nothing(g, s):
   """The pipeline's dummy inputs (all zeros) select no entry at all."""
   specs, mesh, lookup, update = _setup(g, s)
-  state = init_embedding_variables(
-      jax.random.key(2), specs, mesh, num_sc_per_device=s)
-  batches = {k: _ragged(np.random.default_rng(0), f, g * s, True)
-             for k, f in specs.items()}
+  state = init_embedding_variables(jax.random.key(2), specs, mesh, num_sc_per_device=s)
+  batches = {k: _ragged(np.random.default_rng(0), f, g * s, True) for k, f in specs.items()}
   sparse = _preprocess(specs, batches, g, s, mesh)
   zeros = jax.tree.map(jnp.zeros_like, sparse)
   before = jax.tree.map(np.asarray, state)
@@ -253,40 +249,36 @@ def test_all_zero_buffers_change_nothing(g, s):
 
 def test_buffers_with_leading_dimension_are_rejected():
   specs, mesh, lookup, _ = _setup(2, 2)
-  batches = {k: _ragged(np.random.default_rng(0), f, 4, True)
-             for k, f in specs.items()}
+  batches = {k: _ragged(np.random.default_rng(0), f, 4, True) for k, f in specs.items()}
   pre, _ = preprocess_sparse_dense_matmul_input(
-      batches, None, specs, 2, 2, num_sc_per_device=2,
-      has_leading_dimension=True)
-  state = init_embedding_variables(
-      jax.random.key(0), specs, mesh, num_sc_per_device=2)
+    batches, None, specs, 2, 2, num_sc_per_device=2, has_leading_dimension=True
+  )
+  state = init_embedding_variables(jax.random.key(0), specs, mesh, num_sc_per_device=2)
   with pytest.raises(
-      EmbeddingLayoutError,
-      match=r"stack 't0_t1': lhs_row_pointers has shape \(2, 16\), expected"
-      r" \(32,\) \(2 devices, flattened",
+    EmbeddingLayoutError,
+    match=r"stack 't0_t1': lhs_row_pointers has shape \(2, 16\), expected"
+    r" \(32,\) \(2 devices, flattened",
   ):
     lookup(pre.sparse_dense_matmul_input, state)
   missing = SparseDenseMatmulInput({}, {}, {}, {})
   with pytest.raises(
-      EmbeddingLayoutError,
-      match="sparse input lhs_row_pointers has no stack 't0_t1'",
+    EmbeddingLayoutError,
+    match="sparse input lhs_row_pointers has no stack 't0_t1'",
   ):
     lookup(missing, state)
 
 
 def test_gradient_shape_is_checked():
   specs, mesh, _, update = _setup(2, 2)
-  state = init_embedding_variables(
-      jax.random.key(0), specs, mesh, num_sc_per_device=2)
-  batches = {k: _ragged(np.random.default_rng(0), f, 4, True)
-             for k, f in specs.items()}
+  state = init_embedding_variables(jax.random.key(0), specs, mesh, num_sc_per_device=2)
+  batches = {k: _ragged(np.random.default_rng(0), f, 4, True) for k, f in specs.items()}
   sparse = _preprocess(specs, batches, 2, 2, mesh)
   grads = {k: jnp.zeros(f.output_shape, jnp.float32) for k, f in specs.items()}
   grads["f1"] = jnp.zeros((16, 8), jnp.float32)
   with pytest.raises(
-      EmbeddingLayoutError,
-      match=r"feature 'f1': activation gradient has shape \(16, 8\), expected"
-      r" \(16, 6\)",
+    EmbeddingLayoutError,
+    match=r"feature 'f1': activation gradient has shape \(16, 8\), expected"
+    r" \(16, 6\)",
   ):
     update(grads, sparse, state, step=0)
 
@@ -317,16 +309,14 @@ def test_memory_grows_with_the_batch_not_the_table():
   """Compiled (never run) on a 64 MiB table: temporaries stay tiny."""
   g, s = 2, 2
   table = TableSpec("big", 1 << 21, 8, optimizer=ADAM, max_ids_per_partition=16)
-  specs = prepare_feature_specs_for_training(
-      {"f": FeatureSpec("f", table, (16, 2), (16, 8))}, g, s)
+  specs = prepare_feature_specs_for_training({"f": FeatureSpec("f", table, (16, 2), (16, 8))}, g, s)
   mesh = make_mesh(jax.devices()[:g])
   batches = {"f": _ragged(np.random.default_rng(0), specs["f"], g * s, True)}
   sparse = _preprocess(specs, batches, g, s, mesh)
   state = abstract_embedding_variables(specs, mesh, num_sc_per_device=s)
   grads = {"f": jax.ShapeDtypeStruct((16, 8), jnp.float32)}
   kw = dict(feature_specs=specs, mesh=mesh, num_sc_per_device=s)
-  update = jax.jit(
-      functools.partial(sparse_dense_matmul_grad, **kw), donate_argnums=(2,))
+  update = jax.jit(functools.partial(sparse_dense_matmul_grad, **kw), donate_argnums=(2,))
   memory = update.lower(grads, sparse, state, step=0).compile()
   memory = memory.memory_analysis()
   shard_bytes = (1 << 21) * 8 * 4 // g

@@ -32,19 +32,17 @@ from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import stack_tables
 
 S = 2
-ADAGRAD = AdagradOptimizerSpec(
-    learning_rate=0.1, initial_accumulator_value=0.25)
+ADAGRAD = AdagradOptimizerSpec(learning_rate=0.1, initial_accumulator_value=0.25)
 
 
 def _raw_specs():
   tables = [
-      TableSpec("t0", 50, 8, optimizer=ADAGRAD),
-      TableSpec("t1", 30, 6, optimizer=ADAGRAD),
-      TableSpec("t2", 70, 16, optimizer=ADAGRAD),
+    TableSpec("t0", 50, 8, optimizer=ADAGRAD),
+    TableSpec("t1", 30, 6, optimizer=ADAGRAD),
+    TableSpec("t2", 70, 16, optimizer=ADAGRAD),
   ]
   return {
-      f"f{i}": FeatureSpec(f"f{i}", t, (16, 4), (16, t.embedding_dim))
-      for i, t in enumerate(tables)
+    f"f{i}": FeatureSpec(f"f{i}", t, (16, 4), (16, t.embedding_dim)) for i, t in enumerate(tables)
   }
 
 
@@ -66,8 +64,8 @@ def _random_logical(specs, seed):
     t = f.table_spec
     shape = (t.vocabulary_size, t.embedding_dim)
     out[t.name] = EmbeddingVariables(
-        rng.normal(size=shape).astype(np.float32),
-        (rng.uniform(0.1, 1.0, shape).astype(np.float32),),
+      rng.normal(size=shape).astype(np.float32),
+      (rng.uniform(0.1, 1.0, shape).astype(np.float32),),
     )
   return out
 
@@ -84,25 +82,22 @@ def test_physical_rows_follow_the_coo_mod_formula(g):
     t = f.id_transformation
     col = ((ids + t.col_shift) & (n - 1)) + (ids & ~(n - 1)) + t.col_offset
     expected = (col % n) * (layout.vocab_size // n) + col // n
-    np.testing.assert_array_equal(
-        physical_row_ids(layout, f.table_spec.name, ids), expected)
+    np.testing.assert_array_equal(physical_row_ids(layout, f.table_spec.name, ids), expected)
   # The second table of the stack is rotated once N > 2.
   assert specs["f1"].id_transformation.col_shift == (S if n > S else 0)
 
 
 def test_physical_rows_agree_with_jax_tpu_embedding():
-  table_stacking = pytest.importorskip(
-      "jax_tpu_embedding.sparsecore.lib.nn.table_stacking")
+  table_stacking = pytest.importorskip("jax_tpu_embedding.sparsecore.lib.nn.table_stacking")
   specs = _specs(8)
   layouts = stack_layouts(specs, 16)
   for f in specs.values():
     layout, setting = layouts[f.stack_name], f.table_spec.setting_in_stack
     ids = np.arange(f.table_spec.vocabulary_size)
     expected = table_stacking.compute_physical_row_ids(
-        16, layout.vocab_size, setting.shard_rotation,
-        setting.row_offset_in_shard, ids)
-    np.testing.assert_array_equal(
-        physical_row_ids(layout, f.table_spec.name, ids), expected)
+      16, layout.vocab_size, setting.shard_rotation, setting.row_offset_in_shard, ids
+    )
+    np.testing.assert_array_equal(physical_row_ids(layout, f.table_spec.name, ids), expected)
 
 
 def test_logical_physical_round_trip_on_host():
@@ -136,10 +131,10 @@ def test_init_is_sharded_nonzero_and_independent_of_devices_and_stacking():
     layout = layouts[name]
     assert v.table.shape == (layout.vocab_size, layout.dim)
     assert v.table.dtype == jnp.float32
-    assert v.table.sharding == NamedSharding(
-        mesh8, PartitionSpec(DATA_AXIS, None))
+    assert v.table.sharding == NamedSharding(mesh8, PartitionSpec(DATA_AXIS, None))
     assert {s.data.shape for s in v.table.addressable_shards} == {
-        (layout.vocab_size // 8, layout.dim)}
+      (layout.vocab_size // 8, layout.dim)
+    }
     assert len(v.slots) == 1
     np.testing.assert_array_equal(np.asarray(v.slots[0]), 0.25)
     # Padding rows and columns are zero; every real row is initialised.
@@ -154,8 +149,8 @@ def test_init_is_sharded_nonzero_and_independent_of_devices_and_stacking():
   for f in specs8.values():
     t = f.table_spec
     expected = t.initializer(
-        table_key(key, t.name), (t.vocabulary_size, t.embedding_dim),
-        jnp.float32)
+      table_key(key, t.name), (t.vocabulary_size, t.embedding_dim), jnp.float32
+    )
     np.testing.assert_array_equal(logical8[t.name], np.asarray(expected))
   for g, stacked in ((4, True), (2, False)):
     specs = _specs(g, stacked)
@@ -170,12 +165,10 @@ def test_relayout_from_8_to_4_devices_keeps_every_row():
   logical = _random_logical(_specs(8), 1)
   specs8, mesh8 = _specs(8), _mesh(8)
   specs4, mesh4 = _specs(4), _mesh(4)
-  state8 = stack_embedding_variables(
-      logical, specs8, mesh8, num_sc_per_device=S)
+  state8 = stack_embedding_variables(logical, specs8, mesh8, num_sc_per_device=S)
   back8 = unstack_embedding_variables(state8, specs8, num_sc_per_device=S)
   state4 = stack_embedding_variables(back8, specs4, mesh4, num_sc_per_device=S)
-  back4 = unstack_embedding_variables(
-      state4, specs4, num_sc_per_device=S, global_device_count=4)
+  back4 = unstack_embedding_variables(state4, specs4, num_sc_per_device=S, global_device_count=4)
   for back in (back8, back4):
     assert back.keys() == logical.keys()
     for name, v in logical.items():
@@ -198,8 +191,7 @@ def test_stack_embedding_tables_from_host_and_device_arrays():
   logical = {k: v.table for k, v in _random_logical(specs, 2).items()}
   logical["t2"] = jnp.asarray(logical["t2"])
   tables = stack_embedding_tables(logical, specs, mesh, S)
-  assert tables["t2"].sharding == NamedSharding(
-      mesh, PartitionSpec(DATA_AXIS, None))
+  assert tables["t2"].sharding == NamedSharding(mesh, PartitionSpec(DATA_AXIS, None))
   back = unstack_embedding_tables(tables, specs, num_sc_per_device=S)
   for name, values in logical.items():
     np.testing.assert_array_equal(back[name], np.asarray(values))
@@ -211,12 +203,12 @@ def test_abstract_variables_and_shardings_match_init():
   shardings = embedding_variables_sharding(specs, mesh)
   sharding = NamedSharding(mesh, PartitionSpec(DATA_AXIS, None))
   assert shardings == {
-      "t0_t1": EmbeddingVariables(sharding, (sharding,)),
-      "t2": EmbeddingVariables(sharding, (sharding,)),
+    "t0_t1": EmbeddingVariables(sharding, (sharding,)),
+    "t2": EmbeddingVariables(sharding, (sharding,)),
   }
   assert abstract["t0_t1"] == EmbeddingVariables(
-      jax.ShapeDtypeStruct((96, 8), jnp.float32, sharding=sharding),
-      (jax.ShapeDtypeStruct((96, 8), jnp.float32, sharding=sharding),),
+    jax.ShapeDtypeStruct((96, 8), jnp.float32, sharding=sharding),
+    (jax.ShapeDtypeStruct((96, 8), jnp.float32, sharding=sharding),),
   )
   assert abstract["t2"].table.shape == (96, 16)
 
@@ -224,62 +216,56 @@ def test_abstract_variables_and_shardings_match_init():
 def test_layout_errors_name_the_problem():
   raw = _raw_specs()
   with pytest.raises(
-      EmbeddingLayoutError,
-      match=r"feature 'f0' \(table 't0'\): table_spec.setting_in_stack is None;"
-      " pass feature specs returned by prepare_feature_specs_for_training",
+    EmbeddingLayoutError,
+    match=r"feature 'f0' \(table 't0'\): table_spec.setting_in_stack is None;"
+    " pass feature specs returned by prepare_feature_specs_for_training",
   ):
     stack_layouts(raw, 4)
   with pytest.raises(
-      EmbeddingLayoutError,
-      match="the number of global SparseCores must be a power of two, got 6",
+    EmbeddingLayoutError,
+    match="the number of global SparseCores must be a power of two, got 6",
   ):
     stack_layouts(_specs(2), 6)
   with pytest.raises(
-      EmbeddingLayoutError,
-      match=r"stack 't0_t1', table 't1': row_offset_in_shard=8, expected 16 for"
-      r" 8 SparseCores \(tables must tile the shard; specs prepared for another"
-      r" device count\?\)",
+    EmbeddingLayoutError,
+    match=r"stack 't0_t1', table 't1': row_offset_in_shard=8, expected 16 for"
+    r" 8 SparseCores \(tables must tile the shard; specs prepared for another"
+    r" device count\?\)",
   ):
     stack_layouts(_specs(8), 8)
   specs = _specs(2)
   twice = {"a": specs["f0"], "b": dataclasses.replace(specs["f1"], name="f0")}
-  with pytest.raises(
-      EmbeddingLayoutError, match=r"feature names are not unique: \['f0'\]"
-  ):
+  with pytest.raises(EmbeddingLayoutError, match=r"feature names are not unique: \['f0'\]"):
     stack_layouts(twice, 4)
   odd = dict(specs, f2=dataclasses.replace(specs["f2"], output_shape=(10, 16)))
   with pytest.raises(
-      EmbeddingLayoutError,
-      match="stack 't2', feature 'f2': global batch size 10 is not a multiple"
-      " of the 4 global SparseCores",
+    EmbeddingLayoutError,
+    match="stack 't2', feature 'f2': global batch size 10 is not a multiple"
+    " of the 4 global SparseCores",
   ):
     stack_layouts(odd, 4)
   logical = {k: v.table for k, v in _random_logical(specs, 3).items()}
   logical["t1"] = logical["t1"][:, :4]
   with pytest.raises(
-      EmbeddingLayoutError,
-      match=r"stack 't0_t1', table 't1': logical array has shape \(30, 4\),"
-      r" expected \(30, 6\)",
+    EmbeddingLayoutError,
+    match=r"stack 't0_t1', table 't1': logical array has shape \(30, 4\),"
+    r" expected \(30, 6\)",
   ):
     stack_embedding_tables(logical, specs, _mesh(2), S)
-  with pytest.raises(
-      EmbeddingLayoutError, match="no embedding table for stack 't2'"
-  ):
+  with pytest.raises(EmbeddingLayoutError, match="no embedding table for stack 't2'"):
     unstack_embedding_tables(
-        {"t0_t1": np.zeros((96, 8), np.float32)}, specs,
-        num_sc_per_device=S, global_device_count=2)
-  with pytest.raises(
-      EmbeddingLayoutError, match="global_device_count is needed"
-  ):
-    unstack_embedding_tables(
-        {"t0_t1": np.zeros((96, 8), np.float32)}, specs, num_sc_per_device=S)
+      {"t0_t1": np.zeros((96, 8), np.float32)}, specs, num_sc_per_device=S, global_device_count=2
+    )
+  with pytest.raises(EmbeddingLayoutError, match="global_device_count is needed"):
+    unstack_embedding_tables({"t0_t1": np.zeros((96, 8), np.float32)}, specs, num_sc_per_device=S)
 
 
 def test_init_never_holds_a_whole_table_on_one_device():
   """Compiled (never run) for a 64 MiB table on 8 devices."""
   table = TableSpec("big", 1 << 20, 16, optimizer=ADAGRAD)
   specs = prepare_feature_specs_for_training(
-      {"f": FeatureSpec("f", table, (16, 2), (16, 16))}, 8, S)
+    {"f": FeatureSpec("f", table, (16, 2), (16, 16))}, 8, S
+  )
   mesh = _mesh(8)
   layouts = stack_layouts(specs, 16)
   init = embedding_variables._init_function(tuple(layouts.items()), mesh)

@@ -79,36 +79,49 @@ def _schedule(step):
 
 
 CASES = {
-    "adagrad_momentum": (core.AdagradMomentumOptimizerSpec(0.1), _adagrad_momentum),
-    "adagrad_momentum_nesterov_beta2": (
-        core.AdagradMomentumOptimizerSpec(
-            _schedule, momentum=0.5, beta2=0.9, epsilon=1e-3, exponent=3.0,
-            use_nesterov=True, initial_accumulator_value=0.3,
-            initial_momentum_value=0.05),
-        _adagrad_momentum,
+  "adagrad_momentum": (core.AdagradMomentumOptimizerSpec(0.1), _adagrad_momentum),
+  "adagrad_momentum_nesterov_beta2": (
+    core.AdagradMomentumOptimizerSpec(
+      _schedule,
+      momentum=0.5,
+      beta2=0.9,
+      epsilon=1e-3,
+      exponent=3.0,
+      use_nesterov=True,
+      initial_accumulator_value=0.3,
+      initial_momentum_value=0.05,
     ),
-    "ftrl": (core.FTRLOptimizerSpec(0.1), _ftrl),
-    "ftrl_l1_l2_beta": (
-        core.FTRLOptimizerSpec(
-            0.1, learning_rate_power=-0.7, l1_regularization_strength=0.05,
-            l2_regularization_strength=0.2, beta=0.3,
-            initial_accumulator_value=0.5, initial_linear_value=0.01),
-        _ftrl,
+    _adagrad_momentum,
+  ),
+  "ftrl": (core.FTRLOptimizerSpec(0.1), _ftrl),
+  "ftrl_l1_l2_beta": (
+    core.FTRLOptimizerSpec(
+      0.1,
+      learning_rate_power=-0.7,
+      l1_regularization_strength=0.05,
+      l2_regularization_strength=0.2,
+      beta=0.3,
+      initial_accumulator_value=0.5,
+      initial_linear_value=0.01,
     ),
-    "ftrl_linear_times_lr": (
-        core.FTRLOptimizerSpec(
-            _schedule, l1_regularization_strength=0.01,
-            l2_regularization_strength=0.1, beta=0.1,
-            multiply_linear_by_learning_rate=True),
-        _ftrl,
+    _ftrl,
+  ),
+  "ftrl_linear_times_lr": (
+    core.FTRLOptimizerSpec(
+      _schedule,
+      l1_regularization_strength=0.01,
+      l2_regularization_strength=0.1,
+      beta=0.1,
+      multiply_linear_by_learning_rate=True,
     ),
-    "laprop": (core.LaPropOptimizerSpec(0.01), _laprop),
-    "laprop_slots": (
-        core.LaPropOptimizerSpec(lambda: 0.02, b1=0.8, b2=0.9, eps=1e-6,
-                                 initial_slot_value=0.1),
-        _laprop,
-    ),
-    "adam_lr_without_step": (core.AdamOptimizerSpec(lambda: 0.05), _adam),
+    _ftrl,
+  ),
+  "laprop": (core.LaPropOptimizerSpec(0.01), _laprop),
+  "laprop_slots": (
+    core.LaPropOptimizerSpec(lambda: 0.02, b1=0.8, b2=0.9, eps=1e-6, initial_slot_value=0.1),
+    _laprop,
+  ),
+  "adam_lr_without_step": (core.AdamOptimizerSpec(lambda: 0.05), _adam),
 }
 
 
@@ -116,14 +129,21 @@ CASES = {
 def _setup(case):
   opt = CASES[case][0]
   table = core.TableSpec(
-      "t", VOCAB, DIM, "sum", initializer=core.UniformInitializer(0.5),
-      optimizer=opt, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    "t",
+    VOCAB,
+    DIM,
+    "sum",
+    initializer=core.UniformInitializer(0.5),
+    optimizer=opt,
+    max_ids_per_partition=64,
+    max_unique_ids_per_partition=64,
+  )
   specs = {"f": core.FeatureSpec("f", table, (BATCH, 3), (BATCH, DIM))}
   specs = prepare_feature_specs_for_training(specs, G, S)
   mesh = make_mesh(jax.devices()[:G])
-  update = jax.jit(functools.partial(
-      sparse_dense_matmul_grad, feature_specs=specs, mesh=mesh,
-      num_sc_per_device=S))
+  update = jax.jit(
+    functools.partial(sparse_dense_matmul_grad, feature_specs=specs, mesh=mesh, num_sc_per_device=S)
+  )
   return specs, mesh, update
 
 
@@ -138,8 +158,7 @@ def _learning_rate(opt, step):
 def test_update_matches_dense_reference(case):
   opt, rule = CASES[case]
   specs, mesh, update = _setup(case)
-  state = init_embedding_variables(
-      jax.random.key(0), specs, mesh, num_sc_per_device=S)
+  state = init_embedding_variables(jax.random.key(0), specs, mesh, num_sc_per_device=S)
   logical = unstack_embedding_variables(state, specs, num_sc_per_device=S)["t"]
   table = logical.table.astype(np.float64)
   slots = [x.astype(np.float64) for x in logical.slots]
@@ -150,15 +169,16 @@ def test_update_matches_dense_reference(case):
     ids[0] = [5, 5, 6]  # a row twice in one sample
     grads = rng.normal(size=(BATCH, DIM)).astype(np.float32)
     pre, _ = preprocess_sparse_dense_matmul_input(
-        {"f": ids}, None, specs, G, G, num_sc_per_device=S)
+      {"f": ids}, None, specs, G, G, num_sc_per_device=S
+    )
     sparse = jax.device_put(pre.sparse_dense_matmul_input, data_sharding(mesh))
     state = update({"f": jnp.asarray(grads)}, sparse, state, step=step)
     dense = np.zeros((VOCAB, DIM))
     np.add.at(dense, ids.reshape(-1), np.repeat(grads, 3, axis=0))
     rows = np.unique(ids)
     new_rows, new_slots = rule(
-        opt, _learning_rate(opt, step), step, table[rows],
-        [x[rows] for x in slots], dense[rows])
+      opt, _learning_rate(opt, step), step, table[rows], [x[rows] for x in slots], dense[rows]
+    )
     table[rows] = new_rows
     for x, value in zip(slots, new_slots):
       x[rows] = value
@@ -169,19 +189,30 @@ def test_update_matches_dense_reference(case):
 
 
 def test_hyperparameters_and_names():
-  assert [o.short_name() for o in (
-      core.SGDOptimizerSpec(), core.AdagradOptimizerSpec(),
-      core.AdamOptimizerSpec(), core.AdagradMomentumOptimizerSpec(),
-      core.FTRLOptimizerSpec(), core.LaPropOptimizerSpec())] == [
-          "sgd", "adagrad", "adam", "adagrad_momentum", "ftrl", "laprop"]
+  assert [
+    o.short_name()
+    for o in (
+      core.SGDOptimizerSpec(),
+      core.AdagradOptimizerSpec(),
+      core.AdamOptimizerSpec(),
+      core.AdagradMomentumOptimizerSpec(),
+      core.FTRLOptimizerSpec(),
+      core.LaPropOptimizerSpec(),
+    )
+  ] == ["sgd", "adagrad", "adam", "adagrad_momentum", "ftrl", "laprop"]
   ftrl = core.FTRLOptimizerSpec(0.5, -0.25, 0.125, 0.75, 2.0)
-  assert [float(x) for x in ftrl.get_hyperparameters(3)] == [
-      0.5, -0.25, 0.125, 0.75, 2.0]
+  assert [float(x) for x in ftrl.get_hyperparameters(3)] == [0.5, -0.25, 0.125, 0.75, 2.0]
   assert ftrl.slot_names() == ("accumulator", "linear")
   assert ftrl.slot_variables_count() == 2
   momentum = core.AdagradMomentumOptimizerSpec(use_nesterov=True)
   assert [x.item() for x in momentum.get_hyperparameters()] == [
-      np.float32(0.001), np.float32(0.9), 1.0, np.float32(1e-10), 2.0, True]
+    np.float32(0.001),
+    np.float32(0.9),
+    1.0,
+    np.float32(1e-10),
+    2.0,
+    True,
+  ]
   assert momentum.slot_names() == ("accumulator", "momentum")
   laprop = core.LaPropOptimizerSpec(b2=0.5)
   assert float(laprop.get_decay_rate()) == 0.5
@@ -199,8 +230,9 @@ def test_array_hyperparameters_and_named_slots():
   spec = core.AdamOptimizerSpec(jnp.float32(0.5), beta_1=np.float64(0.75))
   assert (spec.learning_rate, spec.beta_1) == (0.5, 0.75)
   assert hash(spec) == hash(core.AdamOptimizerSpec(0.5, beta_1=0.75))
-  with pytest.raises(ValueError, match=re.escape(
-      "AdamOptimizerSpec: learning_rate must be a scalar, got shape (2,)")):
+  with pytest.raises(
+    ValueError, match=re.escape("AdamOptimizerSpec: learning_rate must be a scalar, got shape (2,)")
+  ):
     core.AdamOptimizerSpec(np.ones(2))
   slots = core.FTRLOptimizerSpec(initial_accumulator_value=0.3).slot_variables_initializers()
   assert slots._fields == ("accumulator", "linear")
@@ -214,7 +246,6 @@ def test_learning_rate_forms():
   assert float(core.SGDOptimizerSpec(lambda s: s / 8).get_learning_rate(2)) == 0.25
 
   class Schedule:
-
     def __call__(self, count):
       return count * 2.0
 
@@ -226,33 +257,39 @@ def test_learning_rate_forms():
 
 
 def test_launcher_names_and_unsupported_optimizer():
-  for name, cls in [("ftrl", core.FTRLOptimizerSpec),
-                    ("laprop", core.LaPropOptimizerSpec),
-                    ("adagrad_momentum", core.AdagradMomentumOptimizerSpec)]:
+  for name, cls in [
+    ("ftrl", core.FTRLOptimizerSpec),
+    ("laprop", core.LaPropOptimizerSpec),
+    ("adagrad_momentum", core.AdagradMomentumOptimizerSpec),
+  ]:
     config = ml_collections.ConfigDict(
-        {"embedding_optimizer": {"name": name, "learning_rate": 0.5}})
+      {"embedding_optimizer": {"name": name, "learning_rate": 0.5}}
+    )
     assert config_specs.embedding_optimizer_spec(config) == cls(0.5)
   from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+
   with pytest.raises(
-      UnsupportedOptimizerError,
-      match="embedding optimizer str is not supported: embedding optimizers"
-      " derive from sparsepipe.core.OptimizerSpec"):
+    UnsupportedOptimizerError,
+    match="embedding optimizer str is not supported: embedding optimizers"
+    " derive from sparsepipe.core.OptimizerSpec",
+  ):
     optimizers.step_hyperparameters("sgd", 0)
 
 
 def test_hyperparameters_match_the_reference():
-  ref = pytest.importorskip(
-      "jax_tpu_embedding.sparsecore.lib.nn.embedding_spec")
+  ref = pytest.importorskip("jax_tpu_embedding.sparsecore.lib.nn.embedding_spec")
   pairs = [
-      (core.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6),
-       ref.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6)),
-      (core.FTRLOptimizerSpec(0.1, -0.6, 0.1, 0.2, 0.3),
-       ref.FTRLOptimizerSpec(0.1, -0.6, 0.1, 0.2, 0.3)),
-      (core.AdagradMomentumOptimizerSpec(0.1, 0.5, 0.9, 1e-5, 3.0, True),
-       ref.AdagradMomentumOptimizerSpec(0.1, 0.5, 0.9, 1e-5, 3.0, True)),
-      (core.LaPropOptimizerSpec(0.1, 0.8, 0.9, 1e-6),
-       ref.LaPropOptimizerSpec(0.1, 0.8, 0.9, 1e-6)),
-      (core.SGDOptimizerSpec(lambda: 0.3), ref.SGDOptimizerSpec(lambda: 0.3)),
+    (core.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6), ref.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6)),
+    (
+      core.FTRLOptimizerSpec(0.1, -0.6, 0.1, 0.2, 0.3),
+      ref.FTRLOptimizerSpec(0.1, -0.6, 0.1, 0.2, 0.3),
+    ),
+    (
+      core.AdagradMomentumOptimizerSpec(0.1, 0.5, 0.9, 1e-5, 3.0, True),
+      ref.AdagradMomentumOptimizerSpec(0.1, 0.5, 0.9, 1e-5, 3.0, True),
+    ),
+    (core.LaPropOptimizerSpec(0.1, 0.8, 0.9, 1e-6), ref.LaPropOptimizerSpec(0.1, 0.8, 0.9, 1e-6)),
+    (core.SGDOptimizerSpec(lambda: 0.3), ref.SGDOptimizerSpec(lambda: 0.3)),
   ]
   for ours, theirs in pairs:
     assert ours.short_name() == theirs.short_name()
@@ -263,8 +300,8 @@ def test_hyperparameters_match_the_reference():
       assert len(got) == len(want)
       for a, b in zip(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-6)
-    for init, theirs_init in zip(ours.slot_variables_initializers(),
-                                 theirs.slot_variables_initializers()):
+    for init, theirs_init in zip(
+      ours.slot_variables_initializers(), theirs.slot_variables_initializers()
+    ):
       key = jax.random.key(0)
-      np.testing.assert_array_equal(
-          init(key, (2, 3)), theirs_init(key, (2, 3), jnp.float32))
+      np.testing.assert_array_equal(init(key, (2, 3)), theirs_init(key, (2, 3), jnp.float32))

@@ -17,8 +17,8 @@ S = 2
 NUM_EXAMPLES = 93
 PER_RECORD = 5  # 19 records, the last holds 3
 FEATURES = (
-    data.SyntheticFeature("a", 40, 1, 3),
-    data.SyntheticFeature("b", 24, 0, 4, weighted=True),
+  data.SyntheticFeature("a", 40, 1, 3),
+  data.SyntheticFeature("b", 24, 0, 4, weighted=True),
 )
 
 
@@ -28,11 +28,11 @@ def dataset(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("eval") / "ds")
   schema = data.synthetic_gen.synthetic_schema(FEATURES, 2)
   examples = data.concat_batches(
-      list(data.synthetic_gen.generate_batches(FEATURES, 2, NUM_EXAMPLES, 3))
+    list(data.synthetic_gen.generate_batches(FEATURES, 2, NUM_EXAMPLES, 3))
   )
   examples.dense[:, 0] = np.arange(1, NUM_EXAMPLES + 1)
   with data.ShardedRecordWriter(
-      path, schema, examples_per_record=PER_RECORD, max_records_per_shard=6
+    path, schema, examples_per_record=PER_RECORD, max_records_per_shard=6
   ) as writer:
     writer.write_batch(examples)
   return path, examples
@@ -41,8 +41,14 @@ def dataset(tmp_path_factory):
 def make_specs(global_batch, global_devices):
   specs = {}
   for f in FEATURES:
-    table = core.TableSpec(f"t_{f.name}", f.vocab_size, 8, combiner="sum",
-                           max_ids_per_partition=64, max_unique_ids_per_partition=64)
+    table = core.TableSpec(
+      f"t_{f.name}",
+      f.vocab_size,
+      8,
+      combiner="sum",
+      max_ids_per_partition=64,
+      max_unique_ids_per_partition=64,
+    )
     specs[f.name] = core.FeatureSpec(f.name, table, (global_batch, 4), (global_batch, 8))
   return T.prepare_feature_specs_for_training(specs, global_devices, S)
 
@@ -50,8 +56,14 @@ def make_specs(global_batch, global_devices):
 def host_batches(path, batch, index, count, **kw):
   specs = make_specs(batch * count, 2 * count)
   config = T.InputConfig(path, batch, num_sc_per_device=S, **kw)
-  ds = T.make_eval_pipeline(config, specs, local_device_count=2, global_device_count=2 * count,
-                            process_index=index, process_count=count)
+  ds = T.make_eval_pipeline(
+    config,
+    specs,
+    local_device_count=2,
+    global_device_count=2 * count,
+    process_index=index,
+    process_count=count,
+  )
   return list(ds), specs
 
 
@@ -90,8 +102,11 @@ def test_batches_equal_direct_preprocessing_of_padded_examples(dataset):
   padding = grain_eval.padding_examples(data.read_manifest(path).schema, 3)
   padded = data.concat_batches([last, padding])
   np.testing.assert_array_equal(padded.sparse["a"].row_lengths[13:], 0)
-  want = T.PreprocessSparse(specs, local_device_count=2, global_device_count=2,
-                            num_sc_per_device=S).map(padded).batch
+  want = (
+    T.PreprocessSparse(specs, local_device_count=2, global_device_count=2, num_sc_per_device=S)
+    .map(padded)
+    .batch
+  )
   got = batches[-1].batch
   np.testing.assert_array_equal(got.labels, want.labels)
   np.testing.assert_array_equal(got.dense, want.dense)
@@ -117,8 +132,11 @@ def test_record_starts_allow_a_short_last_record_per_shard(dataset):
   m = dataclasses.replace(manifest, shards=shards)
   np.testing.assert_array_equal(grain_eval.record_starts(m), [0, 5, 10, 13, 18, 19])
   bad = dataclasses.replace(manifest, shards=(data.manifest.ShardInfo("x", 3, 16),))
-  with pytest.raises(ValueError, match=r"shard 'x' of '.*': 3 records hold 16 examples, not full"
-                     r" records of examples_per_record=5 and a last one of 1 to R"):
+  with pytest.raises(
+    ValueError,
+    match=r"shard 'x' of '.*': 3 records hold 16 examples, not full"
+    r" records of examples_per_record=5 and a last one of 1 to R",
+  ):
     grain_eval.record_starts(bad)
 
 
@@ -130,8 +148,14 @@ def eval_specs(vocab):
 def test_corrupt_eval_record_is_an_error_even_with_skip_corrupt(tmp_path):
   shard = _write_with_corrupt_records(str(tmp_path / "ds"), bad={4})
   config = T.InputConfig(str(tmp_path / "ds"), 2, num_sc_per_device=S, skip_corrupt=True)
-  ds = T.make_eval_pipeline(config, eval_specs(10), local_device_count=1, global_device_count=1,
-                            process_index=0, process_count=1)
+  ds = T.make_eval_pipeline(
+    config,
+    eval_specs(10),
+    local_device_count=1,
+    global_device_count=1,
+    process_index=0,
+    process_count=1,
+  )
   with pytest.raises(data.CorruptRecordError, match=rf"^corrupt record 4 in '{shard}'"):
     list(ds)
 
@@ -149,11 +173,20 @@ def test_records_that_disagree_with_the_manifest_are_an_error(tmp_path):
     writer.write(codec.encode_batch(data.batch_from_examples(examples[lo:hi], schema)))
   writer.close()
   data.write_manifest(
-      data.Manifest(path, schema, (data.ShardInfo("part-00000.arrayrecord", 3, 5),), 2)
+    data.Manifest(path, schema, (data.ShardInfo("part-00000.arrayrecord", 3, 5),), 2)
   )
   config = T.InputConfig(path, 2, num_sc_per_device=S)
-  ds = T.make_eval_pipeline(config, eval_specs(10), local_device_count=1, global_device_count=1,
-                            process_index=0, process_count=1)
-  with pytest.raises(ValueError, match=rf"^record 0 of '{shard}' holds 1 examples, the manifest"
-                     r" implies 2\n"):
+  ds = T.make_eval_pipeline(
+    config,
+    eval_specs(10),
+    local_device_count=1,
+    global_device_count=1,
+    process_index=0,
+    process_count=1,
+  )
+  with pytest.raises(
+    ValueError,
+    match=rf"^record 0 of '{shard}' holds 1 examples, the manifest"
+    r" implies 2\n",
+  ):
     list(ds)

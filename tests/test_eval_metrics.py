@@ -35,9 +35,9 @@ def test_auc_known_values():
 def test_log_loss_and_ne_match_direct_formulas():
   labels = np.array([1, 0, 1, 1, 0], np.float32)
   scores = np.array([0.9, 0.2, 0.6, 0.3, 0.5], np.float32)
-  direct = -np.mean([
-      math.log(float(p)) if y else math.log(1 - float(p)) for y, p in zip(labels, scores)
-  ])
+  direct = -np.mean(
+    [math.log(float(p)) if y else math.log(1 - float(p)) for y, p in zip(labels, scores)]
+  )
   assert evaluation.log_loss(labels, scores) == pytest.approx(direct, rel=1e-12)
   rate = 3 / 5
   entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
@@ -79,7 +79,7 @@ def test_bad_input_is_a_clear_error():
 
 def test_merge_keeps_valid_examples_of_one_process():
   labels, scores = evaluation.merge_across_processes(
-      [1, 0, 0, 1], [0.5, 0.25, 0.0, 0.75], [1, 1, 0, 1]
+    [1, 0, 0, 1], [0.5, 0.25, 0.0, 0.75], [1, 1, 0, 1]
   )
   np.testing.assert_array_equal(labels, [1, 0, 1])
   np.testing.assert_array_equal(scores, [0.5, 0.25, 0.75])
@@ -88,6 +88,9 @@ def test_merge_keeps_valid_examples_of_one_process():
 def test_metrics_as_dict():
   m = evaluation.EvalMetrics(auc=0.5, logloss=0.7, ne=1.0, calibration=1.1, examples=3)
   assert m.as_dict("eval/") == {
-      "eval/auc": 0.5, "eval/logloss": 0.7, "eval/ne": 1.0, "eval/calibration": 1.1,
-      "eval/examples": 3,
+    "eval/auc": 0.5,
+    "eval/logloss": 0.7,
+    "eval/ne": 1.0,
+    "eval/calibration": 1.1,
+    "eval/examples": 3,
   }

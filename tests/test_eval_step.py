@@ -41,23 +41,29 @@ class Setup:
     self.mesh = core.make_mesh()
     raw = {}
     for f, dim in zip(FEATURES, (8, 4)):
-      table = core.TableSpec(f"t_{f.name}", f.vocab_size, dim, combiner="mean",
-                             max_ids_per_partition=16, max_unique_ids_per_partition=16,
-                             optimizer=core.SGDOptimizerSpec(0.1))
+      table = core.TableSpec(
+        f"t_{f.name}",
+        f.vocab_size,
+        dim,
+        combiner="mean",
+        max_ids_per_partition=16,
+        max_unique_ids_per_partition=16,
+        optimizer=core.SGDOptimizerSpec(0.1),
+      )
       raw[f.name] = core.FeatureSpec(f.name, table, (B, f.max_ids), (B, dim))
     self.specs = T.prepare_feature_specs_for_training(raw, G, S)
     self.model = pipeline.DLRMConfig.from_feature_specs(
-        self.specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
+      self.specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
     )
     params = pipeline.init_dlrm_params(jax.random.key(0), self.model)
     emb = pipeline.init_embedding_variables(
-        jax.random.key(1), self.specs, self.mesh, num_sc_per_device=S
+      jax.random.key(1), self.specs, self.mesh, num_sc_per_device=S
     )
     self.state = pipeline.create_train_state(optax.adam(0.01), params, self.mesh, emb)
     self.tables = pipeline.unstack_embedding_tables(emb, self.specs, num_sc_per_device=S)
     self.path = path
     self.examples = data.concat_batches(
-        list(data.synthetic_gen.generate_batches(FEATURES, ND, NUM_EXAMPLES, 5))
+      list(data.synthetic_gen.generate_batches(FEATURES, ND, NUM_EXAMPLES, 5))
     )
     if write_data:
       schema = data.synthetic_gen.synthetic_schema(FEATURES, ND)
@@ -78,8 +84,10 @@ class Setup:
       rb = examples.sparse[f.name]
       table = self.tables[f"t_{f.name}"].astype(np.float64)
       splits = rb.row_splits()
-      rows = [table[rb.values[a:b]].mean(0) if b > a else np.zeros(table.shape[1])
-              for a, b in itertools.pairwise(splits)]
+      rows = [
+        table[rb.values[a:b]].mean(0) if b > a else np.zeros(table.shape[1])
+        for a, b in itertools.pairwise(splits)
+      ]
       acts[f.name] = np.stack(rows).astype(np.float32)
     params = jax.tree.map(np.asarray, self.state.params)
     logits = pipeline.dlrm_logits(params, self.model, examples.dense, acts)
@@ -129,9 +137,7 @@ def test_eval_leaves_train_state_bit_identical(setup):
 
 
 def test_one_trace_for_every_batch_and_pass(setup):
-  setup.eval_step = pipeline.make_eval_step(
-      setup.mesh, setup.specs, S, setup.counting_predict
-  )
+  setup.eval_step = pipeline.make_eval_step(setup.mesh, setup.specs, S, setup.counting_predict)
   setup.traces = 0
   for _ in range(2):
     pipeline.evaluate(setup.eval_step, setup.state, setup.eval_batches())
@@ -143,15 +149,14 @@ def test_two_processes_merge_to_the_one_process_metrics(setup, tmp_path_factory)
   port = harness.free_port()
   env = harness.cpu_env(num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("cache"))
   commands = [
-      harness.python_command(EVAL_SCRIPT, setup.path, str(i), f"127.0.0.1:{port}")
-      for i in range(2)
+    harness.python_command(EVAL_SCRIPT, setup.path, str(i), f"127.0.0.1:{port}") for i in range(2)
   ]
   results = harness.run_many(commands, env=env)
   assert [r.returncode for r in results] == [0, 0], results[0].describe()
   want = pipeline.evaluate(setup.eval_step, setup.state, setup.eval_batches())
   for result in results:
     (line,) = [x for x in result.lines if x.startswith("metrics ")]
-    got = json.loads(line[len("metrics "):])
+    got = json.loads(line[len("metrics ") :])
     assert got["examples"] == NUM_EXAMPLES
     assert got["auc"] == pytest.approx(want.auc, abs=1e-12)
     for name in ("logloss", "ne", "calibration"):
@@ -160,7 +165,7 @@ def test_two_processes_merge_to_the_one_process_metrics(setup, tmp_path_factory)
 
 if __name__ == "__main__":  # one process of the 2-process test: DATA PROCESS_ID COORDINATOR
   jax.distributed.initialize(
-      coordinator_address=sys.argv[3], num_processes=2, process_id=int(sys.argv[2])
+    coordinator_address=sys.argv[3], num_processes=2, process_id=int(sys.argv[2])
   )
   proc = Setup(sys.argv[1], write_data=False)
   metrics = pipeline.evaluate(proc.eval_step, proc.state, proc.eval_batches())

@@ -15,10 +15,11 @@ from sparsepipe.transforms import npz_fdo_client
 
 def _stats(stack="s", ids=(1, 2), unique=(1, 1), required=(8, 16), drops=0):
   return core.SparseDenseMatmulInputStats(
-      max_ids_per_partition={stack: np.array(ids, np.int32)},
-      max_unique_ids_per_partition={stack: np.array(unique, np.int32)},
-      required_buffer_size_per_sc={stack: np.array(required, np.int32)},
-      id_drop_counters={stack: drops})
+    max_ids_per_partition={stack: np.array(ids, np.int32)},
+    max_unique_ids_per_partition={stack: np.array(unique, np.int32)},
+    required_buffer_size_per_sc={stack: np.array(required, np.int32)},
+    id_drop_counters={stack: drops},
+  )
 
 
 def _assert_stats(stats, ids, unique, required, drops, stack="s"):
@@ -35,8 +36,12 @@ def test_record_publish_load_roundtrip(tmp_path):
   path = client.publish()
   assert os.path.basename(path).startswith("fdo_stats_0_")
   with np.load(path, allow_pickle=False) as data:
-    assert sorted(data.files) == ["s_id_drop_counters", "s_max_ids",
-                                  "s_max_unique_ids", "s_required_buffer_size"]
+    assert sorted(data.files) == [
+      "s_id_drop_counters",
+      "s_max_ids",
+      "s_max_unique_ids",
+      "s_required_buffer_size",
+    ]
   _assert_stats(client.load(), [4, 5], [3, 2], [16, 8], 3)
 
 
@@ -53,13 +58,19 @@ def test_load_takes_newest_file_per_process_and_merges_with_max(tmp_path):
   assert len(os.listdir(tmp_path)) == 3
   merged = p1.load()
   _assert_stats(merged, [7, 9], [2, 2], [8, 24], 5)
-  specs = {"f": core.FeatureSpec("f", core.TableSpec(name="s", vocabulary_size=64,
-                                                embedding_dim=8), (8, 1), (8, 8))}
+  specs = {
+    "f": core.FeatureSpec(
+      "f", core.TableSpec(name="s", vocabulary_size=64, embedding_dim=8), (8, 1), (8, 8)
+    )
+  }
   specs = T.prepare_feature_specs_for_training(specs, 1, 2)
   tuned = T.update_preprocessing_parameters(specs, merged, 2)
   st = tuned["f"].table_spec.stacked_table_spec
-  assert (st.max_ids_per_partition, st.max_unique_ids_per_partition,
-          st.suggested_coo_buffer_size_per_device) == (9, 2, 48)
+  assert (
+    st.max_ids_per_partition,
+    st.max_unique_ids_per_partition,
+    st.suggested_coo_buffer_size_per_device,
+  ) == (9, 2, 48)
 
 
 def test_publish_twice_in_one_clock_tick_keeps_order(tmp_path, monkeypatch):
@@ -95,9 +106,11 @@ def test_bad_files_are_reported(tmp_path):
   os.remove(tmp_path / "fdo_stats_0_2.npz")
   np.savez(tmp_path / "fdo_stats_0_3.npz", s_max_ids=np.zeros(2, np.int32))
   np.savez(tmp_path / "fdo_stats_1_3.npz", s_max_ids=np.zeros(4, np.int32))
-  with pytest.raises(T.FDOStatsError,
-                     match=r"fdo_stats_1_3.npz: max_ids_per_partition of stack 's'"
-                           r" has shape \(4,\), but earlier statistics have \(2,\)"):
+  with pytest.raises(
+    T.FDOStatsError,
+    match=r"fdo_stats_1_3.npz: max_ids_per_partition of stack 's'"
+    r" has shape \(4,\), but earlier statistics have \(2,\)",
+  ):
     client.load()
 
 
@@ -143,13 +156,13 @@ def test_state_is_json_and_restores(tmp_path):
   client.record(_stats(stack="t", ids=(1,), unique=(1,), required=(8,)))
   state = json.loads(json.dumps(client.get_state()))
   assert state == {
-      "version": 1,
-      "stats": {
-          "max_ids_per_partition": {"s": [3, 4], "t": [1]},
-          "max_unique_ids_per_partition": {"s": [1, 1], "t": [1]},
-          "required_buffer_size_per_sc": {"s": [8, 16], "t": [8]},
-          "id_drop_counters": {"s": 7, "t": 0},
-      },
+    "version": 1,
+    "stats": {
+      "max_ids_per_partition": {"s": [3, 4], "t": [1]},
+      "max_unique_ids_per_partition": {"s": [1, 1], "t": [1]},
+      "required_buffer_size_per_sc": {"s": [8, 16], "t": [8]},
+      "id_drop_counters": {"s": 7, "t": 0},
+    },
   }
   restored = T.NPZFileFDOClient(str(tmp_path), process_index=0)
   restored.set_state(state)
@@ -163,8 +176,11 @@ def test_state_is_json_and_restores(tmp_path):
 
 
 def test_merge_stats():
-  merged = T.merge_stats(_stats(ids=(1, 7), drops=2), _stats(ids=(4, 2), drops=1),
-                         _stats(stack="t", ids=(9,), unique=(9,), required=(16,)))
+  merged = T.merge_stats(
+    _stats(ids=(1, 7), drops=2),
+    _stats(ids=(4, 2), drops=1),
+    _stats(stack="t", ids=(9,), unique=(9,), required=(16,)),
+  )
   _assert_stats(merged, [4, 7], [1, 1], [8, 16], 2)
   _assert_stats(merged, [9], [9], [16], 0, stack="t")
   with pytest.raises(T.FDOStatsError, match="has shape \\(3,\\), but earlier"):
@@ -178,10 +194,11 @@ def test_interchange_with_reference_client(tmp_path, monkeypatch):
 
   def ref_stats(ids, drops):
     return embedding.SparseDenseMatmulInputStats(
-        max_ids_per_partition={"s": np.array(ids, np.int32)},
-        max_unique_ids_per_partition={"s": np.array([1, 1], np.int32)},
-        required_buffer_size_per_sc={"s": np.array([8, 8], np.int32)},
-        id_drop_counters={"s": drops})
+      max_ids_per_partition={"s": np.array(ids, np.int32)},
+      max_unique_ids_per_partition={"s": np.array([1, 1], np.int32)},
+      required_buffer_size_per_sc={"s": np.array([8, 8], np.int32)},
+      id_drop_counters={"s": drops},
+    )
 
   # The reference writes a stacked history per key; we merge it with max.
   ref_dir = tmp_path / "ref"

@@ -9,12 +9,16 @@ from sparsepipe.transforms.grain_host_blocks import HostBlocksMapDataset
 def _global_batches(num_records, per_host_block, hosts, num_batches):
   """Global batch g = concatenation of every host's g-th block, host order."""
   shares = [
-      list(HostBlocksMapDataset(grain.MapDataset.range(num_records), block=per_host_block, index=h, count=hosts))
-      for h in range(hosts)
+    list(
+      HostBlocksMapDataset(
+        grain.MapDataset.range(num_records), block=per_host_block, index=h, count=hosts
+      )
+    )
+    for h in range(hosts)
   ]
   return [
-      [x for share in shares for x in share[g * per_host_block:(g + 1) * per_host_block]]
-      for g in range(num_batches)
+    [x for share in shares for x in share[g * per_host_block : (g + 1) * per_host_block]]
+    for g in range(num_batches)
   ]
 
 
@@ -33,7 +37,10 @@ def test_global_batches_are_the_same_for_any_host_count():
 
 
 def test_hosts_are_disjoint_and_cover_every_whole_global_batch():
-  shares = [set(HostBlocksMapDataset(grain.MapDataset.range(50), block=4, index=h, count=3)) for h in range(3)]
+  shares = [
+    set(HostBlocksMapDataset(grain.MapDataset.range(50), block=4, index=h, count=3))
+    for h in range(3)
+  ]
   assert not (shares[0] & shares[1] or shares[0] & shares[2] or shares[1] & shares[2])
   # 50 // 12 = 4 global batches; the last 2 records of the epoch are left out.
   assert set().union(*shares) == set(range(48))
@@ -48,5 +55,7 @@ def test_indices_past_the_end_continue_in_the_next_parent_epoch():
 
 
 def test_too_few_records_for_one_global_batch():
-  with pytest.raises(ValueError, match=r"5 elements are fewer than one global batch of 6 \(2 hosts x 3\)"):
+  with pytest.raises(
+    ValueError, match=r"5 elements are fewer than one global batch of 6 \(2 hosts x 3\)"
+  ):
     HostBlocksMapDataset(grain.MapDataset.range(5), block=3, index=0, count=2)

@@ -84,7 +84,9 @@ def test_a_saved_checkpoint_evaluates_like_the_job_did(run_with_eval):
   assert (step, trained) == (12, 8)
   assert metrics == result.last_eval
   assert sorted(os.listdir(workdir)) == before
-  with pytest.raises(ValueError, match=r"^no checkpoints in '/nonexistent' \(no '/nonexistent/checkpoints'\)$"):
+  with pytest.raises(
+    ValueError, match=r"^no checkpoints in '/nonexistent' \(no '/nonexistent/checkpoints'\)$"
+  ):
     evaluate_checkpoint("/nonexistent")
 
 
@@ -119,8 +121,9 @@ def test_fewer_steps_that_cut_a_saved_segment_are_refused(first_run):
   # The newest checkpoint ends the 4-batch segment 1 (or later); with 6
   # steps segment 1 would have 2 batches: another pipeline run.
   with pytest.raises(
-      checkpointing.IncompatibleCheckpointError,
-      match=r"is in segment \d of \d batches; with num_steps=5 that segment would not exist or have another length",
+    checkpointing.IncompatibleCheckpointError,
+    match=r"is in segment \d of \d batches; with num_steps=5 that segment would not exist"
+    r" or have another length",
   ):
     train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
 
@@ -130,17 +133,17 @@ def test_non_finite_training_stops_before_saving_it(tmp_path):
   batch, and no checkpoint holds the non-finite model."""
   workdir = str(tmp_path)
   config = launch_testing.tiny_config(
-      dense_optimizer__name="sgd",
-      dense_optimizer__learning_rate=1e38,
-      fdo__every_steps=0,
-      checkpoint__every_steps=1,
-      checkpoint__keep=100,
-      log_every_steps=100,  # losses are read only when a checkpoint is due
+    dense_optimizer__name="sgd",
+    dense_optimizer__learning_rate=1e38,
+    fdo__every_steps=0,
+    checkpoint__every_steps=1,
+    checkpoint__keep=100,
+    log_every_steps=100,  # losses are read only when a checkpoint is due
   )
   with pytest.raises(
-      NonFiniteLossError,
-      match=r"^batch (\d+): the loss is \S+ or an update is not finite; training stopped"
-      r" before saving it \(the newest checkpoint predates this batch\)\.",
+    NonFiniteLossError,
+    match=r"^batch (\d+): the loss is \S+ or an update is not finite; training stopped"
+    r" before saving it \(the newest checkpoint predates this batch\)\.",
   ) as info:
     train_and_evaluate(config, workdir)
   bad = int(re.match(r"batch (\d+)", str(info.value)).group(1))

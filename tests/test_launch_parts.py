@@ -26,10 +26,10 @@ def test_truncate_drops_untrained_batches_and_cut_lines(tmp_path):
   with open(path) as f:
     records = [json.loads(line) for line in f]
   assert records == [
-      {"batch": 0, "loss": 0.5},
-      {"batch": 1, "loss": 0.5},
-      {"batch": 2, "loss": 0.5},
-      {"event": "checkpoint", "step": 3},
+    {"batch": 0, "loss": 0.5},
+    {"batch": 1, "loss": 0.5},
+    {"batch": 2, "loss": 0.5},
+    {"event": "checkpoint", "step": 3},
   ]
 
 
@@ -48,18 +48,18 @@ def test_progress_line_without_terminal_prints_one_line_per_update():
   line.update(20, 2000.0, None, 0.0)
   line.message("done")
   assert stream.getvalue().splitlines() == [
-      "batch 10/100 | 12,346 ex/s | loss 0.6931 | data wait 25%",
-      "batch 20/100 | 2,000 ex/s | loss - | data wait 0% | ckpt 12",
-      "done",
+    "batch 10/100 | 12,346 ex/s | loss 0.6931 | data wait 25%",
+    "batch 20/100 | 2,000 ex/s | loss - | data wait 0% | ckpt 12",
+    "done",
   ]
 
 
 def _stats(max_ids, max_unique, required):
   return core.SparseDenseMatmulInputStats(
-      max_ids_per_partition={"s": np.array(max_ids, np.int32)},
-      max_unique_ids_per_partition={"s": np.array(max_unique, np.int32)},
-      required_buffer_size_per_sc={"s": np.array(required, np.int32)},
-      id_drop_counters={"s": 0},
+    max_ids_per_partition={"s": np.array(max_ids, np.int32)},
+    max_unique_ids_per_partition={"s": np.array(max_unique, np.int32)},
+    required_buffer_size_per_sc={"s": np.array(required, np.int32)},
+    id_drop_counters={"s": 0},
   )
 
 
@@ -76,11 +76,14 @@ def test_headroom_below_one_is_refused():
 
 
 @pytest.mark.parametrize(
-    "args, message",
-    [
-        (("127.0.0.1:1", None, 0), r"multi-host needs all of --coordinator_address, --num_processes and --process_id"),
-        (("127.0.0.1:1", 2, 2), r"--process_id=2 outside 0..1"),
-    ],
+  "args, message",
+  [
+    (
+      ("127.0.0.1:1", None, 0),
+      r"multi-host needs all of --coordinator_address, --num_processes and --process_id",
+    ),
+    (("127.0.0.1:1", 2, 2), r"--process_id=2 outside 0..1"),
+  ],
 )
 def test_incomplete_multihost_flags_are_refused(args, message):
   with pytest.raises(ValueError, match=message):

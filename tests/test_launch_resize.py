@@ -25,19 +25,30 @@ BATCH = ("--config.global_batch_size=32", "--config.per_host_batch_size=0")
 
 def _command(workdir, data_dir, num_steps, *extra):
   return [
-      sys.executable, "-m", "sparsepipe.launch", f"--workdir={workdir}",
-      f"--config={launch_testing.DEMO_CONFIG}",
-      *launch_testing.flag_overrides(data__dir=data_dir), *BATCH,
-      f"--config.num_steps={num_steps}", *extra,
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={launch_testing.DEMO_CONFIG}",
+    *launch_testing.flag_overrides(data__dir=data_dir),
+    *BATCH,
+    f"--config.num_steps={num_steps}",
+    *extra,
   ]
 
 
 def _two_processes(workdir, data_dir, num_steps):
   port = harness.free_port()
   return [
-      _command(workdir, data_dir, num_steps, f"--coordinator_address=127.0.0.1:{port}",
-               "--num_processes=2", f"--process_id={i}")
-      for i in range(2)
+    _command(
+      workdir,
+      data_dir,
+      num_steps,
+      f"--coordinator_address=127.0.0.1:{port}",
+      "--num_processes=2",
+      f"--process_id={i}",
+    )
+    for i in range(2)
   ]
 
 
@@ -56,8 +67,9 @@ def shared(tmp_path_factory):
 def _assert_close_to_reference(workdir, reference):
   ours, theirs = launch_testing.batch_losses(workdir), launch_testing.batch_losses(reference)
   assert sorted(ours) == sorted(theirs) == list(range(12))
-  np.testing.assert_allclose([ours[b] for b in range(12)], [theirs[b] for b in range(12)],
-                             rtol=1e-3)
+  np.testing.assert_allclose(
+    [ours[b] for b in range(12)], [theirs[b] for b in range(12)], rtol=1e-3
+  )
 
 
 def test_eight_to_four_devices_after_an_fdo_retune(shared):
@@ -76,8 +88,11 @@ def test_two_processes_to_one_mid_segment_and_back(shared):
   root, data_dir, env8, env4, reference = shared
   workdir = str(root / "two_to_one")
   runs = harness.run_many(
-      _two_processes(workdir, data_dir, 12), env=env4, timeout_s=400,
-      interruption=harness.Interruption(signal.SIGTERM, r"batch 5/12 .*", target=0))
+    _two_processes(workdir, data_dir, 12),
+    env=env4,
+    timeout_s=400,
+    interruption=harness.Interruption(signal.SIGTERM, r"batch 5/12 .*", target=0),
+  )
   assert [r.returncode for r in runs] == [42, 42], "\n".join(r.describe() for r in runs)
   final = harness.run(_command(workdir, data_dir, 12), env=env8, timeout_s=300)
   assert final.returncode == 0, final.describe()

@@ -23,11 +23,13 @@ FINAL_STEP = 12  # 2 segments of 4 batches + 2 pipeline steps each
 
 def _command(workdir: str, data_dir: str, *extra: str) -> list[str]:
   return [
-      sys.executable, "-m", "sparsepipe.launch",
-      f"--workdir={workdir}",
-      f"--config={launch_testing.DEMO_CONFIG}",
-      *launch_testing.flag_overrides(data__dir=data_dir),
-      *extra,
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={launch_testing.DEMO_CONFIG}",
+    *launch_testing.flag_overrides(data__dir=data_dir),
+    *extra,
   ]
 
 
@@ -55,19 +57,21 @@ def test_sigterm_and_ctrl_c_save_exit_42_and_resume_exactly(shared):
   root, data_dir, env, reference = shared
   workdir = str(root / "sigterm")
   runs = harness.run_interrupted(
-      _command(workdir, data_dir),
-      [
-          # Mid-segment (pipeline full), then Ctrl-C (SIGINT to the process
-          # group, as a terminal sends it) right after the FDO switch.
-          harness.Interruption(signal.SIGTERM, rf"batch 2/{NUM_STEPS} .*"),
-          harness.Interruption(signal.SIGINT, rf"batch 5/{NUM_STEPS} .*"),
-      ],
-      env=env,
-      timeout_s=300,
+    _command(workdir, data_dir),
+    [
+      # Mid-segment (pipeline full), then Ctrl-C (SIGINT to the process
+      # group, as a terminal sends it) right after the FDO switch.
+      harness.Interruption(signal.SIGTERM, rf"batch 2/{NUM_STEPS} .*"),
+      harness.Interruption(signal.SIGINT, rf"batch 5/{NUM_STEPS} .*"),
+    ],
+    env=env,
+    timeout_s=300,
   )
   assert len(runs) == 3
   for interrupted in runs[:2]:
-    assert any(line.startswith("sparsepipe: preempted; checkpoint step") for line in interrupted[0].lines)
+    assert any(
+      line.startswith("sparsepipe: preempted; checkpoint step") for line in interrupted[0].lines
+    )
   assert [e["step"] for e in launch_testing.events(workdir, "resume")] != []
   _assert_same_as_reference(workdir, reference)
 
@@ -76,15 +80,15 @@ def test_sigkill_also_during_an_async_save_resumes_exactly(shared):
   root, data_dir, env, reference = shared
   workdir = str(root / "sigkill")
   harness.run_interrupted(
-      _command(workdir, data_dir),
-      [
-          # Killed while step 6 is being written in the background: the
-          # half-written step is ignored and step 3 is restored.
-          harness.Interruption(signal.SIGKILL, r"checkpoint step 6 saving"),
-          harness.Interruption(signal.SIGKILL, rf"batch 7/{NUM_STEPS} .*"),
-      ],
-      env=env,
-      timeout_s=300,
+    _command(workdir, data_dir),
+    [
+      # Killed while step 6 is being written in the background: the
+      # half-written step is ignored and step 3 is restored.
+      harness.Interruption(signal.SIGKILL, r"checkpoint step 6 saving"),
+      harness.Interruption(signal.SIGKILL, rf"batch 7/{NUM_STEPS} .*"),
+    ],
+    env=env,
+    timeout_s=300,
   )
   _assert_same_as_reference(workdir, reference)
   leftovers = [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]
@@ -94,7 +98,9 @@ def test_sigkill_also_during_an_async_save_resumes_exactly(shared):
 def _assert_close_to_reference(workdir: str, reference: str, rtol: float) -> None:
   ours, theirs = launch_testing.batch_losses(workdir), launch_testing.batch_losses(reference)
   assert sorted(ours) == sorted(theirs)
-  np.testing.assert_allclose([ours[b] for b in sorted(ours)], [theirs[b] for b in sorted(ours)], rtol=rtol)
+  np.testing.assert_allclose(
+    [ours[b] for b in sorted(ours)], [theirs[b] for b in sorted(ours)], rtol=rtol
+  )
   ours = launch_testing.checkpoint_arrays(workdir, FINAL_STEP)
   theirs = launch_testing.checkpoint_arrays(reference, FINAL_STEP)
   assert sorted(ours) == sorted(theirs)
@@ -118,15 +124,15 @@ def test_two_processes_preempted_and_restarted_are_exact(shared):
   def commands(workdir):
     port = harness.free_port()
     return [
-        _command(
-            workdir,
-            data_dir,
-            "--config.per_host_batch_size=16",
-            f"--coordinator_address=127.0.0.1:{port}",
-            "--num_processes=2",
-            f"--process_id={i}",
-        )
-        for i in range(2)
+      _command(
+        workdir,
+        data_dir,
+        "--config.per_host_batch_size=16",
+        f"--coordinator_address=127.0.0.1:{port}",
+        "--num_processes=2",
+        f"--process_id={i}",
+      )
+      for i in range(2)
     ]
 
   uninterrupted = str(root / "two_hosts_reference")
@@ -134,12 +140,12 @@ def test_two_processes_preempted_and_restarted_are_exact(shared):
   assert [r.returncode for r in results] == [0, 0], "\n".join(r.describe() for r in results)
   workdir = str(root / "two_hosts")
   runs = harness.run_interrupted(
-      commands(workdir),
-      # Early: JAX agrees on the preemption step ~0.5 s later; the job must
-      # still be running then.
-      [harness.Interruption(signal.SIGTERM, rf"batch 1/{NUM_STEPS} .*", target=0)],
-      env=env,
-      timeout_s=400,
+    commands(workdir),
+    # Early: JAX agrees on the preemption step ~0.5 s later; the job must
+    # still be running then.
+    [harness.Interruption(signal.SIGTERM, rf"batch 1/{NUM_STEPS} .*", target=0)],
+    env=env,
+    timeout_s=400,
   )
   assert [r.returncode for r in runs[0]] == [42, 42]
   _assert_same_as_reference(workdir, uninterrupted)

@@ -25,9 +25,9 @@ def test_fdo_off_is_one_segment():
 def test_checkpoint_steps_are_unique_and_increasing_over_the_job():
   schedule = SegmentSchedule.create(num_steps=10, fdo_every_steps=4)
   positions = [
-      Position(k, p)
-      for k in range(schedule.num_segments)
-      for p in range(1, schedule.pipeline_steps(k) + 1)
+    Position(k, p)
+    for k in range(schedule.num_segments)
+    for p in range(1, schedule.pipeline_steps(k) + 1)
   ]
   steps = [schedule.checkpoint_step(p) for p in positions]
   assert steps == sorted(steps)
@@ -50,11 +50,11 @@ def test_batches_consumed_and_with_output_lag_as_the_pipeline_does():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(num_steps=0, fdo_every_steps=4), "num_steps=0 must be >= 1"),
-        (dict(num_steps=5, fdo_every_steps=-1), r"fdo.every_steps=-1 must be >= 0"),
-    ],
+  "kwargs, message",
+  [
+    (dict(num_steps=0, fdo_every_steps=4), "num_steps=0 must be >= 1"),
+    (dict(num_steps=5, fdo_every_steps=-1), r"fdo.every_steps=-1 must be >= 0"),
+  ],
 )
 def test_bad_schedules_are_refused(kwargs, message):
   with pytest.raises(ValueError, match=message):

@@ -20,21 +20,21 @@ def test_get_stack_limits_reads_every_stack():
   limits = transforms.get_stack_limits(_specs())
   assert list(limits) == ["a_b", "c"]
   assert limits["c"] == {
-      "max_ids_per_partition": 256,
-      "max_unique_ids_per_partition": 256,
-      "suggested_coo_buffer_size_per_device": None,
+    "max_ids_per_partition": 256,
+    "max_unique_ids_per_partition": 256,
+    "suggested_coo_buffer_size_per_device": None,
   }
 
 
 def test_apply_stack_limits_sets_tables_and_stacked_spec_and_keeps_the_rest():
   specs = _specs()
   new_limits = {
-      "a_b": {
-          "max_ids_per_partition": 40,
-          "max_unique_ids_per_partition": 24,
-          "suggested_coo_buffer_size_per_device": 512,
-      },
-      "c": transforms.get_stack_limits(specs)["c"],
+    "a_b": {
+      "max_ids_per_partition": 40,
+      "max_unique_ids_per_partition": 24,
+      "suggested_coo_buffer_size_per_device": 512,
+    },
+    "c": transforms.get_stack_limits(specs)["c"],
   }
   updated = transforms.apply_stack_limits(specs, new_limits)
   assert transforms.get_stack_limits(updated) == new_limits
@@ -52,12 +52,15 @@ def test_apply_stack_limits_sets_tables_and_stacked_spec_and_keeps_the_rest():
 
 def test_apply_stack_limits_refuses_limits_of_other_stacks():
   with pytest.raises(
-      ValueError,
-      match=r"limits are for stacks \['a', 'b', 'c'\] but the feature specs have"
-      r" stacks \['a_b', 'c'\]",
+    ValueError,
+    match=r"limits are for stacks \['a', 'b', 'c'\] but the feature specs have"
+    r" stacks \['a_b', 'c'\]",
   ):
-    limit = {"max_ids_per_partition": 8, "max_unique_ids_per_partition": 8,
-             "suggested_coo_buffer_size_per_device": None}
+    limit = {
+      "max_ids_per_partition": 8,
+      "max_unique_ids_per_partition": 8,
+      "suggested_coo_buffer_size_per_device": None,
+    }
     transforms.apply_stack_limits(_specs(), {"a": limit, "b": limit, "c": limit})
 
 
@@ -71,7 +74,8 @@ def test_apply_stack_limits_refuses_a_zero_limit():
 def test_unprepared_specs_are_refused():
   table = core.TableSpec(name="t", vocabulary_size=10, embedding_dim=4)
   with pytest.raises(
-      transforms.StackingError,
-      match=r"feature 'f' \(table 't'\) is not prepared: call prepare_feature_specs_for_training first",
+    transforms.StackingError,
+    match=r"feature 'f' \(table 't'\) is not prepared:"
+    r" call prepare_feature_specs_for_training first",
   ):
     transforms.get_stack_limits({"f": core.FeatureSpec("f", table, (8, 1), (8, 4))})

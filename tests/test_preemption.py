@@ -28,8 +28,16 @@ NUM_STEPS = 20
 
 def toy_command(workdir, out, *extra):
   return harness.python_command(
-      TOY, "--workdir", str(workdir), "--out", str(out),
-      "--num_steps", str(NUM_STEPS), "--save_every", "5", *extra,
+    TOY,
+    "--workdir",
+    str(workdir),
+    "--out",
+    str(out),
+    "--num_steps",
+    str(NUM_STEPS),
+    "--save_every",
+    "5",
+    *extra,
   )
 
 
@@ -43,9 +51,7 @@ def assert_same_arrays(path_a, path_b):
 @pytest.fixture(name="env", scope="module")
 def fixture_env(tmp_path_factory):
   """8 CPU devices, compiled programs shared by every run of this module."""
-  return harness.cpu_env(
-      compilation_cache_dir=tmp_path_factory.mktemp("jax_cache")
-  )
+  return harness.cpu_env(compilation_cache_dir=tmp_path_factory.mktemp("jax_cache"))
 
 
 @pytest.fixture(name="reference", scope="module")
@@ -120,22 +126,20 @@ def random_interruptions(seed):
   kinds = [signal.SIGTERM, signal.SIGKILL, rng.choice([signal.SIGTERM, signal.SIGKILL])]
   rng.shuffle(kinds)
   return [
-      harness.Interruption(
-          kind, r"step \d+", occurrence=rng.randint(1, 6), delay_s=rng.uniform(0, 0.3)
-      )
-      for kind in kinds
+    harness.Interruption(
+      kind, r"step \d+", occurrence=rng.randint(1, 6), delay_s=rng.uniform(0, 0.3)
+    )
+    for kind in kinds
   ]
 
 
 def test_random_sigterm_and_sigkill_resume_bit_identically(tmp_path, reference, env):
   # Fixed by default (reproducible); set CHECKPOINT_TEST_SEED to explore.
-  interruptions = random_interruptions(
-      seed=int(os.environ.get("CHECKPOINT_TEST_SEED", "20240611"))
-  )
+  interruptions = random_interruptions(seed=int(os.environ.get("CHECKPOINT_TEST_SEED", "20240611")))
   runs = harness.run_interrupted(
-      toy_command(tmp_path / "ckpt", tmp_path / "final.npz"),
-      interruptions,
-      env=env,
+    toy_command(tmp_path / "ckpt", tmp_path / "final.npz"),
+    interruptions,
+    env=env,
   )
   for (result,), interruption in zip(runs, interruptions):
     if interruption.signal == signal.SIGTERM and result.returncode:
@@ -146,9 +150,7 @@ def test_random_sigterm_and_sigkill_resume_bit_identically(tmp_path, reference, 
 
 def test_sigkill_during_async_save_resumes_from_previous_step(tmp_path, reference, env):
   command = toy_command(tmp_path / "ckpt", tmp_path / "final.npz")
-  killed = harness.run(
-      command + ["--kill_self_after_save", "10"], env=env
-  )
+  killed = harness.run(command + ["--kill_self_after_save", "10"], env=env)
   assert killed.returncode == -signal.SIGKILL, killed.describe()
   assert killed.lines[-1] == "save 10"
   # The interrupted write stays a tmp directory, never a step.
@@ -164,9 +166,9 @@ def test_sigterm_to_process_group_with_grain_workers(tmp_path, reference, env):
   """Workers ignore SIGTERM, so the main process saves and stops them."""
   command = toy_command(tmp_path / "ckpt", tmp_path / "final.npz", "--workers", "1")
   runs = harness.run_interrupted(
-      command,
-      [harness.Interruption(signal.SIGTERM, r"step 3")],
-      env=env,
+    command,
+    [harness.Interruption(signal.SIGTERM, r"step 3")],
+    env=env,
   )
   preempted = runs[0][0]
   assert preempted.returncode == PREEMPTED_EXIT_CODE, preempted.describe()
@@ -181,33 +183,43 @@ def test_two_processes_save_the_same_step_on_one_sigterm(tmp_path, tmp_path_fact
   makes both processes save the same step and exit 42. (Steps sleep 0.25 s:
   the service needs about half a second to agree on the step.)"""
   port = harness.free_port()
-  env = harness.cpu_env(
-      num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("jax_cache4")
-  )
+  env = harness.cpu_env(num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("jax_cache4"))
 
   def commands(name):
     return [
-        harness.python_command(
-            TOY, "--workdir", str(tmp_path / name), "--out",
-            str(tmp_path / f"{name}.npz"), "--num_steps", "8",
-            "--save_every", "100", "--step_sleep", "0.25", "--num_processes", "2",
-            "--process_id", str(i), "--coordinator", f"127.0.0.1:{port}",
-        )
-        for i in range(2)
+      harness.python_command(
+        TOY,
+        "--workdir",
+        str(tmp_path / name),
+        "--out",
+        str(tmp_path / f"{name}.npz"),
+        "--num_steps",
+        "8",
+        "--save_every",
+        "100",
+        "--step_sleep",
+        "0.25",
+        "--num_processes",
+        "2",
+        "--process_id",
+        str(i),
+        "--coordinator",
+        f"127.0.0.1:{port}",
+      )
+      for i in range(2)
     ]
 
   reference = harness.run_many(commands("reference"), env=env)
   assert [r.returncode for r in reference] == [0, 0], reference[0].describe()
   runs = harness.run_interrupted(
-      commands("job"),
-      [harness.Interruption(signal.SIGTERM, r"step 2", target=1)],
-      env=env,
+    commands("job"),
+    [harness.Interruption(signal.SIGTERM, r"step 2", target=1)],
+    env=env,
   )
   preempted, final = runs
   assert [r.returncode for r in preempted] == [PREEMPTED_EXIT_CODE] * 2
   saved = {
-      int(re.search(r"Preempted: checkpoint step (\d+) saved", r.stderr).group(1))
-      for r in preempted
+    int(re.search(r"Preempted: checkpoint step (\d+) saved", r.stderr).group(1)) for r in preempted
   }
   assert len(saved) == 1, saved  # both processes chose the same step
   (step,) = saved

@@ -10,9 +10,14 @@ from sparsepipe import transforms as T
 
 
 def _table(name, vocab=100, dim=8, combiner="sum", optimizer=None, **kw):
-  return core.TableSpec(name=name, vocabulary_size=vocab, embedding_dim=dim,
-                     combiner=combiner, optimizer=optimizer or core.SGDOptimizerSpec(),
-                     **kw)
+  return core.TableSpec(
+    name=name,
+    vocabulary_size=vocab,
+    embedding_dim=dim,
+    combiner=combiner,
+    optimizer=optimizer or core.SGDOptimizerSpec(),
+    **kw,
+  )
 
 
 def _feature(name, table, batch=16):
@@ -20,12 +25,16 @@ def _feature(name, table, batch=16):
 
 
 def test_prepare_gives_each_table_its_own_stack_and_feature_stacking():
-  t = _table("t", vocab=100, dim=12, max_ids_per_partition=33,
-             max_unique_ids_per_partition=22,
-             suggested_coo_buffer_size_per_device=640)
+  t = _table(
+    "t",
+    vocab=100,
+    dim=12,
+    max_ids_per_partition=33,
+    max_unique_ids_per_partition=22,
+    suggested_coo_buffer_size_per_device=640,
+  )
   u = _table("u", vocab=5)
-  specs = {"z": _feature("z", t, 16), "a": _feature("a", t, 32),
-           "m": _feature("m", u, 8)}
+  specs = {"z": _feature("z", t, 16), "a": _feature("a", t, 32), "m": _feature("m", u, 8)}
   out = T.prepare_feature_specs_for_training(specs, 2, 4)  # N = 8
   assert specs["z"].table_spec.stacked_table_spec is None  # inputs untouched
   # Features of one table are ordered by name: "a" then "z".
@@ -33,13 +42,23 @@ def test_prepare_gives_each_table_its_own_stack_and_feature_stacking():
   assert out["z"].id_transformation == core.FeatureIdTransformation(32, 0, 0)
   assert out["m"].id_transformation == core.FeatureIdTransformation(0, 0, 0)
   assert out["a"].table_spec.setting_in_stack == core.TableSettingInStack(
-      stack_name="t", padded_vocab_size=128, padded_embedding_dim=16,
-      row_offset_in_shard=0, shard_rotation=0)
+    stack_name="t",
+    padded_vocab_size=128,
+    padded_embedding_dim=16,
+    row_offset_in_shard=0,
+    shard_rotation=0,
+  )
   assert out["z"].table_spec.stacked_table_spec == core.StackedTableSpec(
-      stack_name="t", stack_vocab_size=128, stack_embedding_dim=16,
-      optimizer=core.SGDOptimizerSpec(), combiner="sum", total_sample_count=48,
-      max_ids_per_partition=33, max_unique_ids_per_partition=22,
-      suggested_coo_buffer_size_per_device=640)
+    stack_name="t",
+    stack_vocab_size=128,
+    stack_embedding_dim=16,
+    optimizer=core.SGDOptimizerSpec(),
+    combiner="sum",
+    total_sample_count=48,
+    max_ids_per_partition=33,
+    max_unique_ids_per_partition=22,
+    suggested_coo_buffer_size_per_device=640,
+  )
   assert out["a"].table_spec == out["z"].table_spec
   assert T.prepare_feature_specs_for_training(out, 2, 4) == out  # idempotent
 
@@ -54,11 +73,16 @@ def test_prepare_keeps_pytree_structure():
 
 def test_stack_tables_offsets_rotation_and_limits():
   a, b, c = _table("a", vocab=100), _table("b", vocab=300), _table("c", vocab=10)
-  specs = {"fa": _feature("fa", a, 16), "fb": _feature("fb", b, 8),
-           "fc": _feature("fc", c, 32), "fa2": _feature("fa2", a, 8)}
+  specs = {
+    "fa": _feature("fa", a, 16),
+    "fb": _feature("fb", b, 8),
+    "fc": _feature("fc", c, 32),
+    "fa2": _feature("fa2", a, 8),
+  }
   out = T.stack_tables(specs, ["b", "a", "c"], 2, 2)  # N = 4, rotation S = 2
-  settings = {n: out[f].table_spec.setting_in_stack
-              for n, f in (("a", "fa"), ("b", "fb"), ("c", "fc"))}
+  settings = {
+    n: out[f].table_spec.setting_in_stack for n, f in (("a", "fa"), ("b", "fb"), ("c", "fc"))
+  }
   # padded vocab: b 320, a 128, c 32 (multiples of 8*N = 32).
   assert settings["b"] == core.TableSettingInStack("b_a_c", 320, 8, 0, 0)
   assert settings["a"] == core.TableSettingInStack("b_a_c", 128, 8, 80, 2)
@@ -71,23 +95,36 @@ def test_stack_tables_offsets_rotation_and_limits():
   assert (stacked.stack_vocab_size, stacked.total_sample_count) == (480, 64)
   assert (stacked.max_ids_per_partition, stacked.max_unique_ids_per_partition) == (256, 256)
   assert stacked.suggested_coo_buffer_size_per_device is None
-  custom = T.stack_tables(specs, ["a", "b"], 2, 2, rotation=3, stack_name="ab",
-                          stack_to_max_ids_per_partition=lambda s, n: n + 1,
-                          stack_to_max_unique_ids_per_partition=lambda s, n: 7)
+  custom = T.stack_tables(
+    specs,
+    ["a", "b"],
+    2,
+    2,
+    rotation=3,
+    stack_name="ab",
+    stack_to_max_ids_per_partition=lambda s, n: n + 1,
+    stack_to_max_unique_ids_per_partition=lambda s, n: 7,
+  )
   assert custom["fb"].table_spec.setting_in_stack.shard_rotation == 3
   st = custom["fb"].table_spec.stacked_table_spec
   assert (st.stack_name, st.max_ids_per_partition, st.max_unique_ids_per_partition) == ("ab", 33, 7)
-  single = T.stack_tables({"f": _feature("f", _table("s", max_ids_per_partition=9))},
-                          ["s"], 1, 2)
+  single = T.stack_tables({"f": _feature("f", _table("s", max_ids_per_partition=9))}, ["s"], 1, 2)
   assert single["f"].table_spec.stacked_table_spec.max_ids_per_partition == 9
 
 
-@pytest.mark.parametrize("tables,message", [
-    ((_table("a"), _table("b", combiner="mean")),
-     "stack 'a_b': tables 'a' and 'b' have different combiners ('sum' vs 'mean')"),
-    ((_table("a"), _table("b", optimizer=core.AdagradOptimizerSpec())),
-     "stack 'a_b': tables 'a' and 'b' have different optimizers"),
-])
+@pytest.mark.parametrize(
+  "tables,message",
+  [
+    (
+      (_table("a"), _table("b", combiner="mean")),
+      "stack 'a_b': tables 'a' and 'b' have different combiners ('sum' vs 'mean')",
+    ),
+    (
+      (_table("a"), _table("b", optimizer=core.AdagradOptimizerSpec())),
+      "stack 'a_b': tables 'a' and 'b' have different optimizers",
+    ),
+  ],
+)
 def test_stack_tables_rejects_incompatible_tables(tables, message):
   specs = {t.name: _feature(t.name, t) for t in tables}
   with pytest.raises(T.StackingError, match="^" + re.escape(message)):
@@ -111,8 +148,13 @@ def test_stack_tables_errors():
 
 
 def test_auto_stack_groups_compatible_tables_and_splits_by_memory():
-  tables = [_table("t0"), _table("t1", combiner="mean"), _table("t2"),
-            _table("t3", dim=16), _table("t4", combiner="mean")]
+  tables = [
+    _table("t0"),
+    _table("t1", combiner="mean"),
+    _table("t2"),
+    _table("t3", dim=16),
+    _table("t4", combiner="mean"),
+  ]
   specs = [_feature(f"f{i}", t, 64) for i, t in enumerate(tables)]
   out = T.auto_stack_tables(specs, 2, 2)
   names = [f.table_spec.stacked_table_spec.stack_name for f in out]
@@ -120,7 +162,12 @@ def test_auto_stack_groups_compatible_tables_and_splits_by_memory():
   # 8 * (64 / 4) * 4 bytes = 512 per table: a 1000-byte limit splits pairs.
   split = T.auto_stack_tables(specs, 2, 2, activation_mem_bytes_limit=1000)
   assert [f.table_spec.stacked_table_spec.stack_name for f in split] == [
-      "t0", "t1", "t2", "t3", "t4"]
+    "t0",
+    "t1",
+    "t2",
+    "t3",
+    "t4",
+  ]
 
 
 def test_stack_names_are_shortened_with_a_hash():
@@ -133,10 +180,14 @@ def test_stack_names_are_shortened_with_a_hash():
 
 
 def test_get_stacked_table_specs_and_table_stacks():
-  specs = {"fa": _feature("fa", _table("a")), "fb": _feature("fb", _table("b")),
-           "fc": _feature("fc", _table("c"))}
+  specs = {
+    "fa": _feature("fa", _table("a")),
+    "fb": _feature("fb", _table("b")),
+    "fc": _feature("fc", _table("c")),
+  }
   out = T.prepare_feature_specs_for_training(
-      T.stack_tables(specs, ["b", "a"], 1, 2, stack_name="ab"), 1, 2)
+    T.stack_tables(specs, ["b", "a"], 1, 2, stack_name="ab"), 1, 2
+  )
   stacked = T.get_stacked_table_specs(out)
   assert sorted(stacked) == ["ab", "c"]
   assert stacked["ab"].stack_vocab_size == 224
@@ -147,31 +198,49 @@ def test_get_stacked_table_specs_and_table_stacks():
 
 def _stats(max_ids, max_unique, required):
   return core.SparseDenseMatmulInputStats(
-      max_ids_per_partition=max_ids, max_unique_ids_per_partition=max_unique,
-      required_buffer_size_per_sc=required, id_drop_counters={})
+    max_ids_per_partition=max_ids,
+    max_unique_ids_per_partition=max_unique,
+    required_buffer_size_per_sc=required,
+    id_drop_counters={},
+  )
 
 
 def test_update_preprocessing_parameters():
-  specs = {"fa": _feature("fa", _table("a")), "fb": _feature("fb", _table("b")),
-           "fc": _feature("fc", _table("c"))}
+  specs = {
+    "fa": _feature("fa", _table("a")),
+    "fb": _feature("fb", _table("b")),
+    "fc": _feature("fc", _table("c")),
+  }
   specs = T.prepare_feature_specs_for_training(
-      T.stack_tables(specs, ["a", "b"], 1, 2, stack_name="ab"), 1, 2)
-  stats = _stats({"ab": np.array([3, 17]), "c": np.array([0, 0])},
-                 {"ab": np.array([2, 9]), "c": np.array([0, 0])},
-                 {"ab": np.array([40, 24]), "c": np.array([0, 0])})
+    T.stack_tables(specs, ["a", "b"], 1, 2, stack_name="ab"), 1, 2
+  )
+  stats = _stats(
+    {"ab": np.array([3, 17]), "c": np.array([0, 0])},
+    {"ab": np.array([2, 9]), "c": np.array([0, 0])},
+    {"ab": np.array([40, 24]), "c": np.array([0, 0])},
+  )
   out = T.update_preprocessing_parameters(specs, stats, 2)
   ab = out["fa"].table_spec.stacked_table_spec
-  assert (ab.max_ids_per_partition, ab.max_unique_ids_per_partition,
-          ab.suggested_coo_buffer_size_per_device) == (17, 9, 80)
+  assert (
+    ab.max_ids_per_partition,
+    ab.max_unique_ids_per_partition,
+    ab.suggested_coo_buffer_size_per_device,
+  ) == (17, 9, 80)
   assert out["fb"].table_spec.stacked_table_spec == ab
   for f in ("fa", "fb"):  # the numbers land on every table of the stack
     t = out[f].table_spec
-    assert (t.max_ids_per_partition, t.max_unique_ids_per_partition,
-            t.suggested_coo_buffer_size_per_device) == (17, 9, 80)
+    assert (
+      t.max_ids_per_partition,
+      t.max_unique_ids_per_partition,
+      t.suggested_coo_buffer_size_per_device,
+    ) == (17, 9, 80)
   # A stack that saw no id gets floors, never a limit of 0.
   c = out["fc"].table_spec.stacked_table_spec
-  assert (c.max_ids_per_partition, c.max_unique_ids_per_partition,
-          c.suggested_coo_buffer_size_per_device) == (8, 8, 16)
+  assert (
+    c.max_ids_per_partition,
+    c.max_unique_ids_per_partition,
+    c.suggested_coo_buffer_size_per_device,
+  ) == (8, 8, 16)
   assert specs["fa"].table_spec.stacked_table_spec.max_ids_per_partition == 256
   # Stacks absent from the statistics keep their limits.
   kept = T.update_preprocessing_parameters(specs, _stats({}, {}, {}), 2)
@@ -186,27 +255,38 @@ def test_fdo_limits_feed_preprocessing():
   table = _table("t", vocab=64, max_ids_per_partition=64, max_unique_ids_per_partition=64)
   specs = T.prepare_feature_specs_for_training({"f": _feature("f", table, 8)}, 2, 2)
   rows = np.empty(4, object)
-  rows[:] = [np.array([0, 4, 8], np.int32), np.array([1], np.int32),
-             np.array([2, 2], np.int32), np.array([5], np.int32)]
+  rows[:] = [
+    np.array([0, 4, 8], np.int32),
+    np.array([1], np.int32),
+    np.array([2, 2], np.int32),
+    np.array([5], np.int32),
+  ]
   _, stats = T.preprocess_sparse_dense_matmul_input(
-      {"f": rows}, None, specs, 1, 2, num_sc_per_device=2)
+    {"f": rows}, None, specs, 1, 2, num_sc_per_device=2
+  )
   tuned = T.update_preprocessing_parameters(specs, stats, 2)
   out, stats2 = T.preprocess_sparse_dense_matmul_input(
-      {"f": rows}, None, tuned, 1, 2, num_sc_per_device=2)
+    {"f": rows}, None, tuned, 1, 2, num_sc_per_device=2
+  )
   st = tuned["f"].table_spec.stacked_table_spec
   assert st.max_ids_per_partition == 3
   size = T.compute_coo_buffer_size_per_device(st, 2, 2)
   assert out.sparse_dense_matmul_input.lhs_embedding_ids["t"].shape == (size,)
   # SC0 needs 8 + 8 (partitions 0 and 1), so Q = 16 * S.
   assert size == st.suggested_coo_buffer_size_per_device == 32
-  np.testing.assert_array_equal(stats2.max_ids_per_partition["t"],
-                                stats.max_ids_per_partition["t"])
+  np.testing.assert_array_equal(stats2.max_ids_per_partition["t"], stats.max_ids_per_partition["t"])
 
 
-@pytest.mark.parametrize("max_ids,g,s,theoretical,row_pointers", [
-    (1, 1, 2, 32, 16), (8, 2, 4, 256, 32), (9, 1, 4, 256, 32),
-    (100, 8, 4, 13312, 128), (7, 4, 4, 512, 64),
-])
+@pytest.mark.parametrize(
+  "max_ids,g,s,theoretical,row_pointers",
+  [
+    (1, 1, 2, 32, 16),
+    (8, 2, 4, 256, 32),
+    (9, 1, 4, 256, 32),
+    (100, 8, 4, 13312, 128),
+    (7, 4, 4, 512, 64),
+  ],
+)
 def test_buffer_sizes(max_ids, g, s, theoretical, row_pointers):
   assert T.compute_theoretical_max_coo_buffer_size(max_ids, g, s) == theoretical
   assert T.compute_row_pointers_size_per_device(g, s) == row_pointers
@@ -214,9 +294,16 @@ def test_buffer_sizes(max_ids, g, s, theoretical, row_pointers):
 
 @pytest.mark.parametrize("suggested,size", [(None, 128), (1, 16), (16, 16), (17, 32), (100, 112)])
 def test_coo_buffer_size_per_device(suggested, size):
-  stacked = core.StackedTableSpec("s", 64, 8, core.SGDOptimizerSpec(), "sum", 8,
-                               max_ids_per_partition=9,
-                               suggested_coo_buffer_size_per_device=suggested)
+  stacked = core.StackedTableSpec(
+    "s",
+    64,
+    8,
+    core.SGDOptimizerSpec(),
+    "sum",
+    8,
+    max_ids_per_partition=9,
+    suggested_coo_buffer_size_per_device=suggested,
+  )
   assert T.compute_coo_buffer_size_per_device(stacked, 2, 2) == size
   assert T.compute_coo_buffer_sizes({"s": stacked}, 2, 2) == {"s": size}
 
@@ -229,16 +316,27 @@ def test_stacking_matches_reference_names_and_settings():
 
   names = [f"table_with_a_long_name_{i}" for i in range(4)]
   dims = [8, 8, 16, 8]
-  ours = [_feature(f"f{i}", _table(n, vocab=1000 + i, dim=d), 128)
-          for i, (n, d) in enumerate(zip(names, dims))]
-  ref_tables = [es.TableSpec(name=n, vocabulary_size=1000 + i, embedding_dim=d,
-                             initializer=jax.nn.initializers.zeros,
-                             optimizer=es.SGDOptimizerSpec(learning_rate=0.001),
-                             combiner="sum")
-                for i, (n, d) in enumerate(zip(names, dims))]
-  ref = [es.FeatureSpec(name=f"f{i}", table_spec=t, input_shape=[128, 4],
-                        output_shape=[128, t.embedding_dim])
-         for i, t in enumerate(ref_tables)]
+  ours = [
+    _feature(f"f{i}", _table(n, vocab=1000 + i, dim=d), 128)
+    for i, (n, d) in enumerate(zip(names, dims))
+  ]
+  ref_tables = [
+    es.TableSpec(
+      name=n,
+      vocabulary_size=1000 + i,
+      embedding_dim=d,
+      initializer=jax.nn.initializers.zeros,
+      optimizer=es.SGDOptimizerSpec(learning_rate=0.001),
+      combiner="sum",
+    )
+    for i, (n, d) in enumerate(zip(names, dims))
+  ]
+  ref = [
+    es.FeatureSpec(
+      name=f"f{i}", table_spec=t, input_shape=[128, 4], output_shape=[128, t.embedding_dim]
+    )
+    for i, t in enumerate(ref_tables)
+  ]
   ours = T.auto_stack_tables(ours, 4, 4)
   ts.auto_stack_tables(ref, 4, 4)
   for o, r in zip(ours, ref):
@@ -258,10 +356,10 @@ def test_stack_whose_columns_pass_int32_is_refused():
   # above INT_MAX, written as negative int32 embedding ids.
   specs = {n: _big_feature(n, 2**31 - 1) for n in ("a", "b", "c")}
   with pytest.raises(
-      T.StackingError,
-      match=r"stack 'a_b_c': table 'b' reaches column 4294967295 \(col_offset"
-      r" 2147483648 \+ 2147483647 rows\); COO columns are int32 and must stay"
-      r" below INT_MAX=2147483647: stack fewer or smaller tables",
+    T.StackingError,
+    match=r"stack 'a_b_c': table 'b' reaches column 4294967295 \(col_offset"
+    r" 2147483648 \+ 2147483647 rows\); COO columns are int32 and must stay"
+    r" below INT_MAX=2147483647: stack fewer or smaller tables",
   ):
     T.stack_tables(specs, ["a", "b", "c"], 1, 2)
 
@@ -275,5 +373,7 @@ def test_row_id_equal_to_the_padding_value_is_refused():
   # One SparseCore in all (N=1): the row id is the column; INT_MAX would
   # read as padding.
   specs = {n: _big_feature(n, 2**30) for n in ("a", "b")}
-  with pytest.raises(T.StackingError, match=r"table 'b' reaches column 2147483647 \(col_offset 1073741824"):
+  with pytest.raises(
+    T.StackingError, match=r"table 'b' reaches column 2147483647 \(col_offset 1073741824"
+  ):
     T.stack_tables(specs, ["a", "b"], 1, 1)

@@ -34,19 +34,26 @@ BATCH = 16
 def _specs(g, s, **kw):
   init = core.UniformInitializer(0.5)
   table = lambda name, vocab, dim: core.TableSpec(
-      name, vocab, dim, "mean", initializer=init, optimizer=OPT)
+    name, vocab, dim, "mean", initializer=init, optimizer=OPT
+  )
   tables = [table("a", 50, 4), table("b", 30, 16), table("c", 20, 10)]
   specs = {
-      f"f{t.name}": core.FeatureSpec(
-          f"f{t.name}", t, (BATCH, 3), (BATCH, t.embedding_dim))
-      for t in tables
+    f"f{t.name}": core.FeatureSpec(f"f{t.name}", t, (BATCH, 3), (BATCH, t.embedding_dim))
+    for t in tables
   }
   # A feature may read fewer columns than its table has.
   specs["fb2"] = core.FeatureSpec("fb2", tables[1], (BATCH, 2), (BATCH, 5))
   return T.stack_tables(
-      specs, ["a", "b", "c"], g, s, rotation=1, stack_name="abc",
-      stack_to_max_ids_per_partition=lambda n, c: 64,
-      stack_to_max_unique_ids_per_partition=lambda n, c: 64, **kw)
+    specs,
+    ["a", "b", "c"],
+    g,
+    s,
+    rotation=1,
+    stack_name="abc",
+    stack_to_max_ids_per_partition=lambda n, c: 64,
+    stack_to_max_unique_ids_per_partition=lambda n, c: 64,
+    **kw,
+  )
 
 
 def test_stack_pads_to_the_largest_dim_and_warns(monkeypatch):
@@ -59,20 +66,23 @@ def test_stack_pads_to_the_largest_dim_and_warns(monkeypatch):
     assert specs[name].table_spec.setting_in_stack.padded_embedding_dim == 16
   # a: 64 padded rows * 8 more columns; b and c are padded to 16 anyway.
   assert warnings == [
+    "stack 'abc': tables ['a', 'b', 'c'] have padded embedding dims"
+    " [8, 16, 16]; padding them to 16 adds 512 values. Stack tables of"
+    " equal padded dims to save memory"
+  ]
+  with pytest.raises(
+    T.StackingError,
+    match=re.escape(
       "stack 'abc': tables ['a', 'b', 'c'] have padded embedding dims"
-      " [8, 16, 16]; padding them to 16 adds 512 values. Stack tables of"
-      " equal padded dims to save memory"]
-  with pytest.raises(T.StackingError, match=re.escape(
-      "stack 'abc': tables ['a', 'b', 'c'] have padded embedding dims"
-      " [8, 16, 16]; padding them to 16 adds 512 values.")):
+      " [8, 16, 16]; padding them to 16 adds 512 values."
+    ),
+  ):
     _specs(2, 2, fail_on_excess_padding=True)
 
 
 def test_auto_stack_groups_by_padded_dim():
-  tables = [core.TableSpec(n, 40, d) for n, d in
-            (("a", 8), ("b", 16), ("c", 5), ("d", 12))]
-  specs = {t.name: core.FeatureSpec(t.name, t, (8, 2), (8, t.embedding_dim))
-           for t in tables}
+  tables = [core.TableSpec(n, 40, d) for n, d in (("a", 8), ("b", 16), ("c", 5), ("d", 12))]
+  specs = {t.name: core.FeatureSpec(t.name, t, (8, 2), (8, t.embedding_dim)) for t in tables}
   out = T.auto_stack_tables(specs, 1, 2)
   assert T.get_table_stacks(out) == {"a_c": ["a", "c"], "b_d": ["b", "d"]}
 
@@ -82,8 +92,12 @@ def _setup(g, s):
   specs = _specs(g, s)
   mesh = make_mesh(jax.devices()[:g])
   kw = dict(feature_specs=specs, mesh=mesh, num_sc_per_device=s)
-  return (specs, mesh, jax.jit(functools.partial(sparse_dense_matmul, **kw)),
-          jax.jit(functools.partial(sparse_dense_matmul_grad, **kw)))
+  return (
+    specs,
+    mesh,
+    jax.jit(functools.partial(sparse_dense_matmul, **kw)),
+    jax.jit(functools.partial(sparse_dense_matmul_grad, **kw)),
+  )
 
 
 def _batch(rng, spec):
@@ -94,16 +108,17 @@ def _batch(rng, spec):
 @pytest.mark.parametrize("g,s", [(2, 2), (4, 1)])
 def test_lookup_update_and_unstack(g, s):
   specs, mesh, lookup, update = _setup(g, s)
-  state = init_embedding_variables(
-      jax.random.key(3), specs, mesh, num_sc_per_device=s)
+  state = init_embedding_variables(jax.random.key(3), specs, mesh, num_sc_per_device=s)
   assert state["abc"].table.shape == (64 + 32 + 32, 16)
   logical = unstack_embedding_variables(state, specs, num_sc_per_device=s)
   assert {k: v.table.shape for k, v in logical.items()} == {
-      "a": (50, 4), "b": (30, 16), "c": (20, 10)}
+    "a": (50, 4),
+    "b": (30, 16),
+    "c": (20, 10),
+  }
   rng = np.random.default_rng(g)
   batches = {k: _batch(rng, f).astype(np.int32) for k, f in specs.items()}
-  pre, _ = T.preprocess_sparse_dense_matmul_input(
-      batches, None, specs, g, g, num_sc_per_device=s)
+  pre, _ = T.preprocess_sparse_dense_matmul_input(batches, None, specs, g, g, num_sc_per_device=s)
   sparse = jax.device_put(pre.sparse_dense_matmul_input, data_sharding(mesh))
   acts = lookup(sparse, state)
   grads = {}
@@ -116,8 +131,11 @@ def test_lookup_update_and_unstack(g, s):
     np.testing.assert_allclose(np.asarray(acts[key]), want, rtol=2e-6, atol=2e-7)
     grads[key] = rng.normal(size=(BATCH, dim)).astype(np.float32)
     valency = batches[key].shape[1]
-    np.add.at(dense[spec.table_spec.name][:, :dim], batches[key].reshape(-1),
-              np.repeat(grads[key] / valency, valency, axis=0))
+    np.add.at(
+      dense[spec.table_spec.name][:, :dim],
+      batches[key].reshape(-1),
+      np.repeat(grads[key] / valency, valency, axis=0),
+    )
   state = update(jax.tree.map(jnp.asarray, grads), sparse, state, step=0)
   after = unstack_embedding_variables(state, specs, num_sc_per_device=s)
   for name, old in logical.items():
@@ -134,8 +152,7 @@ def test_lookup_update_and_unstack(g, s):
   # Re-layout onto another device count gives the same logical tables.
   other_g = 8 // g
   other_specs, other_mesh, _, _ = _setup(other_g, s)
-  moved = stack_embedding_variables(
-      after, other_specs, other_mesh, num_sc_per_device=s)
+  moved = stack_embedding_variables(after, other_specs, other_mesh, num_sc_per_device=s)
   back = unstack_embedding_variables(moved, other_specs, num_sc_per_device=s)
   for name, v in after.items():
     np.testing.assert_array_equal(back[name].table, v.table)

@@ -15,7 +15,6 @@ import pytest
 from sparsepipe.pipeline.models import dlrm
 from sparsepipe import pipeline
 from sparsepipe.pipeline.training import train_state as train_state_lib
-from sparsepipe.pipeline.zero import optimizer as zero
 from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
 from sparsepipe.pipeline.embedding.variables import init_embedding_variables
 from sparsepipe.core.mesh import data_sharding, make_mesh
@@ -24,14 +23,12 @@ from sparsepipe.core import TrainBatch
 from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import preprocess_sparse_dense_matmul_input
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Some donated buffers were not usable"
-)
+pytestmark = pytest.mark.filterwarnings("ignore:Some donated buffers were not usable")
 
 G, S, B, ND, N = 8, 2, 32, 5, 5
 _TABLES = (
-    ("t0", 64, 8, specs.AdamOptimizerSpec(0.01)),
-    ("t2", 48, 4, specs.SGDOptimizerSpec(0.1)),
+  ("t0", 64, 8, specs.AdamOptimizerSpec(0.01)),
+  ("t2", 48, 4, specs.SGDOptimizerSpec(0.1)),
 )
 
 
@@ -41,51 +38,57 @@ class Setup:
   def __init__(self):
     self.mesh = make_mesh()
     tables = [
-        specs.TableSpec(
-            name=name, vocabulary_size=vocab, embedding_dim=dim, combiner="mean",
-            max_ids_per_partition=8, max_unique_ids_per_partition=8,
-            optimizer=opt,
-        )
-        for name, vocab, dim, opt in _TABLES
+      specs.TableSpec(
+        name=name,
+        vocabulary_size=vocab,
+        embedding_dim=dim,
+        combiner="mean",
+        max_ids_per_partition=8,
+        max_unique_ids_per_partition=8,
+        optimizer=opt,
+      )
+      for name, vocab, dim, opt in _TABLES
     ]
     raw = {
-        f"f{i}": specs.FeatureSpec(f"f{i}", t, (B, 3), (B, t.embedding_dim))
-        for i, t in enumerate(tables)
+      f"f{i}": specs.FeatureSpec(f"f{i}", t, (B, 3), (B, t.embedding_dim))
+      for i, t in enumerate(tables)
     }
     self.feature_specs = prepare_feature_specs_for_training(raw, G, S)
     self.host_batches = [self._host_batch(i) for i in range(N)]
     self.config = dlrm.DLRMConfig.from_feature_specs(
-        self.feature_specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
+      self.feature_specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
     )
     self.optimizer = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
     self.tc = dlrm.make_dlrm_tc_stage(self.config, self.optimizer, self.mesh)
     params = dlrm.init_dlrm_params(jax.random.key(0), self.config)
     emb = init_embedding_variables(
-        jax.random.key(1), self.feature_specs, self.mesh, num_sc_per_device=S
+      jax.random.key(1), self.feature_specs, self.mesh, num_sc_per_device=S
     )
-    state = train_state_lib.create_train_state(
-        self.optimizer, params, self.mesh, emb
-    )
+    state = train_state_lib.create_train_state(self.optimizer, params, self.mesh, emb)
     self.state_sharding = jax.tree.map(lambda x: x.sharding, state)
     self.host_state = host(state)
     self.trainer = pipeline.make_pipelined_trainer(
-        self.mesh, self.fresh_state(), self.batch(0), self.tc,
-        feature_specs=self.feature_specs, num_sc_per_device=S,
+      self.mesh,
+      self.fresh_state(),
+      self.batch(0),
+      self.tc,
+      feature_specs=self.feature_specs,
+      num_sc_per_device=S,
     )
 
   def _host_batch(self, i):
     r = np.random.default_rng(i)
     feats = {
-        f"f{j}": r.integers(0, vocab, (B, 3)).astype(np.int32)
-        for j, (_, vocab, _, _) in enumerate(_TABLES)
+      f"f{j}": r.integers(0, vocab, (B, 3)).astype(np.int32)
+      for j, (_, vocab, _, _) in enumerate(_TABLES)
     }
     pre, _ = preprocess_sparse_dense_matmul_input(
-        feats, None, self.feature_specs, G, G, num_sc_per_device=S
+      feats, None, self.feature_specs, G, G, num_sc_per_device=S
     )
     return TrainBatch(
-        labels=r.integers(0, 2, (B,)).astype(np.float32),
-        dense=r.normal(size=(B, ND)).astype(np.float32),
-        sparse=pre.sparse_dense_matmul_input,
+      labels=r.integers(0, 2, (B,)).astype(np.float32),
+      dense=r.normal(size=(B, ND)).astype(np.float32),
+      sparse=pre.sparse_dense_matmul_input,
     )
 
   def batch(self, i):
@@ -116,10 +119,12 @@ def host(tree):
 
 def reference_run(setup, *, delayed=True):
   """Non-pipelined loop; with `delayed` the embedding updates land one step late."""
-  fwd = jax.jit(pipeline.get_default_sc_fwd_function(
-      setup.feature_specs, setup.mesh, num_sc_per_device=S))
-  bwd = jax.jit(pipeline.get_default_sc_bwd_function(
-      setup.feature_specs, setup.mesh, num_sc_per_device=S))
+  fwd = jax.jit(
+    pipeline.get_default_sc_fwd_function(setup.feature_specs, setup.mesh, num_sc_per_device=S)
+  )
+  bwd = jax.jit(
+    pipeline.get_default_sc_bwd_function(setup.feature_specs, setup.mesh, num_sc_per_device=S)
+  )
   tc = jax.jit(setup.tc)
   state = setup.fresh_state()
   tc_state, emb = state.replace(embedding_variables=None), state.embedding_variables
@@ -129,9 +134,7 @@ def reference_run(setup, *, delayed=True):
       emb, _ = bwd(setup.batch(k - 2).sparse, grads[k - 2], emb, jnp.int32(k - 2))
     batch = setup.batch(k)
     act, aux = fwd(batch.sparse, emb)
-    g, out, tc_state, _ = tc(
-        act, dlrm.DenseInputs(batch.labels, batch.dense), tc_state, aux
-    )
+    g, out, tc_state, _ = tc(act, dlrm.DenseInputs(batch.labels, batch.dense), tc_state, aux)
     grads.append(g)
     losses.append(float(out["loss"]))
     if not delayed:
@@ -157,13 +160,21 @@ def assert_trees(actual, expected, exact):
 def test_sequential_mode_updates_the_tables_before_the_next_lookup(setup):
   """pipelining=False: each batch's lookup, dense step and update in one step."""
   trainer = pipeline.make_pipelined_trainer(
-      setup.mesh, setup.fresh_state(), setup.batch(0), setup.tc,
-      feature_specs=setup.feature_specs, num_sc_per_device=S, pipelining=False,
+    setup.mesh,
+    setup.fresh_state(),
+    setup.batch(0),
+    setup.tc,
+    feature_specs=setup.feature_specs,
+    num_sc_per_device=S,
+    pipelining=False,
   )
   seen = []
   state, pstate, metrics = pipeline.train(
-      trainer, setup.fresh_state(), setup.batches(), N,
-      hooks=(lambda result: seen.append((result.next_pipeline_step, result.batch_index)),),
+    trainer,
+    setup.fresh_state(),
+    setup.batches(),
+    N,
+    hooks=(lambda result: seen.append((result.next_pipeline_step, result.batch_index)),),
   )
   assert seen == [(k + 1, k) for k in range(N)]  # no fill or drain steps
   assert metrics.batch_indices == tuple(range(N)) and metrics.finished
@@ -204,32 +215,38 @@ def test_hooks_see_every_step_and_a_true_return_stops(setup, full_run):
 
   def record(result):
     loss = None if result.output is None else float(result.output["loss"])
-    seen.append((result.next_pipeline_step, result.batch_index, loss, result.finished,
-                 int(result.train_state.step), int(result.pipeline_state.pipeline_step)))
+    seen.append(
+      (
+        result.next_pipeline_step,
+        result.batch_index,
+        loss,
+        result.finished,
+        int(result.train_state.step),
+        int(result.pipeline_state.pipeline_step),
+      )
+    )
 
   def stop_at_three(result):
     return result.next_pipeline_step == 3
 
   _, pstate, metrics = pipeline.train(
-      setup.trainer, setup.fresh_state(), setup.batches(), N, hooks=(stop_at_three, record)
+    setup.trainer, setup.fresh_state(), setup.batches(), N, hooks=(stop_at_three, record)
   )
   # The hook after the stopping one still ran for that step.
   assert seen == [
-      (1, None, None, False, 0, 1),
-      (2, 0, full_metrics.losses[0], False, 1, 2),
-      (3, 1, full_metrics.losses[1], False, 2, 3),
+    (1, None, None, False, 0, 1),
+    (2, 0, full_metrics.losses[0], False, 1, 2),
+    (3, 1, full_metrics.losses[1], False, 2, 3),
   ]
   assert metrics.next_pipeline_step == 3 and int(pstate.pipeline_step) == 3
 
 
 def checkpoint_roundtrip(setup, state, pstate):
   """What a checkpoint does: host copies, then arrays with the same shardings."""
-  put = lambda tree, sharding: jax.tree.map(
-      lambda x, s: jax.device_put(x, s), host(tree), sharding
-  )
+  put = lambda tree, sharding: jax.tree.map(lambda x, s: jax.device_put(x, s), host(tree), sharding)
   return (
-      put(state, setup.trainer.train_state_sharding),
-      put(pstate, setup.trainer.pipeline_state_sharding),
+    put(state, setup.trainer.train_state_sharding),
+    put(pstate, setup.trainer.pipeline_state_sharding),
   )
 
 
@@ -238,14 +255,17 @@ def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
   full_state, full_pstate, full_metrics = full_run
   iterator = setup.batches()
   state, pstate, first = pipeline.train(
-      setup.trainer, setup.fresh_state(), iterator, N,
-      max_pipeline_steps=stop_after,
+    setup.trainer,
+    setup.fresh_state(),
+    iterator,
+    N,
+    max_pipeline_steps=stop_after,
   )
   assert first.next_pipeline_step == stop_after and not first.finished
   consumed = min(stop_after, N)
   state, pstate = checkpoint_roundtrip(setup, state, pstate)
   state, pstate, second = pipeline.train(
-      setup.trainer, state, setup.batches(consumed), N, pipeline_state=pstate
+    setup.trainer, state, setup.batches(consumed), N, pipeline_state=pstate
   )
   assert second.first_pipeline_step == stop_after and second.finished
   assert first.batch_indices + second.batch_indices == full_metrics.batch_indices
@@ -255,9 +275,13 @@ def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
 
 def test_gradient_multiplier_trainer_matches(setup, full_run):
   trainer = pipeline.make_pipelined_trainer(
-      setup.mesh, setup.fresh_state(), setup.batch(0), setup.tc,
-      feature_specs=setup.feature_specs, num_sc_per_device=S,
-      gradient_multiplier=True,
+    setup.mesh,
+    setup.fresh_state(),
+    setup.batch(0),
+    setup.tc,
+    feature_specs=setup.feature_specs,
+    num_sc_per_device=S,
+    gradient_multiplier=True,
   )
   state, _, metrics = pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
   assert trainer.traced_programs == (False,)
@@ -276,12 +300,10 @@ def test_two_programs_only(setup, full_run):
 def test_abstract_states_match_the_real_ones(setup, full_run):
   state, pstate, _ = full_run
   abstract_ts = train_state_lib.abstract_train_state(
-      setup.optimizer,
-      jax.eval_shape(
-          lambda k: dlrm.init_dlrm_params(k, setup.config), jax.random.key(0)
-      ),
-      setup.mesh,
-      abstract_embedding_variables(setup.feature_specs, setup.mesh, num_sc_per_device=S),
+    setup.optimizer,
+    jax.eval_shape(lambda k: dlrm.init_dlrm_params(k, setup.config), jax.random.key(0)),
+    setup.mesh,
+    abstract_embedding_variables(setup.feature_specs, setup.mesh, num_sc_per_device=S),
   )
   describe = lambda t: jax.tree.map(lambda x: (x.shape, x.dtype, x.sharding), t)
   assert describe(abstract_ts) == describe(state)
@@ -290,32 +312,25 @@ def test_abstract_states_match_the_real_ones(setup, full_run):
 
 def test_short_iterator_and_bad_state_are_errors(setup):
   with pytest.raises(ValueError, match="data iterator ended at batch 3; num_batches=5"):
-    pipeline.train(
-        setup.trainer, setup.fresh_state(), (setup.batch(i) for i in range(3)), N
-    )
+    pipeline.train(setup.trainer, setup.fresh_state(), (setup.batch(i) for i in range(3)), N)
   pstate = setup.trainer.initial_pipeline_state()
   pstate = pstate.replace(pipeline_step=jnp.int32(9))
-  with pytest.raises(
-      ValueError, match=r"pipeline step 9, outside 0\.\.7 for num_batches=5"
-  ):
+  with pytest.raises(ValueError, match=r"pipeline step 9, outside 0\.\.7 for num_batches=5"):
     pipeline.train(
-        setup.trainer, setup.fresh_state(), setup.batches(), N,
-        pipeline_state=pstate,
+      setup.trainer,
+      setup.fresh_state(),
+      setup.batches(),
+      N,
+      pipeline_state=pstate,
     )
 
 
 def test_default_sc_bwd_on_dummy_inputs_is_a_no_op(setup):
   """Zero COO buffers (fill/drain) leave tables and Adam slots untouched."""
-  bwd = pipeline.get_default_sc_bwd_function(
-      setup.feature_specs, setup.mesh, num_sc_per_device=S
-  )
+  bwd = pipeline.get_default_sc_bwd_function(setup.feature_specs, setup.mesh, num_sc_per_device=S)
   state = setup.fresh_state()
-  dummy = pipeline.get_dummy_input(
-      setup.trainer.abstract_input, setup.trainer.input_sharding
-  )
-  grads = jax.tree.map(
-      lambda f: jnp.ones(f.output_shape, jnp.float32), setup.feature_specs
-  )
+  dummy = pipeline.get_dummy_input(setup.trainer.abstract_input, setup.trainer.input_sharding)
+  grads = jax.tree.map(lambda f: jnp.ones(f.output_shape, jnp.float32), setup.feature_specs)
   before = host(state.embedding_variables)
   after, aux = jax.jit(bwd)(dummy.sparse_inputs, grads, state.embedding_variables, jnp.int32(7))
   assert aux is None

@@ -16,8 +16,8 @@ from sparsepipe.pipeline.zero import optimizer as zero
 from sparsepipe.core import DATA_AXIS, make_mesh
 
 OPTIMIZERS = {
-    "adam": optax.adam(0.05),
-    "sgd_momentum": optax.sgd(0.1, momentum=0.9),
+  "adam": optax.adam(0.05),
+  "sgd_momentum": optax.sgd(0.1, momentum=0.9),
 }
 
 
@@ -29,9 +29,9 @@ def mesh():
 def make_params(mesh):
   # 15 and 3 elements need padding to a multiple of 8; 16 does not.
   params = {
-      "a": jnp.arange(15, dtype=jnp.float32).reshape(3, 5) / 10,
-      "b": jnp.linspace(-1, 1, 16, dtype=jnp.float32).reshape(2, 8),
-      "c": jnp.asarray([0.5, -0.25, 2.0], jnp.float32),
+    "a": jnp.arange(15, dtype=jnp.float32).reshape(3, 5) / 10,
+    "b": jnp.linspace(-1, 1, 16, dtype=jnp.float32).reshape(2, 8),
+    "c": jnp.asarray([0.5, -0.25, 2.0], jnp.float32),
   }
   return jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
 
@@ -90,12 +90,15 @@ def test_reduce_scatter_path_matches_optax(mesh, name):
     def local(base):
       d = jax.lax.axis_index(DATA_AXIS).astype(jnp.float32)
       return pipeline.scatter_gradients(
-          jax.tree.map(lambda g: dyadic_part(g, d), grads_at(base, i))
+        jax.tree.map(lambda g: dyadic_part(g, d), grads_at(base, i))
       )
 
     flat = jax.shard_map(
-        local, mesh=mesh, in_specs=PartitionSpec(), out_specs=data,
-        check_vma=False,
+      local,
+      mesh=mesh,
+      in_specs=PartitionSpec(),
+      out_specs=data,
+      check_vma=False,
     )(base)
     updates, state = z.update(pipeline.ScatteredGradients(flat), state, params)
     return optax.apply_updates(params, updates), state
@@ -107,8 +110,8 @@ def test_reduce_scatter_path_matches_optax(mesh, name):
   for i in range(4):
     params, state = step(params, state, i)
     summed = jax.tree.map(
-        lambda g: sum(dyadic_part(g, float(d)) for d in range(8)),
-        grads_at(base, i),
+      lambda g: sum(dyadic_part(g, float(d)) for d in range(8)),
+      grads_at(base, i),
     )
     updates, ref_state = optimizer.update(summed, ref_state, ref_params)
     ref_params = optax.apply_updates(ref_params, updates)
@@ -143,8 +146,8 @@ def test_no_padding_case_is_exactly_one_over_d(mesh):
   params = {"w": jnp.ones((8, 4), jnp.float32)}
   state = jax.jit(pipeline.zero_sharded(optax.sgd(0.1, momentum=0.9), mesh).init)(params)
   replicated = jax.jit(
-      optax.sgd(0.1, momentum=0.9).init,
-      out_shardings=NamedSharding(mesh, PartitionSpec()),
+    optax.sgd(0.1, momentum=0.9).init,
+    out_shardings=NamedSharding(mesh, PartitionSpec()),
   )(params)
   (full,) = set(zero.bytes_per_device(replicated).values())
   assert set(zero.bytes_per_device(state).values()) == {full // 8}
@@ -152,9 +155,7 @@ def test_no_padding_case_is_exactly_one_over_d(mesh):
 
 def test_sharding_and_abstract_state(mesh):
   params = make_params(mesh)
-  abstract_params = jax.tree.map(
-      lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params
-  )
+  abstract_params = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype), params)
   z = pipeline.zero_sharded(optax.adam(0.1), mesh)
   abstract = pipeline.abstract_train_state(z, abstract_params, mesh, None).opt_state
   state = jax.jit(z.init)(params)
@@ -171,8 +172,8 @@ def test_chains_with_optax_like_any_gradient_transformation(mesh):
   """Clipping before ZeRO, and ZeRO around a chain, equal plain optax."""
   inner = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(0.05))
   for z in (
-      optax.chain(optax.clip_by_global_norm(0.5), pipeline.zero_sharded(optax.adam(0.05), mesh)),
-      pipeline.zero_sharded(inner, mesh),
+    optax.chain(optax.clip_by_global_norm(0.5), pipeline.zero_sharded(optax.adam(0.05), mesh)),
+    pipeline.zero_sharded(inner, mesh),
   ):
     assert isinstance(pipeline.zero_sharded(inner, mesh), optax.GradientTransformation)
     params = make_params(mesh)

@@ -2,9 +2,9 @@
 
 A step that cannot be read is skipped; once an older step is restored, one
 warning line per skipped step names the step, the item and the reason, and
-the skipped directories are renamed `<step>.corrupt` (kept, never deleted) so that new saves of those
-step numbers do not collide with them. While a step is read, the long
-TensorStore specs Orbax logs for a failed read and the "Event loop is
+the skipped directories are renamed `<step>.corrupt` (kept, never
+deleted) so that new saves of those step numbers do not collide with them.
+While a step is read, the long TensorStore specs Orbax logs for a failed read and the "Event loop is
 closed" reports of TensorStore callbacks that outlive Orbax's event loop
 are held back (`quiet_reads`): the warning says what matters.
 """

@@ -84,8 +84,8 @@ def _group_key(leaf: Any) -> Any:
 def check_leaf(path: str, leaf: Any, item: str) -> None:
   if not isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
     raise ValueError(
-        f"item '{item}' leaf '{path}' is a {type(leaf).__name__}; checkpointed"
-        " trees hold arrays (jax.Array or numpy) only"
+      f"item '{item}' leaf '{path}' is a {type(leaf).__name__}; checkpointed"
+      " trees hold arrays (jax.Array or numpy) only"
     )
 
 
@@ -140,12 +140,12 @@ def verify(tree: Any, expected: Mapping[str, str], *, item: str, where: str):
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
     raise CorruptCheckpointError(
-        f"{where}: item '{item}' leaves do not match the saved fingerprints"
-        f" (missing {missing}, unexpected {extra})"
+      f"{where}: item '{item}' leaves do not match the saved fingerprints"
+      f" (missing {missing}, unexpected {extra})"
     )
   for path, value in got.items():
     if value != expected[path]:
       raise CorruptCheckpointError(
-          f"{where}: item '{item}' leaf '{path}' restored with fingerprint"
-          f" {value}, saved {expected[path]} (garbled data file)"
+        f"{where}: item '{item}' leaf '{path}' restored with fingerprint"
+        f" {value}, saved {expected[path]} (garbled data file)"
       )

@@ -49,7 +49,7 @@ def array_save(tree: Any) -> ocp.args.PyTreeSave:
 def array_restore(target: Any) -> ocp.args.PyTreeRestore:
   """Reads into `target`'s shapes, dtypes and shardings."""
   return ocp.args.PyTreeRestore(
-      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
+    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
   )
 
 
@@ -98,8 +98,7 @@ class MetadataHandler(ocp.handlers.AsyncCheckpointHandler):
     index = jax.process_index()
     if args.shards is not None:
       partial = {
-          item: host_fingerprint.partial_sums(shards)
-          for item, shards in args.shards.take().items()
+        item: host_fingerprint.partial_sums(shards) for item, shards in args.shards.take().items()
       }
       text = json.dumps(integrity.seal({"partial_sums": partial}))
       (directory / fingerprint_filename(index)).write_text(text)
@@ -108,23 +107,19 @@ class MetadataHandler(ocp.handlers.AsyncCheckpointHandler):
       (directory / METADATA_FILENAME).write_text(json.dumps(data, indent=1))
 
   async def async_save(
-      self, directory: epath.Path, args: "MetadataSave"
+    self, directory: epath.Path, args: "MetadataSave"
   ) -> Optional[List[ocp.future.Future]]:
     async def commit():
       self._write(directory, args)
 
     return [
-        ocp.future.CommitFutureAwaitingContractedSignals(
-            commit(), name="sparsepipe_metadata_save"
-        )
+      ocp.future.CommitFutureAwaitingContractedSignals(commit(), name="sparsepipe_metadata_save")
     ]
 
   def save(self, directory: epath.Path, args: "MetadataSave") -> None:
     self._write(directory, args)
 
-  def restore(
-      self, directory: epath.Path, args: Optional["MetadataRestore"] = None
-  ) -> Any:
+  def restore(self, directory: epath.Path, args: Optional["MetadataRestore"] = None) -> Any:
     del args
     path = directory / METADATA_FILENAME
     if not path.exists():

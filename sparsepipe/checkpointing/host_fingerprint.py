@@ -44,9 +44,9 @@ def _leaf_shards(leaf: Any) -> list[HostShard]:
   if isinstance(leaf, jax.Array):
     shape = tuple(leaf.shape)
     return [
-        HostShard(np.asarray(s.data), _start(s.index, shape), shape)
-        for s in leaf.addressable_shards
-        if s.replica_id == 0
+      HostShard(np.asarray(s.data), _start(s.index, shape), shape)
+      for s in leaf.addressable_shards
+      if s.replica_id == 0
     ]
   if jax.process_index() != 0:  # host values are the same on every process
     return []
@@ -115,7 +115,7 @@ def _shard_sum(shard: HostShard) -> int:
   """
   words = _words(shard.value)
   extra = words.ndim - len(shard.global_shape)  # 1 for 8-byte elements
-  global_shape = shard.global_shape + words.shape[len(shard.global_shape):]
+  global_shape = shard.global_shape + words.shape[len(shard.global_shape) :]
   start = shard.start + (0,) * extra
   strides = _strides(global_shape)
   if words.ndim == 0:
@@ -144,8 +144,7 @@ def partial_sums(shards: Mapping[str, Iterable[HostShard]]) -> dict[str, int]:
   """{leaf path: uint32 sum over this process's shards} (reads the values)."""
   with np.errstate(over="ignore"):
     return {
-        path: sum(_shard_sum(s) for s in members) & _MASK
-        for path, members in sorted(shards.items())
+      path: sum(_shard_sum(s) for s in members) & _MASK for path, members in sorted(shards.items())
     }
 
 

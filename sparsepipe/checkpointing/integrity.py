@@ -38,9 +38,7 @@ def unseal(data: Any, *, what: str, where: str) -> dict[str, Any]:
     raise CorruptCheckpointError(f"{where}: {what} carries no {DIGEST_KEY}")
   body = {k: v for k, v in data.items() if k != DIGEST_KEY}
   if digest(body) != data[DIGEST_KEY]:
-    raise CorruptCheckpointError(
-        f"{where}: {what} does not match its {DIGEST_KEY} (file altered)"
-    )
+    raise CorruptCheckpointError(f"{where}: {what} does not match its {DIGEST_KEY} (file altered)")
   return body
 
 
@@ -48,6 +46,5 @@ def check_digest(value: Any, expected: str, *, what: str, where: str) -> None:
   """CorruptCheckpointError if `value` is not what was saved."""
   if digest(value) != expected:
     raise CorruptCheckpointError(
-        f"{where}: {what} does not match the digest saved with it (file"
-        " altered)"
+      f"{where}: {what} does not match the digest saved with it (file altered)"
     )

@@ -28,10 +28,10 @@ def data_iter_filename(process_index: int, process_count: int) -> str:
 
 
 def read_iterator_states(
-    item_dir: str | os.PathLike[str],
-    *,
-    digests: Sequence[str] | None = None,
-    where: str = "",
+  item_dir: str | os.PathLike[str],
+  *,
+  digests: Sequence[str] | None = None,
+  where: str = "",
 ) -> list[dict[str, Any]]:
   """Every saved process's iterator state, in process order.
 
@@ -50,18 +50,18 @@ def read_iterator_states(
   counts = sorted({int(m[2]) for m in files})
   if len(counts) != 1:
     raise CorruptCheckpointError(
-        f"{where}: item 'data_iter' has files of process counts {counts}, expected one"
+      f"{where}: item 'data_iter' has files of process counts {counts}, expected one"
     )
   count = counts[0]
   found = {int(m[1]): m[0] for m in files}
   missing = [i for i in range(count) if i not in found]
   if missing or len(found) != count:
     raise CorruptCheckpointError(
-        f"{where}: item 'data_iter' lacks the files of processes {missing} of {count}"
+      f"{where}: item 'data_iter' lacks the files of processes {missing} of {count}"
     )
   if digests is not None and len(digests) != count:
     raise CorruptCheckpointError(
-        f"{where}: {len(digests)} data_iter digests for {count} process files"
+      f"{where}: {len(digests)} data_iter digests for {count} process files"
     )
   states = []
   for i in range(count):
@@ -71,23 +71,21 @@ def read_iterator_states(
         state = json.load(f)
     except (OSError, ValueError) as e:
       raise CorruptCheckpointError(
-          f"{where}: item 'data_iter' file {name} is unreadable ({type(e).__name__}: {e})"
+        f"{where}: item 'data_iter' file {name} is unreadable ({type(e).__name__}: {e})"
       ) from e
     if digests is not None:
-      integrity.check_digest(
-          state, digests[i], what=f"item 'data_iter' file {name}", where=where
-      )
+      integrity.check_digest(state, digests[i], what=f"item 'data_iter' file {name}", where=where)
     states.append(state)
   return states
 
 
 def restore_resized_iterator(
-    iterator: transforms.InputPipelineIterator,
-    item_dir: str | os.PathLike[str],
-    *,
-    reset_stats_maxima: bool = False,
-    digests: Sequence[str] | None = None,
-    where: str = "",
+  iterator: transforms.InputPipelineIterator,
+  item_dir: str | os.PathLike[str],
+  *,
+  reset_stats_maxima: bool = False,
+  digests: Sequence[str] | None = None,
+  where: str = "",
 ) -> transforms.InputPipelineIterator:
   """Positions `iterator` after the saved global batches, from any process count.
 
@@ -101,13 +99,15 @@ def restore_resized_iterator(
   saved = read_iterator_states(item_dir, digests=digests, where=where)
   if not isinstance(iterator, transforms.InputPipelineIterator):
     raise transforms.IteratorStateMismatchError(
-        f"a {type(iterator).__name__} cannot take the data iterator"
-        f" states of {len(saved)} processes; only the iterators of"
-        " transforms.make_host_pipeline convert to another process count"
+      f"a {type(iterator).__name__} cannot take the data iterator"
+      f" states of {len(saved)} processes; only the iterators of"
+      " transforms.make_host_pipeline convert to another process count"
     )
   state = transforms.resize_iterator_state(
-      saved, iterator.metadata, examples_per_record=iterator.examples_per_record,
-      reset_stats_maxima=reset_stats_maxima,
+    saved,
+    iterator.metadata,
+    examples_per_record=iterator.examples_per_record,
+    reset_stats_maxima=reset_stats_maxima,
   )
   iterator.set_state(state)
   start = getattr(iterator, "start_prefetch", None)

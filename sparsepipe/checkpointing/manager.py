@@ -62,16 +62,18 @@ DEFAULT_RELAYOUTS: Mapping[str, Relayout] = {"train_state": resize_zero_padded}
 def _options(interval: int, keep_latest: int, async_save: bool):
   policies = ocp.checkpoint_managers
   return ocp.CheckpointManagerOptions(
-      # Every `interval` steps, and at JAX's preemption sync point; unlike
-      # Orbax's default policy, no extra save of a fresh run's first step.
-      save_decision_policy=policies.AnySavePolicy([
-          policies.FixedIntervalPolicy(interval),
-          policies.PreemptionCheckpointingPolicy(),
-      ]),
-      preservation_policy=policies.LatestN(keep_latest),
-      enable_async_checkpointing=async_save,
-      cleanup_tmp_directories=True,
-      create=True,
+    # Every `interval` steps, and at JAX's preemption sync point; unlike
+    # Orbax's default policy, no extra save of a fresh run's first step.
+    save_decision_policy=policies.AnySavePolicy(
+      [
+        policies.FixedIntervalPolicy(interval),
+        policies.PreemptionCheckpointingPolicy(),
+      ]
+    ),
+    preservation_policy=policies.LatestN(keep_latest),
+    enable_async_checkpointing=async_save,
+    cleanup_tmp_directories=True,
+    create=True,
   )
 
 
@@ -83,15 +85,15 @@ class TrainingCheckpointManager:
   """
 
   def __init__(
-      self,
-      directory: str | os.PathLike[str],
-      run: RunInfo,
-      *,
-      save_interval_steps: int = 1,
-      keep_latest: int = 3,
-      async_save: bool = True,
-      mutable_config_keys: Iterable[str] = (),
-      fingerprint_arrays: bool = True,
+    self,
+    directory: str | os.PathLike[str],
+    run: RunInfo,
+    *,
+    save_interval_steps: int = 1,
+    keep_latest: int = 3,
+    async_save: bool = True,
+    mutable_config_keys: Iterable[str] = (),
+    fingerprint_arrays: bool = True,
   ):
     """Opens (or creates) the checkpoint directory.
 
@@ -120,14 +122,14 @@ class TrainingCheckpointManager:
     self._fingerprint_arrays = bool(fingerprint_arrays)
     handlers = {name: array_handler() for name in ARRAY_ITEMS}
     handlers.update(
-        data_iter=grain.checkpoint.CheckpointHandler(),
-        fdo=ocp.JsonCheckpointHandler(),
-        metadata=MetadataHandler(),
+      data_iter=grain.checkpoint.CheckpointHandler(),
+      fdo=ocp.JsonCheckpointHandler(),
+      metadata=MetadataHandler(),
     )
     self._mngr = ocp.CheckpointManager(
-        epath.Path(os.path.abspath(os.fspath(directory))),
-        options=_options(int(save_interval_steps), int(keep_latest), self._async),
-        item_handlers=handlers,
+      epath.Path(os.path.abspath(os.fspath(directory))),
+      options=_options(int(save_interval_steps), int(keep_latest), self._async),
+      item_handlers=handlers,
     )
     self._reader = StepReader(self._mngr, run, tuple(mutable_config_keys))
 
@@ -166,13 +168,13 @@ class TrainingCheckpointManager:
     return self._mngr.should_save(step)
 
   def save(
-      self,
-      step: int,
-      state: TrainingState,
-      progress: Progress,
-      *,
-      feature_limits: FeatureLimits | None = None,
-      force: bool = False,
+    self,
+    step: int,
+    state: TrainingState,
+    progress: Progress,
+    *,
+    feature_limits: FeatureLimits | None = None,
+    force: bool = False,
   ) -> bool:
     """Starts saving `state` as `step`; returns whether a save started.
 
@@ -186,13 +188,13 @@ class TrainingCheckpointManager:
     if not force and not self.should_save(step):
       return False
     saving.save_step(
-        lambda args: self._mngr.save(step, args=args, force=True),
-        state,
-        self._run,
-        progress,
-        feature_limits=feature_limits,
-        fingerprints=self._fingerprint_arrays,
-        async_save=self._async,
+      lambda args: self._mngr.save(step, args=args, force=True),
+      state,
+      self._run,
+      progress,
+      feature_limits=feature_limits,
+      fingerprints=self._fingerprint_arrays,
+      async_save=self._async,
     )
     return True
 
@@ -217,11 +219,11 @@ class TrainingCheckpointManager:
   # -- restoring --------------------------------------------------------------
 
   def restore(
-      self,
-      targets: Targets,
-      *,
-      step: int | None = None,
-      relayouts: Mapping[str, Relayout] | None = None,
+    self,
+    targets: Targets,
+    *,
+    step: int | None = None,
+    relayouts: Mapping[str, Relayout] | None = None,
   ) -> RestoredState | None:
     """Restores `step`, or the newest intact step; None if there is none.
 
@@ -249,7 +251,7 @@ class TrainingCheckpointManager:
     for candidate in steps:
       try:
         restored = corrupt.agree(
-            functools.partial(self._reader.restore, candidate, targets, relayouts)
+          functools.partial(self._reader.restore, candidate, targets, relayouts)
         )
       except CorruptCheckpointError as e:
         if step is not None:
@@ -262,6 +264,5 @@ class TrainingCheckpointManager:
         self._mngr.reload()
       return restored
     raise CorruptCheckpointError(
-        f"no restorable checkpoint in {self.directory}: "
-        + "; ".join(reason for _, reason in skipped)
+      f"no restorable checkpoint in {self.directory}: " + "; ".join(reason for _, reason in skipped)
     )

@@ -62,8 +62,8 @@ def to_json_value(value: Any, name: str = "config") -> Any:
   if value is None or isinstance(value, (bool, int, float, str)):
     return value
   raise ValueError(
-      f"{name} is a {type(value).__name__} ({value!r}); checkpoint metadata"
-      " holds JSON values only (dicts, lists, str, int, float, bool, None)"
+    f"{name} is a {type(value).__name__} ({value!r}); checkpoint metadata"
+    " holds JSON values only (dicts, lists, str, int, float, bool, None)"
   )
 
 
@@ -98,21 +98,19 @@ class RunInfo:
 
   @classmethod
   def create(
-      cls,
-      config: Any,
-      mesh: jax.sharding.Mesh,
-      *,
-      data_worker_count: int,
-      process_count: int | None = None,
+    cls,
+    config: Any,
+    mesh: jax.sharding.Mesh,
+    *,
+    data_worker_count: int,
+    process_count: int | None = None,
   ) -> "RunInfo":
     """RunInfo of the current process (process count from jax by default)."""
     return cls(
-        config=to_json_value(config),
-        mesh_shape={str(k): int(v) for k, v in mesh.shape.items()},
-        process_count=int(
-            jax.process_count() if process_count is None else process_count
-        ),
-        data_worker_count=int(data_worker_count),
+      config=to_json_value(config),
+      mesh_shape={str(k): int(v) for k, v in mesh.shape.items()},
+      process_count=int(jax.process_count() if process_count is None else process_count),
+      data_worker_count=int(data_worker_count),
     )
 
   @property
@@ -147,15 +145,15 @@ class CheckpointMetadata:
 
   def to_json(self) -> dict[str, Any]:
     return {
-        "format_version": self.format_version,
-        "config": to_json_value(self.run.config),
-        "mesh_shape": dict(self.run.mesh_shape),
-        "process_count": self.run.process_count,
-        "data_worker_count": self.run.data_worker_count,
-        "pipeline_step": self.progress.pipeline_step,
-        "batches_consumed": self.progress.batches_consumed,
-        "pipeline_drained": self.progress.pipeline_drained,
-        "feature_limits": to_json_value(self.feature_limits, "feature_limits"),
+      "format_version": self.format_version,
+      "config": to_json_value(self.run.config),
+      "mesh_shape": dict(self.run.mesh_shape),
+      "process_count": self.run.process_count,
+      "data_worker_count": self.run.data_worker_count,
+      "pipeline_step": self.progress.pipeline_step,
+      "batches_consumed": self.progress.batches_consumed,
+      "pipeline_drained": self.progress.pipeline_drained,
+      "feature_limits": to_json_value(self.feature_limits, "feature_limits"),
     }
 
   @classmethod
@@ -168,35 +166,32 @@ class CheckpointMetadata:
       if name not in data:
         raise CorruptCheckpointError(f"{where}: metadata has no '{name}'")
       value = data[name]
-      if not isinstance(value, kind) or (
-          kind is int and isinstance(value, bool)
-      ):
+      if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise CorruptCheckpointError(
-            f"{where}: metadata '{name}' is {value!r}, not a"
-            f" {getattr(kind, '__name__', kind)}"
+          f"{where}: metadata '{name}' is {value!r}, not a {getattr(kind, '__name__', kind)}"
         )
       return value
 
     version = field("format_version", int)
     if version > FORMAT_VERSION:
       raise IncompatibleCheckpointError(
-          f"{where} has format_version {version}; this sparsepipe reads"
-          f" format_version {FORMAT_VERSION} and older"
+        f"{where} has format_version {version}; this sparsepipe reads"
+        f" format_version {FORMAT_VERSION} and older"
       )
     return cls(
-        run=RunInfo(
-            config=field("config", dict),
-            mesh_shape=field("mesh_shape", dict),
-            process_count=field("process_count", int),
-            data_worker_count=field("data_worker_count", int),
-        ),
-        progress=Progress(
-            pipeline_step=field("pipeline_step", int),
-            batches_consumed=field("batches_consumed", int),
-            pipeline_drained=field("pipeline_drained", bool),
-        ),
-        feature_limits=field("feature_limits", dict),
-        format_version=version,
+      run=RunInfo(
+        config=field("config", dict),
+        mesh_shape=field("mesh_shape", dict),
+        process_count=field("process_count", int),
+        data_worker_count=field("data_worker_count", int),
+      ),
+      progress=Progress(
+        pipeline_step=field("pipeline_step", int),
+        batches_consumed=field("batches_consumed", int),
+        pipeline_drained=field("pipeline_drained", bool),
+      ),
+      feature_limits=field("feature_limits", dict),
+      format_version=version,
     )
 
 
@@ -215,9 +210,9 @@ def _render(value: Any) -> str:
 
 
 def config_differences(
-    saved: Mapping[str, Any],
-    current: Mapping[str, Any],
-    mutable_keys: Iterable[str] = (),
+  saved: Mapping[str, Any],
+  current: Mapping[str, Any],
+  mutable_keys: Iterable[str] = (),
 ) -> list[tuple[str, Any, Any]]:
   """[(dotted key, saved value, current value)] for keys that differ.
 
@@ -240,11 +235,11 @@ def config_differences(
 
 
 def check_compatible(
-    saved: CheckpointMetadata,
-    current: RunInfo,
-    *,
-    where: str,
-    mutable_config_keys: Iterable[str] = (),
+  saved: CheckpointMetadata,
+  current: RunInfo,
+  *,
+  where: str,
+  mutable_config_keys: Iterable[str] = (),
 ) -> None:
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
@@ -254,36 +249,31 @@ def check_compatible(
   run = saved.run
   if run.data_worker_count != current.data_worker_count:
     raise IncompatibleCheckpointError(
-        f"{where} was written with {run.data_worker_count} data workers per"
-        f" process, current run has {current.data_worker_count}: the Grain"
-        " iterator state depends on the worker count (resume with"
-        f" {run.data_worker_count} workers)"
+      f"{where} was written with {run.data_worker_count} data workers per"
+      f" process, current run has {current.data_worker_count}: the Grain"
+      " iterator state depends on the worker count (resume with"
+      f" {run.data_worker_count} workers)"
     )
   if run.process_count != current.process_count and run.data_worker_count:
     raise IncompatibleCheckpointError(
-        f"{where} was written by {run.process_count} processes, current run"
-        f" has {current.process_count}: the data iterator state is saved per"
-        " process and cannot be split or merged"
+      f"{where} was written by {run.process_count} processes, current run"
+      f" has {current.process_count}: the data iterator state is saved per"
+      " process and cannot be split or merged"
     )
   if tuple(run.mesh_shape) != tuple(current.mesh_shape):
     raise IncompatibleCheckpointError(
-        f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
-        f" current mesh has axes {tuple(current.mesh_shape)}"
+      f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
+      f" current mesh has axes {tuple(current.mesh_shape)}"
     )
   diffs = config_differences(run.config, current.config, mutable_config_keys)
   if diffs:
     raise IncompatibleCheckpointError(
-        f"{where} was written with "
-        + "; ".join(
-            f"{key}={_render(a)}, current run has {_render(b)}"
-            for key, a, b in diffs
-        )
+      f"{where} was written with "
+      + "; ".join(f"{key}={_render(a)}, current run has {_render(b)}" for key, a, b in diffs)
     )
 
 
-def check_pipeline_resumable(
-    saved: CheckpointMetadata, current: RunInfo, *, where: str
-) -> None:
+def check_pipeline_resumable(saved: CheckpointMetadata, current: RunInfo, *, where: str) -> None:
   """Refuses a device-count change while the PipelineState buffers inputs.
 
   The buffered COO inputs of the two previous batches are per-device buffers
@@ -295,11 +285,11 @@ def check_pipeline_resumable(
     return
   if not saved.progress.pipeline_drained:
     raise IncompatibleCheckpointError(
-        f"{where} holds a PipelineState with buffered inputs laid out for"
-        f" {saved.run.device_count} devices (pipeline not drained at pipeline"
-        f" step {saved.progress.pipeline_step}); the current mesh has"
-        f" {current.device_count} devices. Buffered per-device COO inputs"
-        " cannot be re-laid out: resume on"
-        f" {saved.run.device_count} devices, or from a checkpoint saved with"
-        " a drained pipeline"
+      f"{where} holds a PipelineState with buffered inputs laid out for"
+      f" {saved.run.device_count} devices (pipeline not drained at pipeline"
+      f" step {saved.progress.pipeline_step}); the current mesh has"
+      f" {current.device_count} devices. Buffered per-device COO inputs"
+      " cannot be re-laid out: resume on"
+      f" {saved.run.device_count} devices, or from a checkpoint saved with"
+      " a drained pipeline"
     )

@@ -49,11 +49,11 @@ class PreemptionWatcher:
   """
 
   def __init__(
-      self,
-      manager: Any = None,
-      *,
-      signals: Sequence[int] = (signal.SIGTERM,),
-      use_jax_preemption: bool | None = None,
+    self,
+    manager: Any = None,
+    *,
+    signals: Sequence[int] = (signal.SIGTERM,),
+    use_jax_preemption: bool | None = None,
   ):
     """Creates the watcher; install() (or `with`) starts watching.
 
@@ -68,8 +68,8 @@ class PreemptionWatcher:
       use_jax_preemption = jax.distributed.is_initialized()
     if use_jax_preemption and manager is None:
       raise ValueError(
-          "PreemptionWatcher with the JAX preemption service needs the"
-          " checkpoint manager (its reached_preemption)"
+        "PreemptionWatcher with the JAX preemption service needs the"
+        " checkpoint manager (its reached_preemption)"
       )
     self._manager = manager
     self._signals = tuple(signals)
@@ -97,10 +97,10 @@ class PreemptionWatcher:
     """First Ctrl-C: stop at the next boundary; the next one aborts at once."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     print(
-        "sparsepipe: Ctrl-C: saving at the next pipeline step boundary, then exiting"
-        " (Ctrl-C again to abort without saving)",
-        file=sys.stderr,
-        flush=True,
+      "sparsepipe: Ctrl-C: saving at the next pipeline step boundary, then exiting"
+      " (Ctrl-C again to abort without saving)",
+      file=sys.stderr,
+      flush=True,
     )
     if self._use_jax:
       os.kill(os.getpid(), signal.SIGTERM)  # JAX's preemption service syncs the step
@@ -133,10 +133,9 @@ class PreemptionWatcher:
       return bool(self._manager.reached_preemption(step))
     if self.requested and self._signal_seen is not None:
       logging.warning(
-          "Received signal %d: saving step %d and exiting",
-          self._signal_seen,
-          step,
+        "Received signal %d: saving step %d and exiting",
+        self._signal_seen,
+        step,
       )
       self._signal_seen = None
     return self.requested
-

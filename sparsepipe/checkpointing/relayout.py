@@ -46,8 +46,7 @@ class RelayoutContext:
 class Relayout(Protocol):
   """Turns an item read in its saved shapes into the target's layout."""
 
-  def __call__(self, restored: Any, target: Any, context: RelayoutContext) -> Any:
-    ...
+  def __call__(self, restored: Any, target: Any, context: RelayoutContext) -> Any: ...
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -76,18 +75,18 @@ def resize_zero_padded(restored: Any, target: Any, context: RelayoutContext):
       return jax.device_put(x, want.sharding)
     if x.ndim != len(want.shape):
       raise IncompatibleCheckpointError(
-          f"{context.where}: cannot re-lay out item '{context.item}' leaf"
-          f" '{path}' from shape {tuple(x.shape)} to {tuple(want.shape)}: the"
-          " rank differs"
+        f"{context.where}: cannot re-lay out item '{context.item}' leaf"
+        f" '{path}' from shape {tuple(x.shape)} to {tuple(want.shape)}: the"
+        " rank differs"
       )
     out, dropped_nonzero = _resize(x, tuple(want.shape), want.sharding)
     if bool(dropped_nonzero):
       raise IncompatibleCheckpointError(
-          f"{context.where}: cannot re-lay out item '{context.item}' leaf"
-          f" '{path}' from shape {tuple(x.shape)} ({context.saved.run.device_count}"
-          f" devices) to {tuple(want.shape)} ({context.current.device_count}"
-          " devices): the cut part holds nonzero values, so it is not zero"
-          " padding"
+        f"{context.where}: cannot re-lay out item '{context.item}' leaf"
+        f" '{path}' from shape {tuple(x.shape)} ({context.saved.run.device_count}"
+        f" devices) to {tuple(want.shape)} ({context.current.device_count}"
+        " devices): the cut part holds nonzero values, so it is not zero"
+        " padding"
       )
     return jax.device_put(out, want.sharding)
 
@@ -95,11 +94,11 @@ def resize_zero_padded(restored: Any, target: Any, context: RelayoutContext):
 
 
 def embedding_relayout(
-    feature_specs: Any,
-    mesh: jax.sharding.Mesh,
-    *,
-    num_sc_per_device: int,
-    saved_feature_specs: Callable[[int], Any],
+  feature_specs: Any,
+  mesh: jax.sharding.Mesh,
+  *,
+  num_sc_per_device: int,
+  saved_feature_specs: Callable[[int], Any],
 ) -> Relayout:
   """A Relayout for `{stack: EmbeddingVariables}` between device counts.
 
@@ -120,17 +119,17 @@ def embedding_relayout(
     old = context.saved.run.device_count
     try:
       return pipeline.relayout_embedding_variables(
-          restored,
-          from_feature_specs=saved_feature_specs(old),
-          from_device_count=old,
-          feature_specs=feature_specs,
-          mesh=mesh,
-          num_sc_per_device=num_sc_per_device,
+        restored,
+        from_feature_specs=saved_feature_specs(old),
+        from_device_count=old,
+        feature_specs=feature_specs,
+        mesh=mesh,
+        num_sc_per_device=num_sc_per_device,
       )
     except ValueError as e:
       raise IncompatibleCheckpointError(
-          f"{context.where}: cannot re-lay out item '{context.item}' from"
-          f" {old} to {context.current.device_count} devices: {e}"
+        f"{context.where}: cannot re-lay out item '{context.item}' from"
+        f" {old} to {context.current.device_count} devices: {e}"
       ) from e
 
   return relayout

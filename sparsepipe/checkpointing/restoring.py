@@ -52,7 +52,6 @@ from sparsepipe.transforms import IteratorStateMismatchError
 Targets = RestoreTargets | Callable[[CheckpointMetadata], RestoreTargets]
 
 
-
 def _read_json(path: epath.Path, what: str, where: str) -> Any:
   try:
     return json.loads(path.read_text())
@@ -68,10 +67,10 @@ def _check_dataset(saved_state: Any, iterator: Any, where: str) -> None:
     return
   if "dataset" in saved and "dataset" in current and saved["dataset"] != current["dataset"]:
     raise IncompatibleCheckpointError(
-        f"{where}: the dataset changed: the data iterator state was saved"
-        f" reading dataset {saved['dataset']}, the data now is dataset"
-        f" {current['dataset']}; restore with the original data, or train on"
-        " the new data in a new workdir (the checkpoint is left as it is)"
+      f"{where}: the dataset changed: the data iterator state was saved"
+      f" reading dataset {saved['dataset']}, the data now is dataset"
+      f" {current['dataset']}; restore with the original data, or train on"
+      " the new data in a new workdir (the checkpoint is left as it is)"
     )
 
 
@@ -79,7 +78,7 @@ class StepReader:
   """Reads and checks steps of one Orbax CheckpointManager for one run."""
 
   def __init__(
-      self, mngr: ocp.CheckpointManager, run: RunInfo, mutable_config_keys: tuple[str, ...]
+    self, mngr: ocp.CheckpointManager, run: RunInfo, mutable_config_keys: tuple[str, ...]
   ):
     self._mngr = mngr
     self._run = run
@@ -100,7 +99,7 @@ class StepReader:
         raw = self._mngr.restore(step, args=ocp.args.Composite(metadata=MetadataRestore()))
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(
-          f"{where}: item 'metadata' is unreadable ({first_line(e)})"
+        f"{where}: item 'metadata' is unreadable ({first_line(e)})"
       ) from e
     return integrity.unseal(raw["metadata"], what="item 'metadata'", where=where)
 
@@ -114,7 +113,9 @@ class StepReader:
     check_compatible(meta, self._run, where=where, mutable_config_keys=self._mutable)
     checks = body.get("integrity")
     if not isinstance(checks, dict) or not {
-        "fingerprints", "fdo_sha256", "data_iter_sha256"
+      "fingerprints",
+      "fdo_sha256",
+      "data_iter_sha256",
     } <= set(checks):
       raise CorruptCheckpointError(f"{where}: metadata has no integrity section")
     return meta, checks
@@ -128,11 +129,11 @@ class StepReader:
     for item in items:
       if item not in relayouts:
         raise IncompatibleCheckpointError(
-            f"{where}: item '{item}' was saved for"
-            f" {meta.run.device_count} devices and the current mesh has"
-            f" {self._run.device_count}; its layout depends on the device"
-            " count and no relayout was given for it (pass"
-            f" relayouts={{'{item}': ...}}, e.g. embedding_relayout)"
+          f"{where}: item '{item}' was saved for"
+          f" {meta.run.device_count} devices and the current mesh has"
+          f" {self._run.device_count}; its layout depends on the device"
+          " count and no relayout was given for it (pass"
+          f" relayouts={{'{item}': ...}}, e.g. embedding_relayout)"
         )
     return items
 
@@ -144,7 +145,7 @@ class StepReader:
         saved_trees = self._mngr.item_metadata(step)
     except Exception as e:  # pylint: disable=broad-except
       raise CorruptCheckpointError(
-          f"{where}: array metadata is unreadable ({first_line(e)})"
+        f"{where}: array metadata is unreadable ({first_line(e)})"
       ) from e
     out = {}
     for item in items:
@@ -171,18 +172,26 @@ class StepReader:
     where = self.where(step)
     try:
       restore_resized_iterator(
-          iterator, self.step_path(step) / "data_iter",
-          reset_stats_maxima=meta.run.device_count != self._run.device_count,
-          digests=digests, where=where,
+        iterator,
+        self.step_path(step) / "data_iter",
+        reset_stats_maxima=meta.run.device_count != self._run.device_count,
+        digests=digests,
+        where=where,
       )
     except IteratorStateMismatchError as e:
       raise IncompatibleCheckpointError(
-          f"{where} was written by {meta.run.process_count} processes, this run has"
-          f" {self._run.process_count}: {e}"
+        f"{where} was written by {meta.run.process_count} processes, this run has"
+        f" {self._run.process_count}: {e}"
       ) from e
 
-  def _read(self, step: int, targets: RestoreTargets, read_targets: Mapping[str, Any],
-            *, data_iter: bool = True):
+  def _read(
+    self,
+    step: int,
+    targets: RestoreTargets,
+    read_targets: Mapping[str, Any],
+    *,
+    data_iter: bool = True,
+  ):
     args = {item: array_restore(target) for item, target in read_targets.items()}
     args.update(fdo=ocp.args.JsonRestore())
     if data_iter:
@@ -195,11 +204,11 @@ class StepReader:
     except Exception as e:  # pylint: disable=broad-except
       item = self._unreadable_item(step, {i: args[i] for i in read_targets})
       raise CorruptCheckpointError(
-          f"{self.where(step)}: {item}reading failed ({first_line(e)})"
+        f"{self.where(step)}: {item}reading failed ({first_line(e)})"
       ) from e
 
   def _unreadable_item(self, step: int, args: Mapping[str, Any]) -> str:
-    """"item 'X': " for the first array item that fails to read alone, else "".
+    """ "item 'X': " for the first array item that fails to read alone, else "".
 
     Only called after a failed restore, to name what is broken.
     """
@@ -228,8 +237,7 @@ class StepReader:
     if not all(isinstance(p, dict) for p in partials):
       raise CorruptCheckpointError(f"{where}: item 'metadata' partial_sums are malformed")
     return {
-        item: host_fingerprint.combine(p.get(item, {}) for p in partials)
-        for item in ARRAY_ITEMS
+      item: host_fingerprint.combine(p.get(item, {}) for p in partials) for item in ARRAY_ITEMS
     }
 
   def _verify(self, step: int, out: Any, checks: Mapping[str, Any], meta, items) -> None:
@@ -245,7 +253,7 @@ class StepReader:
     integrity.check_digest(out["fdo"], checks["fdo_sha256"], what="item 'fdo'", where=where)
 
   def restore(
-      self, step: int, targets: Targets, relayouts: Mapping[str, Relayout]
+    self, step: int, targets: Targets, relayouts: Mapping[str, Relayout]
   ) -> RestoredState:
     """Reads, checks and (if needed) re-lays out `step`."""
     where = self.where(step)
@@ -273,17 +281,19 @@ class StepReader:
         check_restored(tree, getattr(targets, item), item=item, where=where)
       trees[item] = tree
     logging.info(
-        "Restored %s%s", where,
-        f" (re-laid out {items} from {meta.run.device_count} to"
-        f" {self._run.device_count} devices)" if relaid else "",
+      "Restored %s%s",
+      where,
+      f" (re-laid out {items} from {meta.run.device_count} to {self._run.device_count} devices)"
+      if relaid
+      else "",
     )
     return RestoredState(
-        step=step,
-        train_state=trees["train_state"],
-        embeddings=trees["embeddings"],
-        pipeline_state=trees.get("pipeline_state"),
-        data_iter=targets.data_iter,
-        fdo=out["fdo"],
-        metadata=meta,
-        relaid_out=tuple(items) if relaid else (),
+      step=step,
+      train_state=trees["train_state"],
+      embeddings=trees["embeddings"],
+      pipeline_state=trees.get("pipeline_state"),
+      data_iter=targets.data_iter,
+      fdo=out["fdo"],
+      metadata=meta,
+      relaid_out=tuple(items) if relaid else (),
     )

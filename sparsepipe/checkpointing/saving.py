@@ -48,43 +48,40 @@ def _gather_digests(*digests: str) -> list[list[str]]:
   """For each given hex sha256, every process's value, in process order."""
   if jax.process_count() == 1:
     return [[d] for d in digests]
-  words = np.concatenate(
-      [np.frombuffer(bytes.fromhex(d), dtype=np.uint32) for d in digests]
-  )
+  words = np.concatenate([np.frombuffer(bytes.fromhex(d), dtype=np.uint32) for d in digests])
   rows = np.asarray(multihost_utils.process_allgather(words), np.uint32)
   per = len(words) // len(digests)
   return [
-      [row[i * per : (i + 1) * per].tobytes().hex() for row in rows]
-      for i in range(len(digests))
+    [row[i * per : (i + 1) * per].tobytes().hex() for row in rows] for i in range(len(digests))
   ]
 
 
 def _metadata(
-    state: TrainingState,
-    fdo: Any,
-    run: RunInfo,
-    progress: Progress,
-    feature_limits: FeatureLimits | None,
-    fingerprints: bool,
+  state: TrainingState,
+  fdo: Any,
+  run: RunInfo,
+  progress: Progress,
+  feature_limits: FeatureLimits | None,
+  fingerprints: bool,
 ) -> dict[str, Any]:
   """The metadata item's JSON, with digests of the JSON items of every process."""
   meta = CheckpointMetadata(
-      run, progress, to_json_value(feature_limits or {}, "feature_limits")
+    run, progress, to_json_value(feature_limits or {}, "feature_limits")
   ).to_json()
   data_iter_digests, fdo_digests = _gather_digests(
-      integrity.digest(iterator_state(state.data_iter)), integrity.digest(fdo)
+    integrity.digest(iterator_state(state.data_iter)), integrity.digest(fdo)
   )
   differing = [i for i, d in enumerate(fdo_digests) if d != fdo_digests[0]]
   if differing:
     raise ValueError(
-        f"item 'fdo' differs between processes ({differing} differ from"
-        " process 0); it is written once, by process 0: merge FDO state"
-        " across processes before saving"
+      f"item 'fdo' differs between processes ({differing} differ from"
+      " process 0); it is written once, by process 0: merge FDO state"
+      " across processes before saving"
     )
   meta["integrity"] = {
-      "fingerprints": PARTIAL_SUMS if fingerprints else None,
-      "fdo_sha256": fdo_digests[0],
-      "data_iter_sha256": data_iter_digests,
+    "fingerprints": PARTIAL_SUMS if fingerprints else None,
+    "fdo_sha256": fdo_digests[0],
+    "data_iter_sha256": data_iter_digests,
   }
   return meta
 
@@ -95,20 +92,18 @@ def take_shards(state: TrainingState) -> dict[str, Any]:
 
 
 def save_step(
-    save: Callable[[ocp.args.Composite], Any],
-    state: TrainingState,
-    run: RunInfo,
-    progress: Progress,
-    *,
-    feature_limits: FeatureLimits | None,
-    fingerprints: bool,
-    async_save: bool,
+  save: Callable[[ocp.args.Composite], Any],
+  state: TrainingState,
+  run: RunInfo,
+  progress: Progress,
+  *,
+  feature_limits: FeatureLimits | None,
+  fingerprints: bool,
+  async_save: bool,
 ) -> None:
   """Calls `save` (Orbax's, for one step) with the arguments of every item."""
   if not isinstance(state.fdo, Mapping):
-    raise ValueError(
-        f"item 'fdo' must be a JSON object (dict), got {type(state.fdo).__name__}"
-    )
+    raise ValueError(f"item 'fdo' must be a JSON object (dict), got {type(state.fdo).__name__}")
   for item in ARRAY_ITEMS:
     host_fingerprint.check_tree(getattr(state, item), item)
   fdo = to_json_value(state.fdo, "fdo")
@@ -116,9 +111,9 @@ def save_step(
   pending = PendingShards() if fingerprints else None
   args = {item: array_save(getattr(state, item)) for item in ARRAY_ITEMS}
   args.update(
-      data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
-      fdo=ocp.args.JsonSave(fdo),
-      metadata=MetadataSave(meta, pending),
+    data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
+    fdo=ocp.args.JsonSave(fdo),
+    metadata=MetadataSave(meta, pending),
   )
   try:
     if pending is not None and not async_save:

@@ -28,9 +28,7 @@ def leaf_path(keypath: tuple[Any, ...]) -> str:
 
 def leaves_by_path(tree: Any) -> dict[str, Any]:
   """{leaf path: leaf} of a pytree (None subtrees have no leaves)."""
-  return {
-      leaf_path(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
-  }
+  return {leaf_path(p): leaf for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def abstract_of(tree: Any) -> Any:
@@ -74,12 +72,12 @@ def _saved_leaves(saved_tree: Any) -> dict[str, Any]:
 
 
 def check_against_saved(
-    target: Any,
-    saved_tree: Any,
-    *,
-    item: str,
-    where: str,
-    compare_shapes: bool = True,
+  target: Any,
+  saved_tree: Any,
+  *,
+  item: str,
+  where: str,
+  compare_shapes: bool = True,
 ) -> None:
   """Raises IncompatibleCheckpointError if the target does not fit the save.
 
@@ -97,22 +95,22 @@ def check_against_saved(
   extra = sorted(set(have) - set(want))
   if missing or extra:
     raise IncompatibleCheckpointError(
-        f"{where}: item '{item}' has another tree structure than the current"
-        f" run: leaves only in the current run {missing}, only in the"
-        f" checkpoint {extra}"
+      f"{where}: item '{item}' has another tree structure than the current"
+      f" run: leaves only in the current run {missing}, only in the"
+      f" checkpoint {extra}"
     )
   for path, leaf in want.items():
     saved = have[path]
     if np.dtype(saved.dtype) != np.dtype(leaf.dtype):
       raise IncompatibleCheckpointError(
-          f"{where}: item '{item}' leaf '{path}' was saved as"
-          f" {np.dtype(saved.dtype).name}, current run has"
-          f" {np.dtype(leaf.dtype).name}"
+        f"{where}: item '{item}' leaf '{path}' was saved as"
+        f" {np.dtype(saved.dtype).name}, current run has"
+        f" {np.dtype(leaf.dtype).name}"
       )
     if compare_shapes and tuple(saved.shape) != tuple(leaf.shape):
       raise IncompatibleCheckpointError(
-          f"{where}: item '{item}' leaf '{path}' was saved with shape"
-          f" {tuple(saved.shape)}, current run has {tuple(leaf.shape)}"
+        f"{where}: item '{item}' leaf '{path}' was saved with shape"
+        f" {tuple(saved.shape)}, current run has {tuple(leaf.shape)}"
       )
 
 
@@ -131,12 +129,11 @@ def saved_layout_targets(target: Any, saved_tree: Any, *, item: str) -> Any:
     sharding = x.sharding
     if sharding is not None and not _divisible(sharding, shape):
       logging.info(
-          "item '%s' leaf '%s': saved shape %s does not divide over %s; read"
-          " replicated",
-          item,
-          path,
-          shape,
-          sharding,
+        "item '%s' leaf '%s': saved shape %s does not divide over %s; read replicated",
+        item,
+        path,
+        shape,
+        sharding,
       )
       sharding = _replicated_like(sharding)
     return jax.ShapeDtypeStruct(shape, x.dtype, sharding=sharding)
@@ -144,28 +141,22 @@ def saved_layout_targets(target: Any, saved_tree: Any, *, item: str) -> Any:
   return jax.tree_util.tree_map_with_path(leaf, target)
 
 
-def check_restored(
-    tree: Any, target: Any, *, item: str, where: str
-) -> None:
+def check_restored(tree: Any, target: Any, *, item: str, where: str) -> None:
   """A re-laid-out tree must match its target exactly (shape, dtype, sharding)."""
   got = leaves_by_path(tree)
   for path, want in leaves_by_path(target).items():
     x = got.get(path)
     if x is None:
-      raise IncompatibleCheckpointError(
-          f"{where}: re-laid-out item '{item}' has no leaf '{path}'"
-      )
+      raise IncompatibleCheckpointError(f"{where}: re-laid-out item '{item}' has no leaf '{path}'")
     if tuple(x.shape) != tuple(want.shape) or x.dtype != want.dtype:
       raise IncompatibleCheckpointError(
-          f"{where}: re-laid-out item '{item}' leaf '{path}' is"
-          f" {x.dtype}{tuple(x.shape)}, target {want.dtype}{tuple(want.shape)}"
+        f"{where}: re-laid-out item '{item}' leaf '{path}' is"
+        f" {x.dtype}{tuple(x.shape)}, target {want.dtype}{tuple(want.shape)}"
       )
-    if want.sharding is not None and not x.sharding.is_equivalent_to(
-        want.sharding, x.ndim
-    ):
+    if want.sharding is not None and not x.sharding.is_equivalent_to(want.sharding, x.ndim):
       raise IncompatibleCheckpointError(
-          f"{where}: re-laid-out item '{item}' leaf '{path}' has sharding"
-          f" {x.sharding}, target {want.sharding}"
+        f"{where}: re-laid-out item '{item}' leaf '{path}' has sharding"
+        f" {x.sharding}, target {want.sharding}"
       )
 
 
@@ -178,7 +169,7 @@ def require_shardings(target: Any, *, item: str) -> None:
   for path, leaf in leaves_by_path(target).items():
     if getattr(leaf, "sharding", None) is None:
       raise ValueError(
-          f"restore target of item '{item}' leaf '{path}' has no sharding;"
-          " build targets with jax.ShapeDtypeStruct(shape, dtype,"
-          " sharding=...) for the current mesh (see abstract_of, on_mesh)"
+        f"restore target of item '{item}' leaf '{path}' has no sharding;"
+        " build targets with jax.ShapeDtypeStruct(shape, dtype,"
+        " sharding=...) for the current mesh (see abstract_of, on_mesh)"
       )

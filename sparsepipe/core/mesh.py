@@ -18,7 +18,7 @@ def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
   """
   devices = jax.devices() if devices is None else list(devices)
   return jax.make_mesh(
-      (len(devices),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+    (len(devices),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
   )
 
 

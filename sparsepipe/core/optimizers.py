@@ -36,8 +36,8 @@ Rows = jax.Array
 Slots = tuple[jax.Array, ...]
 
 _POSITIONAL = (
-    inspect.Parameter.POSITIONAL_ONLY,
-    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+  inspect.Parameter.POSITIONAL_ONLY,
+  inspect.Parameter.POSITIONAL_OR_KEYWORD,
 )
 
 
@@ -51,8 +51,8 @@ def _wants_step(rate: Callable[..., Any]) -> bool:
   required = [p for p in positional if p.default is inspect.Parameter.empty]
   if len(required) > 1:
     raise ValueError(
-        f"learning rate callable {rate!r} takes {len(required)} arguments;"
-        " it must take no argument or a single step count"
+      f"learning rate callable {rate!r} takes {len(required)} arguments;"
+      " it must take no argument or a single step count"
     )
   var = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
   return bool(positional) or var
@@ -89,8 +89,8 @@ class OptimizerSpec(abc.ABC):
       if isinstance(value, (np.ndarray, np.generic, jax.Array)):
         if np.ndim(value) != 0:
           raise ValueError(
-              f"{type(self).__name__}: {field.name} must be a scalar, got"
-              f" shape {np.shape(value)}")
+            f"{type(self).__name__}: {field.name} must be a scalar, got shape {np.shape(value)}"
+          )
         object.__setattr__(self, field.name, np.asarray(value).item())
 
   def get_learning_rate(self, step: Any = None) -> jax.Array:
@@ -101,10 +101,7 @@ class OptimizerSpec(abc.ABC):
     if not _wants_step(rate):
       return _f32(rate())
     if step is None:
-      raise ValueError(
-          f"learning rate callable {rate!r} takes the step, but no step was"
-          " given"
-      )
+      raise ValueError(f"learning rate callable {rate!r} takes the step, but no step was given")
     return _f32(rate(step))
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
@@ -136,7 +133,7 @@ class OptimizerSpec(abc.ABC):
 
   @abc.abstractmethod
   def update_rows(
-      self, hyper: tuple[jax.Array, ...], rows: Rows, slots: Slots, grads: Rows
+    self, hyper: tuple[jax.Array, ...], rows: Rows, slots: Slots, grads: Rows
   ) -> tuple[Rows, Slots]:
     """New (rows, slots) of touched rows [n, D] given their gradients [n, D]."""
 
@@ -225,19 +222,19 @@ class AdagradMomentumOptimizerSpec(OptimizerSpec):
 
   def slot_defaults(self) -> dict[str, float]:
     return {
-        "accumulator": self.initial_accumulator_value,
-        "momentum": self.initial_momentum_value,
+      "accumulator": self.initial_accumulator_value,
+      "momentum": self.initial_momentum_value,
     }
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
     """(lr, momentum, beta2, epsilon, exponent, use_nesterov)."""
     return (
-        self.get_learning_rate(step),
-        _f32(self.momentum),
-        _f32(self.beta2),
-        _f32(self.epsilon),
-        _f32(self.exponent),
-        jnp.asarray(self.use_nesterov, jnp.bool_),
+      self.get_learning_rate(step),
+      _f32(self.momentum),
+      _f32(self.beta2),
+      _f32(self.epsilon),
+      _f32(self.exponent),
+      jnp.asarray(self.use_nesterov, jnp.bool_),
     )
 
   def short_name(self) -> str:
@@ -278,18 +275,18 @@ class FTRLOptimizerSpec(OptimizerSpec):
 
   def slot_defaults(self) -> dict[str, float]:
     return {
-        "accumulator": self.initial_accumulator_value,
-        "linear": self.initial_linear_value,
+      "accumulator": self.initial_accumulator_value,
+      "linear": self.initial_linear_value,
     }
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
     """(lr, learning_rate_power, l1, l2, beta)."""
     return (
-        self.get_learning_rate(step),
-        _f32(self.learning_rate_power),
-        _f32(self.l1_regularization_strength),
-        _f32(self.l2_regularization_strength),
-        _f32(self.beta),
+      self.get_learning_rate(step),
+      _f32(self.learning_rate_power),
+      _f32(self.l1_regularization_strength),
+      _f32(self.l2_regularization_strength),
+      _f32(self.beta),
     )
 
   def short_name(self) -> str:
@@ -336,8 +333,8 @@ class LaPropOptimizerSpec(OptimizerSpec):
     super().__post_init__()
     if self.rms_clip_threshold is not None:
       raise ValueError(
-          f"LaPropOptimizerSpec: rms_clip_threshold={self.rms_clip_threshold}"
-          " is not supported (as in jax-tpu-embedding 0.1.0); leave it None"
+        f"LaPropOptimizerSpec: rms_clip_threshold={self.rms_clip_threshold}"
+        " is not supported (as in jax-tpu-embedding 0.1.0); leave it None"
       )
 
   def slot_defaults(self) -> dict[str, float]:
@@ -347,19 +344,15 @@ class LaPropOptimizerSpec(OptimizerSpec):
     """b2 without a step, else b2 (1 - b2^step) / (1 - b2^(step+1))."""
     if step is None:
       return _f32(self.b2)
-    return (
-        self.b2
-        * _one_minus_power(self.b2, step)
-        / _one_minus_power(self.b2, _f32(step) + 1.0)
-    )
+    return self.b2 * _one_minus_power(self.b2, step) / _one_minus_power(self.b2, _f32(step) + 1.0)
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
     """(lr, b1, decay_rate, eps)."""
     return (
-        self.get_learning_rate(step),
-        _f32(self.b1),
-        self.get_decay_rate(step),
-        _f32(self.eps),
+      self.get_learning_rate(step),
+      _f32(self.b1),
+      self.get_decay_rate(step),
+      _f32(self.eps),
     )
 
   def short_name(self) -> str:

@@ -96,14 +96,11 @@ class TableSpec:
 
   def __post_init__(self):
     if self.combiner not in COMBINERS:
-      raise ValueError(
-          f"table '{self.name}': combiner {self.combiner!r} is not one of"
-          f" {COMBINERS}"
-      )
+      raise ValueError(f"table '{self.name}': combiner {self.combiner!r} is not one of {COMBINERS}")
     if self.vocabulary_size <= 0 or self.embedding_dim <= 0:
       raise ValueError(
-          f"table '{self.name}': vocabulary_size={self.vocabulary_size} and"
-          f" embedding_dim={self.embedding_dim} must be positive"
+        f"table '{self.name}': vocabulary_size={self.vocabulary_size} and"
+        f" embedding_dim={self.embedding_dim} must be positive"
       )
 
 

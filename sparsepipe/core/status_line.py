@@ -18,12 +18,12 @@ class StatusLine:
   """A live line on `stream` (default stdout) plus lines of their own."""
 
   def __init__(
-      self,
-      stream: TextIO | None = None,
-      *,
-      interval_s: float = 0.0,
-      log_interval_s: float = 0.0,
-      enabled: bool = True,
+    self,
+    stream: TextIO | None = None,
+    *,
+    interval_s: float = 0.0,
+    log_interval_s: float = 0.0,
+    enabled: bool = True,
   ):
     self._stream = sys.stdout if stream is None else stream
     self._enabled = enabled

@@ -52,11 +52,11 @@ def _segments(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def decode_records(
-    codec: RecordCodec,
-    records: Sequence[bytes],
-    *,
-    where: Callable[[int], tuple[str | None, int | None]] | None = None,
-    skip_corrupt: bool = False,
+  codec: RecordCodec,
+  records: Sequence[bytes],
+  *,
+  where: Callable[[int], tuple[str | None, int | None]] | None = None,
+  skip_corrupt: bool = False,
 ) -> DecodedRecords:
   """Decodes `records` (each holding >= 1 examples) into one batch.
 
@@ -133,11 +133,11 @@ def _try_decode(codec: RecordCodec, records: Sequence[bytes]):
   nw = n * weighted[None, :]
   expected = 4 * (header_words + b + b * d + f * b + n.sum(1) + nw.sum(1))
   ok = (
-      (head[:, 0] == np.int32(_MAGIC_WORD))
-      & (head[:, 2] == d)
-      & (head[:, 3] == f)
-      & (b >= 1)
-      & (expected == sizes)
+    (head[:, 0] == np.int32(_MAGIC_WORD))
+    & (head[:, 2] == d)
+    & (head[:, 3] == f)
+    & (b >= 1)
+    & (expected == sizes)
   )
   if f:
     ok &= (head[:, 4 + f :] == codec._flags.astype(np.int32)).all(axis=1)  # pylint: disable=protected-access
@@ -190,7 +190,9 @@ def _content_bad(codec, lengths, ids, n, b) -> list[int]:
   if nonempty.any():
     fstarts = (np.cumsum(per_feature) - per_feature)[nonempty]
     vocab = codec._vocab[nonempty]  # pylint: disable=protected-access
-    if (np.minimum.reduceat(ids, fstarts) < 0).any() or (np.maximum.reduceat(ids, fstarts) >= vocab).any():
+    if (np.minimum.reduceat(ids, fstarts) < 0).any() or (
+      np.maximum.reduceat(ids, fstarts) >= vocab
+    ).any():
       out = (ids < 0) | (ids >= np.repeat(codec._vocab, per_feature))  # pylint: disable=protected-access
       seg = np.repeat(np.arange(f * r), n.T.reshape(-1))
       bad[owner[np.unique(seg[out])]] = True

@@ -38,8 +38,12 @@ def define_input_flag(help_text: str) -> None:
 def define_writer_flags() -> None:
   """--output, --examples_per_record, --max_records_per_shard, --overwrite, --verbose."""
   flags.DEFINE_string("output", None, "Output dataset directory.", required=True)
-  flags.DEFINE_integer("examples_per_record", DEFAULT_EXAMPLES_PER_RECORD, "Examples packed per record.")
-  flags.DEFINE_integer("max_records_per_shard", DEFAULT_MAX_RECORDS_PER_SHARD, "Records per shard file.")
+  flags.DEFINE_integer(
+    "examples_per_record", DEFAULT_EXAMPLES_PER_RECORD, "Examples packed per record."
+  )
+  flags.DEFINE_integer(
+    "max_records_per_shard", DEFAULT_MAX_RECORDS_PER_SHARD, "Records per shard file."
+  )
   flags.DEFINE_bool("overwrite", False, "Replace an existing dataset in --output.")
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback, not just the message.")
 
@@ -74,13 +78,13 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
   start = time.monotonic()
   try:
     manifest = write(
-        *args,
-        output_dir=f.output,
-        examples_per_record=f.examples_per_record,
-        max_records_per_shard=f.max_records_per_shard,
-        overwrite=f.overwrite,
-        show_progress=True,
-        **kwargs,
+      *args,
+      output_dir=f.output,
+      examples_per_record=f.examples_per_record,
+      max_records_per_shard=f.max_records_per_shard,
+      overwrite=f.overwrite,
+      show_progress=True,
+      **kwargs,
     )
   except USER_ERRORS as e:
     if f.verbose:

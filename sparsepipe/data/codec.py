@@ -116,8 +116,7 @@ class RecordCodec:
       raise ValueError(f"dense has shape {dense.shape}, expected ({b}, {schema.num_dense})")
     if set(batch.sparse) != set(self._names):
       raise ValueError(
-          f"sparse features {sorted(batch.sparse)} do not match the schema's"
-          f" {sorted(self._names)}"
+        f"sparse features {sorted(batch.sparse)} do not match the schema's {sorted(self._names)}"
       )
     counts, lengths, ids, weights = [], [], [], []
     for f in schema.sparse:
@@ -132,8 +131,7 @@ class RecordCodec:
         raise ValueError(f"feature '{f.name}': negative row length {int(rl.min())}")
       if int(rl.sum()) != vals.size:
         raise ValueError(
-            f"feature '{f.name}': row lengths sum to {int(rl.sum())} but there are"
-            f" {vals.size} ids"
+          f"feature '{f.name}': row lengths sum to {int(rl.sum())} but there are {vals.size} ids"
         )
       if vals.size:
         lo, hi = int(vals.min()), int(vals.max())
@@ -154,11 +152,11 @@ class RecordCodec:
       ids.append(vals.astype("<i4"))
     head = _HEAD.pack(MAGIC, FORMAT_VERSION, b, schema.num_dense, len(schema.sparse))
     parts = [
-        head,
-        np.asarray(counts, "<u4").tobytes(),
-        self._flags.astype("<u4").tobytes(),
-        labels.astype("<f4").tobytes(),
-        dense.astype("<f4").tobytes(),
+      head,
+      np.asarray(counts, "<u4").tobytes(),
+      self._flags.astype("<u4").tobytes(),
+      labels.astype("<f4").tobytes(),
+      dense.astype("<f4").tobytes(),
     ]
     parts += [x.tobytes() for x in lengths]
     parts += [x.tobytes() for x in ids]
@@ -171,8 +169,31 @@ class RecordCodec:
 
   # -------------------------------------------------------------- decoding
 
+  def _check_ids(self, lengths: np.ndarray, counts: np.ndarray, ids: np.ndarray, fail) -> None:
+    """Row lengths add up to the header's counts; every id is inside its vocabulary."""
+    if len(self._names):
+      if lengths.min() < 0:
+        i = int(np.argmax(lengths.min(axis=1) < 0))
+        fail(f"feature '{self._names[i]}': negative row length {int(lengths[i].min())}")
+      sums = lengths.sum(axis=1, dtype=np.int64)
+      if (sums != counts).any():
+        i = int(np.argmax(sums != counts))
+        fail(
+          f"feature '{self._names[i]}': row lengths sum to {int(sums[i])}, header"
+          f" says {int(counts[i])} ids"
+        )
+    if len(ids):
+      limit = np.repeat(self._vocab, counts)
+      bad = (ids < 0) | (ids >= limit)
+      if bad.any():
+        j = int(np.argmax(bad))
+        i = int(np.searchsorted(np.cumsum(counts), j, side="right"))
+        fail(
+          f"feature '{self._names[i]}': id {int(ids[j])} out of range [0, {int(self._vocab[i])})"
+        )
+
   def decode_batch(
-      self, data: bytes, *, path: str | None = None, index: int | None = None
+    self, data: bytes, *, path: str | None = None, index: int | None = None
   ) -> ExampleBatch:
     """Decodes a record into columnar examples (read-only views of `data`).
 
@@ -190,7 +211,8 @@ class RecordCodec:
 
     if isinstance(data, UnreadableRecord):
       raise CorruptRecordError(
-          data.reason, path=path or data.path, index=data.index if index is None else index)
+        data.reason, path=path or data.path, index=data.index if index is None else index
+      )
     schema = self.schema
     size = len(data)
     if size < _HEAD.size:
@@ -215,8 +237,8 @@ class RecordCodec:
     if f and (flags != self._flags).any():
       i = int(np.argmax(flags != self._flags))
       fail(
-          f"feature '{self._names[i]}' has flags {int(flags[i])}, schema says"
-          f" weighted={bool(self._weighted[i])}"
+        f"feature '{self._names[i]}' has flags {int(flags[i])}, schema says"
+        f" weighted={bool(self._weighted[i])}"
       )
     n_total = int(counts.sum())
     n_weighted = int(counts[self._weighted].sum())
@@ -234,27 +256,7 @@ class RecordCodec:
     ids = words[pos : pos + n_total]
     pos += n_total
     weights = words[pos:].view("<f4")
-    if f:
-      if lengths.min() < 0:
-        i = int(np.argmax(lengths.min(axis=1) < 0))
-        fail(f"feature '{self._names[i]}': negative row length {int(lengths[i].min())}")
-      sums = lengths.sum(axis=1, dtype=np.int64)
-      if (sums != counts).any():
-        i = int(np.argmax(sums != counts))
-        fail(
-            f"feature '{self._names[i]}': row lengths sum to {int(sums[i])}, header"
-            f" says {int(counts[i])} ids"
-        )
-    if n_total:
-      limit = np.repeat(self._vocab, counts)
-      bad = (ids < 0) | (ids >= limit)
-      if bad.any():
-        j = int(np.argmax(bad))
-        i = int(np.searchsorted(np.cumsum(counts), j, side="right"))
-        fail(
-            f"feature '{self._names[i]}': id {int(ids[j])} out of range"
-            f" [0, {int(self._vocab[i])})"
-        )
+    self._check_ids(lengths, counts, ids, fail)
     sparse = {}
     start = wstart = 0
     for i, name in enumerate(self._names):
@@ -268,14 +270,12 @@ class RecordCodec:
     return ExampleBatch(labels, dense, sparse)
 
   def decode_example(
-      self, data: bytes, *, path: str | None = None, index: int | None = None
+    self, data: bytes, *, path: str | None = None, index: int | None = None
   ) -> Example:
     """Decodes a record that holds exactly one example."""
     batch = self.decode_batch(data, path=path, index=index)
     if batch.num_examples != 1:
-      raise ValueError(
-          f"record holds {batch.num_examples} examples, not 1: use decode_batch"
-      )
+      raise ValueError(f"record holds {batch.num_examples} examples, not 1: use decode_batch")
     return example_at(batch, 0)
 
 
@@ -290,7 +290,7 @@ def encode_batch(batch: ExampleBatch, schema: ExampleSchema) -> bytes:
 
 
 def decode_batch(
-    data: bytes, schema: ExampleSchema, *, path: str | None = None, index: int | None = None
+  data: bytes, schema: ExampleSchema, *, path: str | None = None, index: int | None = None
 ) -> ExampleBatch:
   return codec_for(schema).decode_batch(data, path=path, index=index)
 
@@ -300,6 +300,6 @@ def encode_example(example: Example, schema: ExampleSchema) -> bytes:
 
 
 def decode_example(
-    data: bytes, schema: ExampleSchema, *, path: str | None = None, index: int | None = None
+  data: bytes, schema: ExampleSchema, *, path: str | None = None, index: int | None = None
 ) -> Example:
   return codec_for(schema).decode_example(data, path=path, index=index)

@@ -16,9 +16,16 @@ from sparsepipe.data.criteo_convert import EMPTY_CATEGORY_MODES, convert_criteo
 def _define_flags():
   cli.define_input_flag("Criteo TSV files (.gz allowed), in order; more may follow as arguments.")
   flags.DEFINE_list("vocab_sizes", ["1000000"], "One vocab size for all 26 features, or 26.")
-  flags.DEFINE_enum("empty_category", "drop", EMPTY_CATEGORY_MODES, "Empty categorical field: no id, or reserved id 0.")
+  flags.DEFINE_enum(
+    "empty_category",
+    "drop",
+    EMPTY_CATEGORY_MODES,
+    "Empty categorical field: no id, or reserved id 0.",
+  )
   flags.DEFINE_string("delimiter", "auto", "auto, tab, comma, or one character.")
-  flags.DEFINE_enum("header", "auto", ["auto", "yes", "no"], "Whether each file starts with a header line.")
+  flags.DEFINE_enum(
+    "header", "auto", ["auto", "yes", "no"], "Whether each file starts with a header line."
+  )
   cli.define_writer_flags()
   cli.define_split_flags()
 
@@ -26,13 +33,13 @@ def _define_flags():
 def _main(argv):
   f = flags.FLAGS
   cli.run_and_summarize(
-      convert_criteo,
-      cli.input_paths(argv),
-      vocab_sizes=f.vocab_sizes,
-      empty_category=f.empty_category,
-      delimiter=f.delimiter,
-      header=f.header,
-      **cli.split_kwargs(),
+    convert_criteo,
+    cli.input_paths(argv),
+    vocab_sizes=f.vocab_sizes,
+    empty_category=f.empty_category,
+    delimiter=f.delimiter,
+    header=f.header,
+    **cli.split_kwargs(),
   )
 
 

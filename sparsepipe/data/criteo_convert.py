@@ -60,9 +60,9 @@ def criteo_schema(vocab_sizes: int | str | Sequence[int | str]) -> ExampleSchema
   if len(sizes) != NUM_SPARSE:
     raise ValueError(f"vocab_sizes has {len(sizes)} entries, expected 1 or {NUM_SPARSE}")
   return ExampleSchema(
-      num_dense=NUM_DENSE,
-      sparse=tuple(SparseFeatureSchema(n, s) for n, s in zip(SPARSE_NAMES, sizes)),
-      dense_names=DENSE_NAMES,
+    num_dense=NUM_DENSE,
+    sparse=tuple(SparseFeatureSchema(n, s) for n, s in zip(SPARSE_NAMES, sizes)),
+    dense_names=DENSE_NAMES,
   )
 
 
@@ -75,7 +75,9 @@ class CriteoParser:
     reserve = empty_category == "reserve"
     for f in schema.sparse:
       if reserve and f.vocab_size < 2:
-        raise ValueError(f"feature '{f.name}': vocab_size={f.vocab_size} leaves no room after reserving id 0")
+        raise ValueError(
+          f"feature '{f.name}': vocab_size={f.vocab_size} leaves no room after reserving id 0"
+        )
     self.schema = schema
     self._empty_row = [0] if reserve else []
     self._hashers = [CategoryHasher(f.vocab_size, num_reserved=int(reserve)) for f in schema.sparse]
@@ -94,14 +96,11 @@ class CriteoParser:
     label = parse_float(fields[0], path, line_no, "label")
     check_label(label, fields[0], path, line_no, "label")
     dense = [
-        log1p_clamped(parse_float(fields[1 + j], path, line_no, DENSE_NAMES[j], float32=False))
-        for j in range(NUM_DENSE)
+      log1p_clamped(parse_float(fields[1 + j], path, line_no, DENSE_NAMES[j], float32=False))
+      for j in range(NUM_DENSE)
     ]
     empty = self._empty_row
-    ids = [
-        [h(c)] if c else empty
-        for h, c in zip(self._hashers, fields[1 + NUM_DENSE :])
-    ]
+    ids = [[h(c)] if c else empty for h, c in zip(self._hashers, fields[1 + NUM_DENSE :])]
     self._builder.add(label, dense, ids)
     return True
 
@@ -113,13 +112,13 @@ class CriteoParser:
 
 
 def read_criteo(
-    paths: Sequence[str],
-    schema: ExampleSchema,
-    *,
-    empty_category: str = "drop",
-    delimiter: str = "auto",
-    header: str = "auto",
-    chunk_size: int = _CHUNK,
+  paths: Sequence[str],
+  schema: ExampleSchema,
+  *,
+  empty_category: str = "drop",
+  delimiter: str = "auto",
+  header: str = "auto",
+  chunk_size: int = _CHUNK,
 ) -> Iterator[ExampleBatch]:
   """Yields columnar batches of the examples in `paths`, in file order."""
   if header not in ("auto", "yes", "no"):
@@ -147,7 +146,7 @@ def is_header(line: str, delimiter: str) -> bool:
   """
   fields = line.rstrip("\r\n").split(delimiter)
   return len(fields) == NUM_FIELDS and all(
-      _NAME.fullmatch(f.strip()) and not _is_number(f) for f in fields[: 1 + NUM_DENSE]
+    _NAME.fullmatch(f.strip()) and not _is_number(f) for f in fields[: 1 + NUM_DENSE]
   )
 
 
@@ -160,20 +159,20 @@ def _is_number(text: str) -> bool:
 
 
 def convert_criteo(
-    inputs: Sequence[str],
-    output_dir: str,
-    *,
-    vocab_sizes: int | Sequence[int] = 1_000_000,
-    empty_category: str = "drop",
-    delimiter: str = "auto",
-    header: str = "auto",
-    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
-    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
-    overwrite: bool = False,
-    show_progress: bool = False,
-    eval_output: str | None = None,
-    eval_fraction: float = 0.0,
-    split_seed: int = 0,
+  inputs: Sequence[str],
+  output_dir: str,
+  *,
+  vocab_sizes: int | Sequence[int] = 1_000_000,
+  empty_category: str = "drop",
+  delimiter: str = "auto",
+  header: str = "auto",
+  examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+  max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+  overwrite: bool = False,
+  show_progress: bool = False,
+  eval_output: str | None = None,
+  eval_fraction: float = 0.0,
+  split_seed: int = 0,
 ) -> Manifest:
   """Converts Criteo files into a dataset; returns its manifest.
 
@@ -183,22 +182,22 @@ def convert_criteo(
   """
   schema = criteo_schema(vocab_sizes)
   info = {
-      "converter": "sparsepipe.data.criteo",
-      "inputs": list(inputs),
-      "dense_transform": "log(1 + max(x, 0)); empty -> 0",
-      "hash": "blake2b-64 little-endian, mod vocab",
-      "empty_category": empty_category,
+    "converter": "sparsepipe.data.criteo",
+    "inputs": list(inputs),
+    "dense_transform": "log(1 + max(x, 0)); empty -> 0",
+    "hash": "blake2b-64 little-endian, mod vocab",
+    "empty_category": empty_category,
   }
   return write_batches(
-      output_dir,
-      schema,
-      read_criteo(inputs, schema, empty_category=empty_category, delimiter=delimiter, header=header),
-      examples_per_record=examples_per_record,
-      max_records_per_shard=max_records_per_shard,
-      overwrite=overwrite,
-      info=info,
-      progress=Progress("criteo") if show_progress else None,
-      eval_output=eval_output,
-      eval_fraction=eval_fraction,
-      split_seed=split_seed,
+    output_dir,
+    schema,
+    read_criteo(inputs, schema, empty_category=empty_category, delimiter=delimiter, header=header),
+    examples_per_record=examples_per_record,
+    max_records_per_shard=max_records_per_shard,
+    overwrite=overwrite,
+    info=info,
+    progress=Progress("criteo") if show_progress else None,
+    eval_output=eval_output,
+    eval_fraction=eval_fraction,
+    split_seed=split_seed,
   )

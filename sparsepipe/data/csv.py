@@ -17,7 +17,9 @@ from sparsepipe.data.csv_convert import DENSE_TRANSFORMS, convert_csv
 
 
 def _define_flags():
-  cli.define_input_flag("CSV files with the same header (.gz allowed); more may follow as arguments.")
+  cli.define_input_flag(
+    "CSV files with the same header (.gz allowed); more may follow as arguments."
+  )
   flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
   flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
   flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
@@ -35,19 +37,19 @@ def _define_flags():
 def _main(argv):
   f = flags.FLAGS
   cli.run_and_summarize(
-      convert_csv,
-      cli.input_paths(argv),
-      delimiter=f.delimiter,
-      label_column=f.label_column,
-      label_threshold=f.label_threshold,
-      dense_columns=f.dense_columns,
-      dense_transform=f.dense_transform,
-      sparse_columns=f.sparse_columns,
-      multivalent_columns=f.multivalent_columns,
-      separator=f.separator,
-      integer_id_columns=f.integer_id_columns,
-      vocab_sizes=f.vocab_sizes,
-      **cli.split_kwargs(),
+    convert_csv,
+    cli.input_paths(argv),
+    delimiter=f.delimiter,
+    label_column=f.label_column,
+    label_threshold=f.label_threshold,
+    dense_columns=f.dense_columns,
+    dense_transform=f.dense_transform,
+    sparse_columns=f.sparse_columns,
+    multivalent_columns=f.multivalent_columns,
+    separator=f.separator,
+    integer_id_columns=f.integer_id_columns,
+    vocab_sizes=f.vocab_sizes,
+    **cli.split_kwargs(),
   )
 
 

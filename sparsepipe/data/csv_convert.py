@@ -42,7 +42,8 @@ from sparsepipe.data.writer import write_batches
 DENSE_TRANSFORMS = ("none", "log1p")
 _CHUNK = 4096
 _THRESHOLD_HINT = (
-    "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)")
+  "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)"
+)
 
 
 def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
@@ -55,7 +56,9 @@ def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> d
     if "=" in entry:
       name, value = entry.split("=", 1)
       if name not in columns:
-        raise ValueError(f"vocab size given for '{name}', which is not a sparse column {list(columns)}")
+        raise ValueError(
+          f"vocab size given for '{name}', which is not a sparse column {list(columns)}"
+        )
       sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
     else:
       default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
@@ -71,18 +74,18 @@ class CsvParser:
   """Turns CSV rows into columnar batches for the chosen columns."""
 
   def __init__(
-      self,
-      header: Sequence[str],
-      *,
-      label_column: str,
-      dense_columns: Sequence[str] = (),
-      sparse_columns: Sequence[str] = (),
-      multivalent_columns: Sequence[str] = (),
-      separator: str = "|",
-      vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
-      integer_id_columns: Sequence[str] = (),
-      dense_transform: str = "none",
-      label_threshold: float | None = None,
+    self,
+    header: Sequence[str],
+    *,
+    label_column: str,
+    dense_columns: Sequence[str] = (),
+    sparse_columns: Sequence[str] = (),
+    multivalent_columns: Sequence[str] = (),
+    separator: str = "|",
+    vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
+    integer_id_columns: Sequence[str] = (),
+    dense_transform: str = "none",
+    label_threshold: float | None = None,
   ):
     header = [h.strip() for h in header]
     self.header = header
@@ -93,7 +96,9 @@ class CsvParser:
     for what, cols in (("multivalent", multivalent_columns), ("integer id", integer_id_columns)):
       stray = [c for c in cols if c not in sparse_columns]
       if stray:
-        raise ValueError(f"{what} columns {stray} are not among the sparse columns {list(sparse_columns)}")
+        raise ValueError(
+          f"{what} columns {stray} are not among the sparse columns {list(sparse_columns)}"
+        )
     if dense_transform not in DENSE_TRANSFORMS:
       raise ValueError(f"dense_transform={dense_transform!r} is not one of {DENSE_TRANSFORMS}")
     if multivalent_columns and not separator:
@@ -101,10 +106,10 @@ class CsvParser:
     if not isinstance(vocab_sizes, Mapping):
       vocab_sizes = parse_vocab_sizes(vocab_sizes, sparse_columns)
     self.schema = ExampleSchema(
-        num_dense=len(dense_columns),
-        sparse=tuple(SparseFeatureSchema(c, vocab_sizes[c]) for c in sparse_columns),
-        dense_names=tuple(dense_columns),
-        label_name=label_column,
+      num_dense=len(dense_columns),
+      sparse=tuple(SparseFeatureSchema(c, vocab_sizes[c]) for c in sparse_columns),
+      dense_names=tuple(dense_columns),
+      label_name=label_column,
     )
     self._label = header.index(label_column)
     self._dense = [header.index(c) for c in dense_columns]
@@ -115,13 +120,15 @@ class CsvParser:
     self._sparse = []
     for c in sparse_columns:
       integer = c in integer_id_columns
-      self._sparse.append((
+      self._sparse.append(
+        (
           header.index(c),
           c,
           c in multivalent_columns,
           None if integer else CategoryHasher(vocab_sizes[c]),
           vocab_sizes[c],
-      ))
+        )
+      )
     self._width = len(header)
     self._builder = ExampleBatchBuilder(self.schema)
 
@@ -156,7 +163,9 @@ class CsvParser:
     try:
       value = int(text)
     except ValueError:
-      raise InputFormatError(path, line_no, f"column {name} value {text!r} is not an integer id") from None
+      raise InputFormatError(
+        path, line_no, f"column {name} value {text!r} is not an integer id"
+      ) from None
     if not 0 <= value < vocab:
       raise InputFormatError(path, line_no, f"column {name} id {value} out of range [0, {vocab})")
     return value
@@ -169,7 +178,7 @@ class CsvParser:
 
 
 def read_csv(
-    paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
+  paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
 ) -> tuple[ExampleSchema, Iterator[ExampleBatch]]:
   """Opens the inputs; returns the schema and an iterator of columnar batches.
 
@@ -200,8 +209,11 @@ def read_csv(
         except InputFormatError as e:
           if reader.line_num > start:  # a quoted field ran over line ends
             raise InputFormatError(
-                path, start, f"{e.reason} (this row runs from line {start} to line"
-                f" {reader.line_num}: is a quote left open on line {start}?)") from None
+              path,
+              start,
+              f"{e.reason} (this row runs from line {start} to line"
+              f" {reader.line_num}: is a quote left open on line {start}?)",
+            ) from None
           raise
         if len(parser) >= chunk_size:
           yield parser.take()
@@ -221,35 +233,40 @@ def _rows(reader, path: str) -> Iterator[tuple[int, list[str]]]:
       return
     except _csv.Error as e:
       raise InputFormatError(
-          path, start, f"{e} (in the row starting on this line; is a quote left open?)") from None
+        path, start, f"{e} (in the row starting on this line; is a quote left open?)"
+      ) from None
     yield start, row
 
 
 def _check_unique(header: Sequence[str], path: str, columns: Mapping[str, object]) -> None:
   """The columns the converter uses must each appear once in the header."""
   names = [h.strip() for h in header]
-  used = [columns.get("label_column"), *columns.get("dense_columns", ()),
-          *columns.get("sparse_columns", ())]
+  used = [
+    columns.get("label_column"),
+    *columns.get("dense_columns", ()),
+    *columns.get("sparse_columns", ()),
+  ]
   for name in dict.fromkeys(c for c in used if c is not None):
     where = [i + 1 for i, h in enumerate(names) if h == name]
     if len(where) > 1:
       raise InputFormatError(
-          path, 1, f"the header names column '{name}' {len(where)} times (fields {where})")
+        path, 1, f"the header names column '{name}' {len(where)} times (fields {where})"
+      )
 
 
 def convert_csv(
-    inputs: Sequence[str],
-    output_dir: str,
-    *,
-    delimiter: str = ",",
-    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
-    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
-    overwrite: bool = False,
-    show_progress: bool = False,
-    eval_output: str | None = None,
-    eval_fraction: float = 0.0,
-    split_seed: int = 0,
-    **columns,
+  inputs: Sequence[str],
+  output_dir: str,
+  *,
+  delimiter: str = ",",
+  examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+  max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+  overwrite: bool = False,
+  show_progress: bool = False,
+  eval_output: str | None = None,
+  eval_fraction: float = 0.0,
+  split_seed: int = 0,
+  **columns,
 ) -> Manifest:
   """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest.
 
@@ -259,21 +276,21 @@ def convert_csv(
   """
   schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
   info = {
-      "converter": "sparsepipe.data.csv",
-      "inputs": list(inputs),
-      "hash": "blake2b-64 little-endian, mod vocab",
-      **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
+    "converter": "sparsepipe.data.csv",
+    "inputs": list(inputs),
+    "hash": "blake2b-64 little-endian, mod vocab",
+    **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
   }
   return write_batches(
-      output_dir,
-      schema,
-      batches,
-      examples_per_record=examples_per_record,
-      max_records_per_shard=max_records_per_shard,
-      overwrite=overwrite,
-      info=info,
-      progress=Progress("csv") if show_progress else None,
-      eval_output=eval_output,
-      eval_fraction=eval_fraction,
-      split_seed=split_seed,
+    output_dir,
+    schema,
+    batches,
+    examples_per_record=examples_per_record,
+    max_records_per_shard=max_records_per_shard,
+    overwrite=overwrite,
+    info=info,
+    progress=Progress("csv") if show_progress else None,
+    eval_output=eval_output,
+    eval_fraction=eval_fraction,
+    split_seed=split_seed,
   )

@@ -53,7 +53,9 @@ def batch_from_examples(examples: Sequence[Example], schema: ExampleSchema) -> E
   for i, e in enumerate(examples):
     d = np.asarray(e.dense, np.float32)
     if d.shape != (schema.num_dense,):
-      raise ValueError(f"example {i}: dense has shape {d.shape}, schema needs ({schema.num_dense},)")
+      raise ValueError(
+        f"example {i}: dense has shape {d.shape}, schema needs ({schema.num_dense},)"
+      )
     dense[i] = d
   sparse = {}
   for f in schema.sparse:
@@ -71,7 +73,7 @@ def batch_from_examples(examples: Sequence[Example], schema: ExampleSchema) -> E
         w = np.asarray(e.weights[f.name], np.float32).reshape(-1)
         if w.shape != ids.shape:
           raise ValueError(
-              f"example {i}: feature '{f.name}' has {ids.size} ids but {w.size} weights"
+            f"example {i}: feature '{f.name}' has {ids.size} ids but {w.size} weights"
           )
         wrows.append(w)
     values = np.concatenate(rows) if rows else np.zeros(0, np.int64)
@@ -114,14 +116,14 @@ def concat_batches(batches: Sequence[ExampleBatch]) -> ExampleBatch:
     if rb.weights is not None:
       weights = np.concatenate([p.weights for p in parts])
     sparse[name] = RaggedBatch(
-        np.concatenate([p.values for p in parts]),
-        np.concatenate([p.row_lengths for p in parts]),
-        weights,
+      np.concatenate([p.values for p in parts]),
+      np.concatenate([p.row_lengths for p in parts]),
+      weights,
     )
   return ExampleBatch(
-      np.concatenate([b.labels for b in batches]),
-      np.concatenate([b.dense for b in batches]),
-      sparse,
+    np.concatenate([b.labels for b in batches]),
+    np.concatenate([b.dense for b in batches]),
+    sparse,
   )
 
 
@@ -155,7 +157,7 @@ def _check_ids(name: str, values: np.ndarray, vocab_size: int) -> None:
   bad = (values < 0) | (values >= vocab_size)
   if bad.any():
     raise ValueError(
-        f"feature '{name}': id {int(values[np.argmax(bad)])} out of range [0, {vocab_size})"
+      f"feature '{name}': id {int(values[np.argmax(bad)])} out of range [0, {vocab_size})"
     )
 
 
@@ -193,7 +195,7 @@ class ExampleBatchBuilder:
       values = np.asarray(self._ids[i], np.int64)
       _check_ids(f.name, values, f.vocab_size)
       sparse[f.name] = RaggedBatch(
-          values.astype(np.int32), np.asarray(self._lengths[i], np.int32), None
+        values.astype(np.int32), np.asarray(self._lengths[i], np.int32), None
       )
     batch = ExampleBatch(np.asarray(self._labels, np.float32), dense, sparse)
     self.clear()

@@ -30,9 +30,7 @@ class CategoryHasher:
 
   def __init__(self, vocab_size: int, *, num_reserved: int = 0, cache_size: int = 1 << 20):
     if not 0 <= num_reserved < vocab_size:
-      raise ValueError(
-          f"vocab_size={vocab_size} must exceed num_reserved={num_reserved}"
-      )
+      raise ValueError(f"vocab_size={vocab_size} must exceed num_reserved={num_reserved}")
     self.vocab_size = vocab_size
     self.num_reserved = num_reserved
     self._modulus = vocab_size - num_reserved

@@ -73,14 +73,14 @@ class Manifest:
 
   def to_dict(self) -> dict[str, Any]:
     return {
-        "format": MANIFEST_FORMAT,
-        "format_version": self.format_version,
-        "schema": self.schema.to_dict(),
-        "examples_per_record": self.examples_per_record,
-        "num_records": self.num_records,
-        "num_examples": self.num_examples,
-        "shards": [dataclasses.asdict(s) for s in self.shards],
-        "info": dict(self.info),
+      "format": MANIFEST_FORMAT,
+      "format_version": self.format_version,
+      "schema": self.schema.to_dict(),
+      "examples_per_record": self.examples_per_record,
+      "num_records": self.num_records,
+      "num_examples": self.num_examples,
+      "shards": [dataclasses.asdict(s) for s in self.shards],
+      "info": dict(self.info),
     }
 
 
@@ -94,8 +94,8 @@ class RecordLocator:
   @classmethod
   def from_manifest(cls, manifest: Manifest) -> RecordLocator:
     return cls(
-        tuple(manifest.shard_paths()),
-        tuple(itertools.accumulate(s.num_records for s in manifest.shards)),
+      tuple(manifest.shard_paths()),
+      tuple(itertools.accumulate(s.num_records for s in manifest.shards)),
     )
 
   @property
@@ -148,27 +148,29 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
     raise ManifestError(f"'{path}': format {d.get('format')!r} is not {MANIFEST_FORMAT!r}")
   if d.get("format_version") != FORMAT_VERSION:
     raise ManifestError(
-        f"'{path}': format_version {d.get('format_version')!r} is not supported"
-        f" (expected {FORMAT_VERSION})"
+      f"'{path}': format_version {d.get('format_version')!r} is not supported"
+      f" (expected {FORMAT_VERSION})"
     )
   try:
     shards = tuple(
-        ShardInfo(str(s["path"]), int(s["num_records"]), int(s["num_examples"]))
-        for s in d["shards"]
+      ShardInfo(str(s["path"]), int(s["num_records"]), int(s["num_examples"])) for s in d["shards"]
     )
     manifest = Manifest(
-        directory=directory,
-        schema=ExampleSchema.from_dict(d["schema"]),
-        shards=shards,
-        examples_per_record=int(d["examples_per_record"]),
-        format_version=int(d["format_version"]),
-        info=d.get("info", {}),
+      directory=directory,
+      schema=ExampleSchema.from_dict(d["schema"]),
+      shards=shards,
+      examples_per_record=int(d["examples_per_record"]),
+      format_version=int(d["format_version"]),
+      info=d.get("info", {}),
     )
   except (KeyError, TypeError) as e:
     raise ManifestError(f"'{path}': missing or malformed field {e}") from e
   if not shards:
     raise ManifestError(f"'{path}': dataset has no shards")
-  for key, total in (("num_records", manifest.num_records), ("num_examples", manifest.num_examples)):
+  for key, total in (
+    ("num_records", manifest.num_records),
+    ("num_examples", manifest.num_examples),
+  ):
     if d.get(key) != total:
       raise ManifestError(f"'{path}': shards add up to {key}={total}, manifest says {d.get(key)}")
   if verify_shards:
@@ -187,9 +189,8 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
       except (RuntimeError, ValueError) as e:  # ArrayRecord's message names no file
         why = str(e) or f"{type(e).__name__} with no message"
         raise ManifestError(
-            f"shard '{full}' cannot be read (damaged or truncated): {why}") from None
+          f"shard '{full}' cannot be read (damaged or truncated): {why}"
+        ) from None
       if n != shard.num_records:
-        raise ManifestError(
-            f"shard '{full}' holds {n} records, manifest says {shard.num_records}"
-        )
+        raise ManifestError(f"shard '{full}' holds {n} records, manifest says {shard.num_records}")
   return manifest

@@ -19,23 +19,23 @@ class Progress:
   """
 
   def __init__(
-      self,
-      desc: str,
-      total: int | None = None,
-      *,
-      unit: str = "examples",
-      interval_s: float = 0.5,
-      log_interval_s: float = 10.0,
-      stream: TextIO | None = None,
+    self,
+    desc: str,
+    total: int | None = None,
+    *,
+    unit: str = "examples",
+    interval_s: float = 0.5,
+    log_interval_s: float = 10.0,
+    stream: TextIO | None = None,
   ):
     self.desc = desc
     self.total = total
     self.unit = unit
     self.count = 0
     self._line = StatusLine(
-        sys.stderr if stream is None else stream,
-        interval_s=interval_s,
-        log_interval_s=log_interval_s,
+      sys.stderr if stream is None else stream,
+      interval_s=interval_s,
+      log_interval_s=log_interval_s,
     )
     self._start = time.monotonic()
 
@@ -66,8 +66,8 @@ def summarize(manifest, seconds: float) -> str:
   """The summary line the writer commands print (`manifest`: a data.Manifest)."""
   size = sum(os.path.getsize(p) for p in manifest.shard_paths())
   return (
-      f"wrote {manifest.num_examples:,} examples in {manifest.num_records:,} records"
-      f" ({manifest.examples_per_record} per record) to {len(manifest.shards)} shards,"
-      f" {size / 2**20:.1f} MiB, in {seconds:.1f} s"
-      f" ({manifest.num_examples / max(seconds, 1e-9):,.0f} examples/s): {manifest.directory}"
+    f"wrote {manifest.num_examples:,} examples in {manifest.num_records:,} records"
+    f" ({manifest.examples_per_record} per record) to {len(manifest.shards)} shards,"
+    f" {size / 2**20:.1f} MiB, in {seconds:.1f} s"
+    f" ({manifest.num_examples / max(seconds, 1e-9):,.0f} examples/s): {manifest.directory}"
   )

@@ -27,8 +27,8 @@ class SparseFeatureSchema:
       raise ValueError(f"sparse feature name must be a non-empty string, got {self.name!r}")
     if not 1 <= int(self.vocab_size) <= MAX_VOCAB_SIZE:
       raise ValueError(
-          f"sparse feature '{self.name}': vocab_size={self.vocab_size} must be"
-          f" in [1, {MAX_VOCAB_SIZE}]"
+        f"sparse feature '{self.name}': vocab_size={self.vocab_size} must be"
+        f" in [1, {MAX_VOCAB_SIZE}]"
       )
     object.__setattr__(self, "vocab_size", int(self.vocab_size))
     object.__setattr__(self, "weighted", bool(self.weighted))
@@ -65,7 +65,7 @@ class ExampleSchema:
     object.__setattr__(self, "num_dense", int(self.num_dense))
     if self.dense_names and len(self.dense_names) != self.num_dense:
       raise ValueError(
-          f"dense_names has {len(self.dense_names)} names but num_dense={self.num_dense}"
+        f"dense_names has {len(self.dense_names)} names but num_dense={self.num_dense}"
       )
     for f in self.sparse:
       if not isinstance(f, SparseFeatureSchema):
@@ -87,19 +87,19 @@ class ExampleSchema:
 
   def to_dict(self) -> dict[str, Any]:
     return {
-        "num_dense": self.num_dense,
-        "dense_names": list(self.dense_names),
-        "label_name": self.label_name,
-        "sparse": [f.to_dict() for f in self.sparse],
+      "num_dense": self.num_dense,
+      "dense_names": list(self.dense_names),
+      "label_name": self.label_name,
+      "sparse": [f.to_dict() for f in self.sparse],
     }
 
   @classmethod
   def from_dict(cls, d: Mapping[str, Any]) -> ExampleSchema:
     return cls(
-        num_dense=d["num_dense"],
-        sparse=tuple(SparseFeatureSchema.from_dict(f) for f in d["sparse"]),
-        dense_names=tuple(d.get("dense_names", ())),
-        label_name=d.get("label_name", "label"),
+      num_dense=d["num_dense"],
+      sparse=tuple(SparseFeatureSchema.from_dict(f) for f in d["sparse"]),
+      dense_names=tuple(d.get("dense_names", ())),
+      label_name=d.get("label_name", "label"),
     )
 
   def to_json(self) -> str:
@@ -111,22 +111,22 @@ class ExampleSchema:
 
 
 def make_schema(
-    num_dense: int,
-    vocab_sizes: Mapping[str, int],
-    *,
-    weighted: Sequence[str] = (),
-    dense_names: Sequence[str] = (),
-    label_name: str = "label",
+  num_dense: int,
+  vocab_sizes: Mapping[str, int],
+  *,
+  weighted: Sequence[str] = (),
+  dense_names: Sequence[str] = (),
+  label_name: str = "label",
 ) -> ExampleSchema:
   """Convenience: a schema from {feature name: vocab size} (insertion order kept)."""
   unknown = sorted(set(weighted) - set(vocab_sizes))
   if unknown:
     raise ValueError(f"weighted features {unknown} are not among the sparse features")
   return ExampleSchema(
-      num_dense=num_dense,
-      sparse=tuple(
-          SparseFeatureSchema(name, size, name in weighted) for name, size in vocab_sizes.items()
-      ),
-      dense_names=tuple(dense_names),
-      label_name=label_name,
+    num_dense=num_dense,
+    sparse=tuple(
+      SparseFeatureSchema(name, size, name in weighted) for name, size in vocab_sizes.items()
+    ),
+    dense_names=tuple(dense_names),
+    label_name=label_name,
   )

@@ -60,7 +60,8 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
       if held < needed:
         _close_quietly(reader)
         self._unopenable[reader_idx] = (
-            f"the shard holds {held} readable records, the manifest lists {needed} (truncated?)")
+          f"the shard holds {held} readable records, the manifest lists {needed} (truncated?)"
+        )
         raise RuntimeError(self._unopenable[reader_idx])
       self._readers[reader_idx] = reader
 
@@ -93,10 +94,10 @@ def _why(error: Exception) -> str:
 
 
 def manifest_source(
-    manifest: Manifest | str,
-    *,
-    reader_options: Mapping[str, str] | None = None,
-    verify_shards: bool = False,
+  manifest: Manifest | str,
+  *,
+  reader_options: Mapping[str, str] | None = None,
+  verify_shards: bool = False,
 ) -> ShardSource:
   """A ShardSource (Grain ArrayRecord source) over every shard, in manifest order.
 
@@ -115,7 +116,7 @@ def manifest_source(
   source = ShardSource(paths, reader_options=options)
   if len(source) != manifest.num_records:
     raise ValueError(
-        f"source over '{manifest.directory}' has {len(source)} records, manifest says"
-        f" {manifest.num_records}"
+      f"source over '{manifest.directory}' has {len(source)} records, manifest says"
+      f" {manifest.num_records}"
     )
   return source

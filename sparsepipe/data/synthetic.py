@@ -34,22 +34,22 @@ def _main(argv):
   del argv
   f = flags.FLAGS
   features = criteo_like_features(
-      f.num_sparse,
-      [parse_size(v, "vocab_sizes (--vocab_sizes)") for v in f.vocab_sizes],
-      min_ids=f.min_ids,
-      max_ids=f.max_ids,
-      weighted=f.weighted,
-      zipf_exponent=f.zipf_exponent,
+    f.num_sparse,
+    [parse_size(v, "vocab_sizes (--vocab_sizes)") for v in f.vocab_sizes],
+    min_ids=f.min_ids,
+    max_ids=f.max_ids,
+    weighted=f.weighted,
+    zipf_exponent=f.zipf_exponent,
   )
   cli.run_and_summarize(
-      write_synthetic,
-      features=features,
-      num_examples=f.num_examples,
-      num_dense=f.num_dense,
-      seed=f.seed,
-      eval_output=f.eval_output,
-      eval_fraction=f.eval_fraction,
-      eval_examples=f.eval_examples,
+    write_synthetic,
+    features=features,
+    num_examples=f.num_examples,
+    num_dense=f.num_dense,
+    seed=f.seed,
+    eval_output=f.eval_output,
+    eval_fraction=f.eval_fraction,
+    eval_examples=f.eval_examples,
   )
 
 

@@ -55,36 +55,36 @@ class SyntheticFeature:
   def __post_init__(self):
     if not 0 <= self.min_ids <= self.max_ids:
       raise ValueError(
-          f"feature '{self.name}': need 0 <= min_ids <= max_ids, got"
-          f" min_ids={self.min_ids} max_ids={self.max_ids}"
+        f"feature '{self.name}': need 0 <= min_ids <= max_ids, got"
+        f" min_ids={self.min_ids} max_ids={self.max_ids}"
       )
     if self.zipf_exponent <= 0:
       raise ValueError(f"feature '{self.name}': zipf_exponent={self.zipf_exponent} must be > 0")
 
 
 def criteo_like_features(
-    num_sparse: int = 26,
-    vocab_sizes: int | Sequence[int] = 100_000,
-    *,
-    min_ids: int = 1,
-    max_ids: int = 20,
-    weighted: bool = False,
-    zipf_exponent: float = 1.1,
-    prefix: str = "C",
+  num_sparse: int = 26,
+  vocab_sizes: int | Sequence[int] = 100_000,
+  *,
+  min_ids: int = 1,
+  max_ids: int = 20,
+  weighted: bool = False,
+  zipf_exponent: float = 1.1,
+  prefix: str = "C",
 ) -> tuple[SyntheticFeature, ...]:
   """Features named C1..Cn (Criteo-style), all drawn alike."""
   sizes = _expand(vocab_sizes, num_sparse, "vocab_sizes")
   return tuple(
-      SyntheticFeature(f"{prefix}{i + 1}", sizes[i], min_ids, max_ids, weighted, zipf_exponent)
-      for i in range(num_sparse)
+    SyntheticFeature(f"{prefix}{i + 1}", sizes[i], min_ids, max_ids, weighted, zipf_exponent)
+    for i in range(num_sparse)
   )
 
 
 def synthetic_schema(features: Sequence[SyntheticFeature], num_dense: int) -> ExampleSchema:
   return ExampleSchema(
-      num_dense=num_dense,
-      sparse=tuple(SparseFeatureSchema(f.name, f.vocab_size, f.weighted) for f in features),
-      dense_names=tuple(f"I{i + 1}" for i in range(num_dense)),
+    num_dense=num_dense,
+    sparse=tuple(SparseFeatureSchema(f.name, f.vocab_size, f.weighted) for f in features),
+    dense_names=tuple(f"I{i + 1}" for i in range(num_dense)),
   )
 
 
@@ -135,12 +135,12 @@ SPLITS = ("train", "eval")
 
 
 def generate_batches(
-    features: Sequence[SyntheticFeature],
-    num_dense: int,
-    num_examples: int,
-    seed: int,
-    *,
-    split: str = "train",
+  features: Sequence[SyntheticFeature],
+  num_dense: int,
+  num_examples: int,
+  seed: int,
+  *,
+  split: str = "train",
 ) -> Iterator[ExampleBatch]:
   """Yields columnar chunks of a synthetic stream, num_examples in all."""
   if split not in SPLITS:
@@ -166,19 +166,19 @@ def _draw_feature(rng: np.random.Generator, f: SyntheticFeature, b: int) -> Ragg
 
 
 def write_synthetic(
-    output_dir: str,
-    features: Sequence[SyntheticFeature],
-    *,
-    num_examples: int,
-    num_dense: int = 13,
-    seed: int = 0,
-    eval_output: str | None = None,
-    eval_fraction: float | None = None,
-    eval_examples: int | None = None,
-    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
-    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
-    overwrite: bool = False,
-    show_progress: bool = False,
+  output_dir: str,
+  features: Sequence[SyntheticFeature],
+  *,
+  num_examples: int,
+  num_dense: int = 13,
+  seed: int = 0,
+  eval_output: str | None = None,
+  eval_fraction: float | None = None,
+  eval_examples: int | None = None,
+  examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+  max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+  overwrite: bool = False,
+  show_progress: bool = False,
 ) -> Manifest:
   """Writes a synthetic dataset (the "train" stream) and returns its manifest.
 
@@ -200,22 +200,22 @@ def write_synthetic(
   manifests = []
   for split, directory, count in splits:
     manifests.append(
-        write_batches(
-            directory,
-            synthetic_schema(features, num_dense),
-            generate_batches(features, num_dense, count, seed, split=split),
-            examples_per_record=examples_per_record,
-            max_records_per_shard=max_records_per_shard,
-            overwrite=overwrite,
-            info=_info(features, seed, split),
-            progress=Progress(f"synthetic {split}", count) if show_progress else None,
-        )
+      write_batches(
+        directory,
+        synthetic_schema(features, num_dense),
+        generate_batches(features, num_dense, count, seed, split=split),
+        examples_per_record=examples_per_record,
+        max_records_per_shard=max_records_per_shard,
+        overwrite=overwrite,
+        info=_info(features, seed, split),
+        progress=Progress(f"synthetic {split}", count) if show_progress else None,
+      )
     )
   return manifests[0]
 
 
 def _num_eval_examples(
-    num_examples: int, eval_output: str | None, fraction: float | None, count: int | None
+  num_examples: int, eval_output: str | None, fraction: float | None, count: int | None
 ) -> int:
   """Eval examples asked for; checks that exactly one of fraction/count goes with eval_output."""
   if num_examples < 1:
@@ -237,11 +237,11 @@ def _num_eval_examples(
 
 def _info(features: Sequence[SyntheticFeature], seed: int, split: str) -> dict[str, object]:
   return {
-      "generator": "sparsepipe.data.synthetic",
-      "seed": seed,
-      "split": split,
-      "click_model_version": MODEL_VERSION,
-      "features": [dataclasses.asdict(f) for f in features],
+    "generator": "sparsepipe.data.synthetic",
+    "seed": seed,
+    "split": split,
+    "click_model_version": MODEL_VERSION,
+    "features": [dataclasses.asdict(f) for f in features],
   }
 
 

@@ -125,7 +125,7 @@ def synthetic_click_probabilities(batch: ExampleBatch, seed: int) -> np.ndarray:
 
 
 def click_probabilities(
-    dense: np.ndarray, sparse: Mapping[str, RaggedBatch], seed: int
+  dense: np.ndarray, sparse: Mapping[str, RaggedBatch], seed: int
 ) -> np.ndarray:
   """sigmoid(click_logits(...)), [B] float64 (tanh form: no overflow warnings)."""
   return 0.5 * (1.0 + np.tanh(0.5 * click_logits(dense, sparse, seed)))

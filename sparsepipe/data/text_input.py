@@ -40,13 +40,16 @@ def read_lines(path: str) -> Iterator[str]:
           line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
           raise InputFormatError(
-              path, line_no, f"byte {e.start + 1} ({raw[e.start:e.start + 1]!r}) is not UTF-8"
-              " text; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+            path,
+            line_no,
+            f"byte {e.start + 1} ({raw[e.start : e.start + 1]!r}) is not UTF-8"
+            " text; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+          ) from None
         yield line[1:] if line_no == 1 and line.startswith("\ufeff") else line
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
       raise InputFormatError(
-          path, line_no + 1,
-          f"the gzip data is truncated or damaged after line {line_no} ({e})") from None
+        path, line_no + 1, f"the gzip data is truncated or damaged after line {line_no} ({e})"
+      ) from None
 
 
 _NAMED = {"tab": "\t", "comma": ",", "semicolon": ";", "pipe": "|", "space": " "}
@@ -66,7 +69,7 @@ def resolve_delimiter(name: str, first_line: str) -> str:
 
 
 def parse_float(
-    text: str, path: str, line: int, column: str, default: float = 0.0, *, float32: bool = True
+  text: str, path: str, line: int, column: str, default: float = 0.0, *, float32: bool = True
 ) -> float:
   """A finite float from text; empty text gives `default`.
 
@@ -83,18 +86,21 @@ def parse_float(
     raise InputFormatError(path, line, f"column {column} value {text!r} is not finite")
   if float32 and abs(value) >= FLOAT32_OVERFLOW:
     raise InputFormatError(
-        path, line, f"column {column} value {text!r} is not finite as float32"
-        " (magnitude at most 3.4028235e+38)")
+      path,
+      line,
+      f"column {column} value {text!r} is not finite as float32 (magnitude at most 3.4028235e+38)",
+    )
   return value
 
 
 def check_label(
-    label: float, text: str, path: str, line: int, column: str, hint: str = ""
+  label: float, text: str, path: str, line: int, column: str, hint: str = ""
 ) -> float:
   """The label if it lies in [0, 1] (what sigmoid cross-entropy expects), else InputFormatError."""
   if not 0.0 <= label <= 1.0:
     raise InputFormatError(
-        path, line, f"label column {column} value {text!r} is outside [0, 1]{hint}")
+      path, line, f"label column {column} value {text!r} is outside [0, 1]{hint}"
+    )
   return label
 
 

@@ -44,15 +44,15 @@ class ShardedRecordWriter:
   """
 
   def __init__(
-      self,
-      directory: str,
-      schema: ExampleSchema,
-      *,
-      examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
-      max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
-      overwrite: bool = False,
-      info: Mapping[str, Any] | None = None,
-      shard_prefix: str = "part",
+    self,
+    directory: str,
+    schema: ExampleSchema,
+    *,
+    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+    overwrite: bool = False,
+    info: Mapping[str, Any] | None = None,
+    shard_prefix: str = "part",
   ):
     if examples_per_record < 1:
       raise ValueError(f"examples_per_record={examples_per_record} must be >= 1")
@@ -86,14 +86,14 @@ class ShardedRecordWriter:
     if ours and not overwrite:
       shards = [e for e in ours if e.endswith(SHARD_SUFFIX)]
       raise FileExistsError(
-          f"'{self.directory}' already holds a dataset ({MANIFEST_NAME} or"
-          f" {len(shards)} shard files); pass overwrite=True (--overwrite) to replace it"
+        f"'{self.directory}' already holds a dataset ({MANIFEST_NAME} or"
+        f" {len(shards)} shard files); pass overwrite=True (--overwrite) to replace it"
       )
     foreign = sorted(set(entries) - set(ours))
     if ours and foreign:
       raise FileExistsError(
-          f"'{self.directory}' holds a dataset and other files {foreign[:5]}: overwriting"
-          " replaces the whole directory, so move those files or choose another output"
+        f"'{self.directory}' holds a dataset and other files {foreign[:5]}: overwriting"
+        " replaces the whole directory, so move those files or choose another output"
       )
     self._replace_old = bool(ours)
     if os.path.exists(self._work):
@@ -104,10 +104,10 @@ class ShardedRecordWriter:
     """A file a writer with this shard prefix makes (finished or temporary)."""
     p = self._prefix
     return (
-        name == MANIFEST_NAME
-        or name.startswith(f"{MANIFEST_NAME}.tmp-")
-        or (name.startswith(f"{p}-") and name.endswith(SHARD_SUFFIX))
-        or (name.startswith(f".{p}-") and name.endswith(".tmp"))
+      name == MANIFEST_NAME
+      or name.startswith(f"{MANIFEST_NAME}.tmp-")
+      or (name.startswith(f"{p}-") and name.endswith(SHARD_SUFFIX))
+      or (name.startswith(f".{p}-") and name.endswith(".tmp"))
     )
 
   def _publish(self) -> None:
@@ -156,11 +156,11 @@ class ShardedRecordWriter:
       shutil.rmtree(self._work, ignore_errors=True)
       raise ValueError(f"no examples were written to '{self.directory}'")
     manifest = Manifest(
-        directory=self._work,
-        schema=self.schema,
-        shards=tuple(self._shards),
-        examples_per_record=self.examples_per_record,
-        info={**self._info, "ids_per_example": self._ids_per_example()},
+      directory=self._work,
+      schema=self.schema,
+      shards=tuple(self._shards),
+      examples_per_record=self.examples_per_record,
+      info={**self._info, "ids_per_example": self._ids_per_example()},
     )
     write_manifest(manifest)
     self._publish()
@@ -179,8 +179,7 @@ class ShardedRecordWriter:
     """{feature: {"max": most ids in one example, "mean": ids per example}}."""
     n = max(sum(s.num_examples for s in self._shards), 1)
     return {
-        name: {"max": self._max_ids[name], "mean": self._num_ids[name] / n}
-        for name in self._max_ids
+      name: {"max": self._max_ids[name], "mean": self._num_ids[name] / n} for name in self._max_ids
     }
 
   def __enter__(self) -> ShardedRecordWriter:
@@ -241,18 +240,18 @@ class ShardedRecordWriter:
 
 
 def write_batches(
-    output_dir: str,
-    schema: ExampleSchema,
-    batches: Iterable[ExampleBatch],
-    *,
-    examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
-    max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
-    overwrite: bool = False,
-    info: Mapping[str, Any] | None = None,
-    progress: Progress | None = None,
-    eval_output: str | None = None,
-    eval_fraction: float = 0.0,
-    split_seed: int = 0,
+  output_dir: str,
+  schema: ExampleSchema,
+  batches: Iterable[ExampleBatch],
+  *,
+  examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+  max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+  overwrite: bool = False,
+  info: Mapping[str, Any] | None = None,
+  progress: Progress | None = None,
+  eval_output: str | None = None,
+  eval_fraction: float = 0.0,
+  split_seed: int = 0,
 ) -> Manifest:
   """Writes all of `batches` as one dataset (or a train and an eval split); returns its manifest.
 
@@ -269,18 +268,26 @@ def write_batches(
       raise ValueError(f"eval_fraction={eval_fraction} must lie in (0, 1) with an eval output")
     if os.path.abspath(eval_output) == os.path.abspath(output_dir):
       raise ValueError(f"the eval output '{eval_output}' is the train output")
-  options = dict(examples_per_record=examples_per_record,
-                 max_records_per_shard=max_records_per_shard, overwrite=overwrite)
+  options = dict(
+    examples_per_record=examples_per_record,
+    max_records_per_shard=max_records_per_shard,
+    overwrite=overwrite,
+  )
   with contextlib.ExitStack() as stack:
     if eval_output is None:
       train = stack.enter_context(ShardedRecordWriter(output_dir, schema, info=info, **options))
       evals = None
     else:
       train, evals = (
-          stack.enter_context(ShardedRecordWriter(
-              out, schema, **options,
-              info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)}))
-          for part, out in (("train", output_dir), ("eval", eval_output))
+        stack.enter_context(
+          ShardedRecordWriter(
+            out,
+            schema,
+            **options,
+            info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)},
+          )
+        )
+        for part, out in (("train", output_dir), ("eval", eval_output))
       )
     seen = 0
     for batch in batches:
@@ -296,7 +303,8 @@ def write_batches(
     for writer, part in ((train, "train"), (evals, "eval")):
       if writer is not None and writer.num_examples == 0 and seen:
         raise ValueError(
-            f"the {part} split got none of the {seen} examples (eval_fraction={eval_fraction})")
+          f"the {part} split got none of the {seen} examples (eval_fraction={eval_fraction})"
+        )
   if progress:
     progress.close()
   return train.manifest

@@ -46,10 +46,10 @@ def _shipped_config_names(argv: list[str]) -> list[str]:
 sys.argv = _shipped_config_names(sys.argv)
 try:  # ml_collections applies the --config.* overrides while defining the flag
   config_flags.DEFINE_config_file(
-      "config",
-      config_path("demo"),
-      "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
-      lock_config=True,
+    "config",
+    config_path("demo"),
+    "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
+    lock_config=True,
   )
 except (AttributeError, KeyError) as e:
   print(_unknown_config_field(e), file=sys.stderr)
@@ -59,10 +59,12 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics,
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes (hosts) in the job.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
-_VERBOSE = flags.DEFINE_bool("verbose", False, "On an error, print the traceback, not just the message.")
+_VERBOSE = flags.DEFINE_bool(
+  "verbose", False, "On an error, print the traceback, not just the message."
+)
 _AUTO = flags.DEFINE_bool("distributed_auto", False, "Let JAX detect the cluster (TPU pods).")
 _CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices)."
+  "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices)."
 )
 
 
@@ -80,7 +82,7 @@ def main(argv) -> int:
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   started = distributed.initialize(
-      _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
+    _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
   )
   try:
     result = train_and_evaluate(flags.FLAGS.config, _WORKDIR.value)

@@ -14,12 +14,12 @@ from sparsepipe import transforms
 from sparsepipe.core.rounding import round_up
 
 _EMBEDDING_OPTIMIZERS = {
-    "sgd": core.SGDOptimizerSpec,
-    "adagrad": core.AdagradOptimizerSpec,
-    "adam": core.AdamOptimizerSpec,
-    "adagrad_momentum": core.AdagradMomentumOptimizerSpec,
-    "ftrl": core.FTRLOptimizerSpec,
-    "laprop": core.LaPropOptimizerSpec,
+  "sgd": core.SGDOptimizerSpec,
+  "adagrad": core.AdagradOptimizerSpec,
+  "adam": core.AdamOptimizerSpec,
+  "adagrad_momentum": core.AdagradMomentumOptimizerSpec,
+  "ftrl": core.FTRLOptimizerSpec,
+  "laprop": core.LaPropOptimizerSpec,
 }
 _DENSE_OPTIMIZERS = {"sgd": optax.sgd, "adagrad": optax.adagrad, "adam": optax.adam}
 
@@ -34,7 +34,7 @@ def embedding_optimizer_spec(config: Any) -> Any:
   """config.embedding_optimizer -> an embedding optimizer spec."""
   opt = config.embedding_optimizer
   return _choice(_EMBEDDING_OPTIMIZERS, opt.name, "embedding_optimizer")(
-      learning_rate=float(opt.learning_rate)
+    learning_rate=float(opt.learning_rate)
   )
 
 
@@ -50,8 +50,8 @@ def _batch_fields(config: Any) -> tuple[int, int]:
   per_host = int(config.per_host_batch_size or 0)
   if (global_batch > 0) == (per_host > 0) or min(global_batch, per_host) < 0:
     raise ValueError(
-        f"set exactly one of global_batch_size={global_batch} and"
-        f" per_host_batch_size={per_host} (0 means unset)"
+      f"set exactly one of global_batch_size={global_batch} and"
+      f" per_host_batch_size={per_host} (0 means unset)"
     )
   return global_batch, per_host
 
@@ -68,8 +68,7 @@ def per_host_batch_size(config: Any, process_count: int) -> int:
   per_host, rest = divmod(global_batch, int(process_count))
   if rest:
     raise ValueError(
-        f"global_batch_size={global_batch} does not divide over {process_count}"
-        " processes"
+      f"global_batch_size={global_batch} does not divide over {process_count} processes"
     )
   return per_host
 
@@ -80,7 +79,7 @@ def global_batch_size(config: Any, process_count: int) -> int:
 
 
 def worst_case_ids_per_partition(
-    config: Any, global_batch_size: int, global_device_count: int
+  config: Any, global_batch_size: int, global_device_count: int
 ) -> int:
   """A limit no batch can exceed: every id of one SparseCore in one partition.
 
@@ -95,11 +94,11 @@ def worst_case_ids_per_partition(
 
 
 def build_feature_specs(
-    config: Any,
-    *,
-    global_batch_size: int,
-    global_device_count: int,
-    worst_case_limits: bool = False,
+  config: Any,
+  *,
+  global_batch_size: int,
+  global_device_count: int,
+  worst_case_limits: bool = False,
 ) -> dict[str, core.FeatureSpec]:
   """Prepared (and, with config.stacking='auto', stacked) feature specs.
 
@@ -118,27 +117,27 @@ def build_feature_specs(
   specs = {}
   for name, feature in config.features.items():
     table = core.TableSpec(
-        name=name,
-        vocabulary_size=int(feature.vocab_size),
-        embedding_dim=dim,
-        combiner=str(feature.combiner),
-        max_ids_per_partition=max_ids,
-        max_unique_ids_per_partition=max_unique,
-        optimizer=optimizer,
+      name=name,
+      vocabulary_size=int(feature.vocab_size),
+      embedding_dim=dim,
+      combiner=str(feature.combiner),
+      max_ids_per_partition=max_ids,
+      max_unique_ids_per_partition=max_unique,
+      optimizer=optimizer,
     )
     specs[name] = core.FeatureSpec(
-        name=name,
-        table_spec=table,
-        input_shape=(global_batch_size, int(feature.max_ids)),
-        output_shape=(global_batch_size, dim),
+      name=name,
+      table_spec=table,
+      input_shape=(global_batch_size, int(feature.max_ids)),
+      output_shape=(global_batch_size, dim),
     )
   if config.stacking == "auto":
     specs = transforms.auto_stack_tables(
-        specs,
-        global_device_count,
-        num_sc,
-        stack_to_max_ids_per_partition=lambda *_: max_ids,
-        stack_to_max_unique_ids_per_partition=lambda *_: max_unique,
+      specs,
+      global_device_count,
+      num_sc,
+      stack_to_max_ids_per_partition=lambda *_: max_ids,
+      stack_to_max_unique_ids_per_partition=lambda *_: max_unique,
     )
   elif config.stacking != "none":
     raise ValueError(f"stacking={config.stacking!r} is not 'auto' or 'none'")
@@ -147,26 +146,26 @@ def build_feature_specs(
 
 def dlrm_config(config: Any, feature_specs: Any, num_dense: int) -> pipeline.DLRMConfig:
   return pipeline.DLRMConfig.from_feature_specs(
-      feature_specs,
-      num_dense,
-      bottom_mlp_dims=tuple(int(d) for d in config.model.bottom_mlp_dims),
-      top_mlp_dims=tuple(int(d) for d in config.model.top_mlp_dims),
+    feature_specs,
+    num_dense,
+    bottom_mlp_dims=tuple(int(d) for d in config.model.bottom_mlp_dims),
+    top_mlp_dims=tuple(int(d) for d in config.model.top_mlp_dims),
   )
 
 
 def input_config(
-    config: Any, data_dir: str, process_count: int | None = None
+  config: Any, data_dir: str, process_count: int | None = None
 ) -> transforms.InputConfig:
   """This host's input settings; process_count defaults to jax.process_count()."""
   if process_count is None:
     process_count = jax.process_count()
   return transforms.InputConfig(
-      data_dir=data_dir,
-      per_host_batch_size=per_host_batch_size(config, process_count),
-      seed=int(config.seed),
-      shuffle=bool(config.data.shuffle),
-      num_workers=int(config.data.num_workers),
-      skip_corrupt=bool(config.data.skip_corrupt),
-      num_sc_per_device=int(config.num_sc_per_device),
-      allow_id_dropping=bool(config.data.allow_id_dropping),
+    data_dir=data_dir,
+    per_host_batch_size=per_host_batch_size(config, process_count),
+    seed=int(config.seed),
+    shuffle=bool(config.data.shuffle),
+    num_workers=int(config.data.num_workers),
+    skip_corrupt=bool(config.data.skip_corrupt),
+    num_sc_per_device=int(config.num_sc_per_device),
+    allow_id_dropping=bool(config.data.allow_id_dropping),
   )

@@ -15,14 +15,14 @@ from sparsepipe import data
 def synthetic_features(config: Any) -> list[data.SyntheticFeature]:
   """The configured features as synthetic-data generators."""
   return [
-      data.SyntheticFeature(
-          name=name,
-          vocab_size=int(f.vocab_size),
-          min_ids=int(f.min_ids),
-          max_ids=int(f.max_ids),
-          zipf_exponent=float(f.zipf_exponent),
-      )
-      for name, f in config.features.items()
+    data.SyntheticFeature(
+      name=name,
+      vocab_size=int(f.vocab_size),
+      min_ids=int(f.min_ids),
+      max_ids=int(f.max_ids),
+      zipf_exponent=float(f.zipf_exponent),
+    )
+    for name, f in config.features.items()
   ]
 
 
@@ -48,25 +48,25 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
       synth = config.synthetic
       eval_examples = int(synth.eval_examples)
       data.write_synthetic(
-          directory,
-          synthetic_features(config),
-          num_examples=int(synth.num_examples),
-          num_dense=int(synth.num_dense),
-          seed=int(config.seed),
-          eval_output=_generated_eval_dir(workdir) if eval_examples else None,
-          eval_examples=eval_examples or None,
-          examples_per_record=int(synth.examples_per_record),
-          max_records_per_shard=int(synth.records_per_shard),
-          overwrite=True,
-          show_progress=show_progress,
+        directory,
+        synthetic_features(config),
+        num_examples=int(synth.num_examples),
+        num_dense=int(synth.num_dense),
+        seed=int(config.seed),
+        eval_output=_generated_eval_dir(workdir) if eval_examples else None,
+        eval_examples=eval_examples or None,
+        examples_per_record=int(synth.examples_per_record),
+        max_records_per_shard=int(synth.records_per_shard),
+        overwrite=True,
+        show_progress=show_progress,
       )
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("sparsepipe:dataset_ready")
   changed = synthetic_changes(data.read_manifest(directory), config)
   if changed:
     raise ValueError(
-        f"'{directory}' holds synthetic data generated with other settings ({'; '.join(changed)}):"
-        f" use a new --workdir, or delete '{directory}' to generate the data again"
+      f"'{directory}' holds synthetic data generated with other settings ({'; '.join(changed)}):"
+      f" use a new --workdir, or delete '{directory}' to generate the data again"
     )
   return directory
 
@@ -98,15 +98,17 @@ def synthetic_changes(manifest: data.Manifest, config: Any) -> list[str]:
 
   compare("synthetic.num_examples", manifest.num_examples, int(synth.num_examples))
   compare("synthetic.num_dense", manifest.schema.num_dense, int(synth.num_dense))
-  compare("synthetic.examples_per_record", manifest.examples_per_record,
-          int(synth.examples_per_record))
+  compare(
+    "synthetic.examples_per_record", manifest.examples_per_record, int(synth.examples_per_record)
+  )
   per_shard = int(synth.records_per_shard)
   counts = [s.num_records for s in manifest.shards]
   if any(c != per_shard for c in counts[:-1]) or counts[-1] > per_shard:
     changes.append(
-        f"synthetic.records_per_shard: the shards hold {counts} records, the config says"
-        f" {per_shard}" if len(counts) <= 4 else
-        f"synthetic.records_per_shard was {counts[0]}, the config says {per_shard}")
+      f"synthetic.records_per_shard: the shards hold {counts} records, the config says {per_shard}"
+      if len(counts) <= 4
+      else f"synthetic.records_per_shard was {counts[0]}, the config says {per_shard}"
+    )
   info = manifest.info
   if "seed" in info:
     compare("seed", info["seed"], int(config.seed))

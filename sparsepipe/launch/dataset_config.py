@@ -51,8 +51,8 @@ def _recorded_max_ids(manifest: Manifest) -> dict[str, int]:
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or value != int(value) or value < 0:
       raise ValueError(
-          f"dataset '{manifest.directory}': recorded max ids per example of feature"
-          f" '{name}' is {value!r}, not a non-negative integer"
+        f"dataset '{manifest.directory}': recorded max ids per example of feature"
+        f" '{name}' is {value!r}, not a non-negative integer"
       )
     out[name] = int(value)
   return out
@@ -89,20 +89,20 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
     t, e = train.schema.feature(name), evaluation.schema.feature(name)
     if t.vocab_size != e.vocab_size:
       problems.append(
-          f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)"
+        f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)"
       )
     if t.weighted != e.weighted:
       problems.append(
-          f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)"
+        f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)"
       )
   if train.schema.num_dense != evaluation.schema.num_dense:
     problems.append(
-        f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"
+      f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"
     )
   if problems:
     raise ValueError(
-        f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "
-        + "; ".join(problems)
+      f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "
+      + "; ".join(problems)
     )
 
 
@@ -114,8 +114,8 @@ def apply_manifest(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   """
   if not config.data.dir:
     raise ValueError(
-        "config.features_from_manifest: the features come from the train data, set"
-        " --config.data.dir to a dataset directory (with manifest.json)"
+      "config.features_from_manifest: the features come from the train data, set"
+      " --config.data.dir to a dataset directory (with manifest.json)"
     )
   train = read_manifest(config.data.dir)
   eval_dir = config.get("eval", {}).get("data_dir", "")

@@ -7,11 +7,11 @@ from absl import logging
 
 
 def initialize(
-    coordinator_address: str | None,
-    num_processes: int | None,
-    process_id: int | None,
-    *,
-    auto: bool = False,
+  coordinator_address: str | None,
+  num_processes: int | None,
+  process_id: int | None,
+  *,
+  auto: bool = False,
 ) -> bool:
   """Starts jax.distributed when asked; returns whether it runs.
 
@@ -22,28 +22,28 @@ def initialize(
   given = [v is not None for v in (coordinator_address, num_processes, process_id)]
   if any(given) and not all(given):
     raise ValueError(
-        "multi-host needs all of --coordinator_address, --num_processes and"
-        f" --process_id; got coordinator_address={coordinator_address!r},"
-        f" num_processes={num_processes}, process_id={process_id}"
+      "multi-host needs all of --coordinator_address, --num_processes and"
+      f" --process_id; got coordinator_address={coordinator_address!r},"
+      f" num_processes={num_processes}, process_id={process_id}"
     )
   if all(given):
     if not 0 <= process_id < num_processes:
       raise ValueError(f"--process_id={process_id} outside 0..{num_processes - 1}")
     jax.distributed.initialize(
-        coordinator_address=coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
+      coordinator_address=coordinator_address,
+      num_processes=num_processes,
+      process_id=process_id,
     )
   elif auto:
     jax.distributed.initialize()
   else:
     return False
   logging.info(
-      "jax.distributed: process %d of %d, %d local / %d global devices",
-      jax.process_index(),
-      jax.process_count(),
-      jax.local_device_count(),
-      jax.device_count(),
+    "jax.distributed: process %d of %d, %d local / %d global devices",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
   )
   return True
 

@@ -23,7 +23,6 @@ import ml_collections
 from sparsepipe.data import cli
 
 
-
 def _define_flags() -> None:
   flags.DEFINE_string("workdir", None, "The job's workdir.", required=True)
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest intact one).")
@@ -34,7 +33,7 @@ def _define_flags() -> None:
 
 
 def evaluate_checkpoint(
-    workdir: str, *, step: int | None = None, eval_data_dir: str | None = None
+  workdir: str, *, step: int | None = None, eval_data_dir: str | None = None
 ) -> tuple[int, int, Any]:
   """(checkpoint step, batches trained, EvalMetrics) of a saved checkpoint."""
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
@@ -60,22 +59,30 @@ def evaluate_checkpoint(
   config = ml_collections.ConfigDict(saved.run.config)
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
-  eval_dir = os.path.abspath(eval_data_dir) if eval_data_dir else dataset.eval_data_dir(
-      config, workdir)
+  eval_dir = (
+    os.path.abspath(eval_data_dir) if eval_data_dir else dataset.eval_data_dir(config, workdir)
+  )
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
   schedule = SegmentSchedule.create(
-      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining))
+    int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
+  )
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
   with checkpointing.TrainingCheckpointManager(
-      directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS) as mngr:
+    directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS
+  ) as mngr:
     restored = JobCheckpoints(mngr, model, schedule).restore(step)
   restored.setup.close()
   trained = schedule.batches_with_output(restored.position)
   quiet = ProgressLine(schedule.num_steps, enabled=False)
-  evaluation = JobEval(model, MetricsLog(os.devnull, enabled=False), quiet,
-                       TensorBoardWriter(workdir, enabled=False), data_dir=eval_dir,
-                       num_steps=schedule.num_steps)
+  evaluation = JobEval(
+    model,
+    MetricsLog(os.devnull, enabled=False),
+    quiet,
+    TensorBoardWriter(workdir, enabled=False),
+    data_dir=eval_dir,
+    num_steps=schedule.num_steps,
+  )
   return step, trained, evaluation.run(restored.train_state, trained)
 
 
@@ -89,11 +96,15 @@ def main(argv) -> int:
   f = flags.FLAGS
   if f.cpu_devices:
     jax.config.update("jax_num_cpu_devices", f.cpu_devices)
-  step, trained, metrics = evaluate_checkpoint(f.workdir, step=f.step, eval_data_dir=f.eval_data_dir)
+  step, trained, metrics = evaluate_checkpoint(
+    f.workdir, step=f.step, eval_data_dir=f.eval_data_dir
+  )
   record = {"step": step, "batch": trained, **metrics.as_dict()}
-  print(f"checkpoint step {step} ({trained} batches trained): AUC {metrics.auc:.4f}, log loss"
-        f" {metrics.logloss:.4f}, NE {metrics.ne:.4f}, calibration {metrics.calibration:.3f}"
-        f" ({metrics.examples:,} examples)")
+  print(
+    f"checkpoint step {step} ({trained} batches trained): AUC {metrics.auc:.4f}, log loss"
+    f" {metrics.logloss:.4f}, NE {metrics.ne:.4f}, calibration {metrics.calibration:.3f}"
+    f" ({metrics.examples:,} examples)"
+  )
   if f.json:
     with open(f.json, "w") as out:
       json.dump(record, out)

@@ -23,19 +23,19 @@ from sparsepipe import transforms
 
 
 def merge_across_processes(
-    stats: core.SparseDenseMatmulInputStats,
+  stats: core.SparseDenseMatmulInputStats,
 ) -> core.SparseDenseMatmulInputStats:
   """Element-wise max of every process's statistics (call on all processes)."""
   fields = [{k: np.asarray(v) for k, v in sorted(part.items())} for part in stats]
   gathered = multihost_utils.process_allgather(fields)
   return core.SparseDenseMatmulInputStats(
-      *({k: np.max(v, axis=0) for k, v in part.items()} for part in gathered[:3]),
-      id_drop_counters={k: int(np.max(v)) for k, v in gathered[3].items()},
+    *({k: np.max(v, axis=0) for k, v in part.items()} for part in gathered[:3]),
+    id_drop_counters={k: int(np.max(v)) for k, v in gathered[3].items()},
   )
 
 
 def scale_stats(
-    stats: core.SparseDenseMatmulInputStats, headroom: float
+  stats: core.SparseDenseMatmulInputStats, headroom: float
 ) -> core.SparseDenseMatmulInputStats:
   """Statistics multiplied by `headroom` (>= 1), rounded up (buffer sizes to 8)."""
   if not headroom >= 1.0:
@@ -47,25 +47,25 @@ def scale_stats(
     return ((scaled + align - 1) // align * align).astype(np.int32)
 
   return core.SparseDenseMatmulInputStats(
-      max_ids_per_partition={k: scale(v, 1) for k, v in stats.max_ids_per_partition.items()},
-      max_unique_ids_per_partition={
-          k: scale(v, 1) for k, v in stats.max_unique_ids_per_partition.items()
-      },
-      required_buffer_size_per_sc={
-          k: scale(v, 8) for k, v in stats.required_buffer_size_per_sc.items()
-      },
-      id_drop_counters=dict(stats.id_drop_counters),
+    max_ids_per_partition={k: scale(v, 1) for k, v in stats.max_ids_per_partition.items()},
+    max_unique_ids_per_partition={
+      k: scale(v, 1) for k, v in stats.max_unique_ids_per_partition.items()
+    },
+    required_buffer_size_per_sc={
+      k: scale(v, 8) for k, v in stats.required_buffer_size_per_sc.items()
+    },
+    id_drop_counters=dict(stats.id_drop_counters),
   )
 
 
 def retune_limits(
-    feature_specs: Any,
-    local_stats: core.SparseDenseMatmulInputStats,
-    *,
-    stats_dir: str,
-    headroom: float,
-    num_sc_per_device: int,
-    global_device_count: int,
+  feature_specs: Any,
+  local_stats: core.SparseDenseMatmulInputStats,
+  *,
+  stats_dir: str,
+  headroom: float,
+  num_sc_per_device: int,
+  global_device_count: int,
 ) -> tuple[Any, core.SparseDenseMatmulInputStats]:
   """Records `local_stats`, merges all processes', returns (new specs, merged).
 
@@ -78,10 +78,10 @@ def retune_limits(
   client.publish()
   merged = merge_across_processes(local_stats)
   specs = transforms.update_preprocessing_parameters(
-      feature_specs,
-      scale_stats(merged, headroom),
-      num_sc_per_device,
-      global_device_count,
+    feature_specs,
+    scale_stats(merged, headroom),
+    num_sc_per_device,
+    global_device_count,
   )
   return specs, merged
 
@@ -91,13 +91,13 @@ def describe_limits(before: Any, after: Any) -> str:
   old, new = transforms.get_stack_limits(before), transforms.get_stack_limits(after)
   parts = []
   for stack in sorted(new):
+    short = {n: n.replace("_per_partition", "") for n in transforms.LIMIT_NAMES}
+    short["suggested_coo_buffer_size_per_device"] = "buffer"
     changes = [
-        f"{name.replace('_per_partition', '').replace('suggested_coo_buffer_size_per_device', 'buffer')}"
-        f" {old[stack][name]}->{new[stack][name]}"
-        for name in transforms.LIMIT_NAMES
-        if old[stack][name] != new[stack][name]
+      f"{short[name]} {old[stack][name]}->{new[stack][name]}"
+      for name in transforms.LIMIT_NAMES
+      if old[stack][name] != new[stack][name]
     ]
     if changes:
       parts.append(f"{stack}: " + ", ".join(changes))
   return "; ".join(parts) if parts else "unchanged"
-

@@ -41,10 +41,10 @@ from sparsepipe.launch.tensorboard import TensorBoardWriter
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
-    "config.num_steps",
-    "config.log_every_steps",
-    "config.checkpoint.*",
-    "config.eval.*",
+  "config.num_steps",
+  "config.log_every_steps",
+  "config.checkpoint.*",
+  "config.eval.*",
 )
 
 
@@ -85,7 +85,7 @@ class _Job:
     is_chief = jax.process_index() == 0
     self.mesh = core.make_mesh()
     self.schedule = SegmentSchedule.create(
-        int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
+      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
     )
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
@@ -93,32 +93,36 @@ class _Job:
     self.progress = ProgressLine(int(config.num_steps), enabled=is_chief)
     self.tensorboard = TensorBoardWriter(self.workdir, enabled=is_chief)
     self.losses = LossLog(
-        self.metrics,
-        self.progress,
-        global_batch=self.model.global_batch,
-        log_every=int(config.log_every_steps),
-        tensorboard=self.tensorboard,
+      self.metrics,
+      self.progress,
+      global_batch=self.model.global_batch,
+      log_every=int(config.log_every_steps),
+      tensorboard=self.tensorboard,
     )
     eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = eval_dir and JobEval(
-        self.model, self.metrics, self.progress, self.tensorboard,
-        data_dir=eval_dir, num_steps=self.schedule.num_steps,
+      self.model,
+      self.metrics,
+      self.progress,
+      self.tensorboard,
+      data_dir=eval_dir,
+      num_steps=self.schedule.num_steps,
     )
     self.last_eval: pipeline.EvalMetrics | None = None
     self.run_info = checkpointing.RunInfo.create(
-        config, self.mesh, data_worker_count=self.model.input_config.num_workers
+      config, self.mesh, data_worker_count=self.model.input_config.num_workers
     )
 
   def run(self) -> JobResult:
     ckpt = self.config.checkpoint
     with checkpointing.TrainingCheckpointManager(
-        os.path.join(self.workdir, "checkpoints"),
-        self.run_info,
-        save_interval_steps=int(ckpt.every_steps),
-        keep_latest=int(ckpt.keep),
-        async_save=bool(ckpt.async_save),
-        fingerprint_arrays=bool(ckpt.verify_arrays),
-        mutable_config_keys=MUTABLE_CONFIG_KEYS,
+      os.path.join(self.workdir, "checkpoints"),
+      self.run_info,
+      save_interval_steps=int(ckpt.every_steps),
+      keep_latest=int(ckpt.keep),
+      async_save=bool(ckpt.async_save),
+      fingerprint_arrays=bool(ckpt.verify_arrays),
+      mutable_config_keys=MUTABLE_CONFIG_KEYS,
     ) as mngr:
       with checkpointing.PreemptionWatcher(mngr) as watcher:
         try:
@@ -134,14 +138,17 @@ class _Job:
     if restored is None:
       setup = self.model.setup(self.model.base_specs)
       restored = Restored(
-          setup, self.model.fresh_train_state(), setup.trainer.initial_pipeline_state(),
-          Position(0, 0), None,
+        setup,
+        self.model.fresh_train_state(),
+        setup.trainer.initial_pipeline_state(),
+        Position(0, 0),
+        None,
       )
       self.metrics.truncate_batches(0)
       self.progress.message(
-          f"sparsepipe: training {schedule.num_steps} batches of {self.model.global_batch}"
-          f" on {_count(self.mesh.size, 'device')} ({_count(jax.process_count(), 'process')});"
-          f" workdir {self.workdir}"
+        f"sparsepipe: training {schedule.num_steps} batches of {self.model.global_batch}"
+        f" on {_count(self.mesh.size, 'device')} ({_count(jax.process_count(), 'process')});"
+        f" workdir {self.workdir}"
       )
       return restored
     self.metrics.truncate_batches(schedule.batches_with_output(restored.position))
@@ -149,13 +156,13 @@ class _Job:
     batch = schedule.batches_consumed(restored.position)
     if restored.position == schedule.final():
       self.progress.message(
-          f"sparsepipe: already trained {schedule.num_steps} batches (checkpoint step"
-          f" {restored.checkpoint_step} in {where}); raise --config.num_steps to train more"
+        f"sparsepipe: already trained {schedule.num_steps} batches (checkpoint step"
+        f" {restored.checkpoint_step} in {where}); raise --config.num_steps to train more"
       )
     else:
       self.progress.message(
-          f"sparsepipe: resumed from checkpoint step {restored.checkpoint_step} (batch"
-          f" {batch} of {schedule.num_steps})"
+        f"sparsepipe: resumed from checkpoint step {restored.checkpoint_step} (batch"
+        f" {batch} of {schedule.num_steps})"
       )
     return restored
 
@@ -172,9 +179,12 @@ class _Job:
     setup, train_state, pipeline_state = state.setup, state.train_state, state.pipeline_state
     position = state.position
     hook = CheckpointHook(
-        lambda pos, force: ckpts.save(pos, setup, train_state, pipeline_state, force=force),
-        ckpts.mngr, watcher, self.losses, self.schedule.checkpoint_step,
-        self.schedule.batches_with_output,
+      lambda pos, force: ckpts.save(pos, setup, train_state, pipeline_state, force=force),
+      ckpts.mngr,
+      watcher,
+      self.losses,
+      self.schedule.checkpoint_step,
+      self.schedule.batches_with_output,
     )
     hook.last_saved = state.checkpoint_step
     try:
@@ -197,8 +207,12 @@ class _Job:
           return stop
 
         train_state, pipeline_state, _ = pipeline.train(
-            setup.trainer, train_state, setup.iterator, self.schedule.length(segment),
-            pipeline_state=pipeline_state, hooks=(on_step,),
+          setup.trainer,
+          train_state,
+          setup.iterator,
+          self.schedule.length(segment),
+          pipeline_state=pipeline_state,
+          hooks=(on_step,),
         )
         if hook.preempted:
           return self._result(position, hook, state.checkpoint_step, True, t_start)
@@ -216,9 +230,9 @@ class _Job:
     if self.losses.trained:
       auc = "" if self.last_eval is None else f", eval AUC {self.last_eval.auc:.4f}"
       self.progress.message(
-          f"sparsepipe: done: {self.schedule.num_steps} batches, last loss"
-          f" {result.last_loss:.4f}{auc}, {result.examples_per_second:,.0f} examples/s;"
-          f" checkpoint step {hook.last_saved} in {directory}; metrics in {self.metrics.path}"
+        f"sparsepipe: done: {self.schedule.num_steps} batches, last loss"
+        f" {result.last_loss:.4f}{auc}, {result.examples_per_second:,.0f} examples/s;"
+        f" checkpoint step {hook.last_saved} in {directory}; metrics in {self.metrics.path}"
       )
     return result
 
@@ -227,21 +241,23 @@ class _Job:
     if not int(self.config.fdo.every_steps):
       return setup
     specs, merged = fdo_retune.retune_limits(
-        setup.feature_specs,
-        setup.iterator.stats_totals().as_stats(),
-        stats_dir=os.path.join(self.workdir, "fdo", f"segment_{segment:06d}"),
-        headroom=float(self.config.fdo.headroom),
-        num_sc_per_device=self.model.num_sc,
-        global_device_count=self.mesh.size,
+      setup.feature_specs,
+      setup.iterator.stats_totals().as_stats(),
+      stats_dir=os.path.join(self.workdir, "fdo", f"segment_{segment:06d}"),
+      headroom=float(self.config.fdo.headroom),
+      num_sc_per_device=self.model.num_sc,
+      global_device_count=self.mesh.size,
     )
     after = self.schedule.first_batch(segment + 1)
-    self.metrics.write({
+    self.metrics.write(
+      {
         "event": "fdo",
         "after_batch": after,
         "limits": transforms.get_stack_limits(specs),
         # Per host a running sum; across hosts the FDO merge takes the max.
         "dropped_ids_largest_host": {k: int(v) for k, v in merged.id_drop_counters.items()},
-    })
+      }
+    )
     change = fdo_retune.describe_limits(setup.feature_specs, specs)
     self.progress.message(f"sparsepipe: FDO after batch {after}: {change}")
     if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
@@ -254,14 +270,14 @@ class _Job:
   def _result(self, position, hook, resumed_from, preempted, t_start) -> JobResult:
     seconds = max(time.perf_counter() - t_start, 1e-9)
     return JobResult(
-        batches_trained=self.schedule.batches_with_output(position),
-        position=position,
-        checkpoint_step=hook.last_saved,
-        resumed_from=resumed_from,
-        preempted=preempted,
-        last_loss=self.losses.last_loss,
-        examples_per_second=self.losses.trained * self.model.global_batch / seconds,
-        last_eval=self.last_eval,
+      batches_trained=self.schedule.batches_with_output(position),
+      position=position,
+      checkpoint_step=hook.last_saved,
+      resumed_from=resumed_from,
+      preempted=preempted,
+      last_loss=self.losses.last_loss,
+      examples_per_second=self.losses.trained * self.model.global_batch / seconds,
+      last_eval=self.last_eval,
     )
 
 

@@ -33,18 +33,18 @@ class JobEval:
   """Runs eval passes of the job's model over `config.eval.data_dir`."""
 
   def __init__(
-      self,
-      model: JobModel,
-      metrics: MetricsLog,
-      progress: ProgressLine,
-      tensorboard: TensorBoardWriter,
-      *,
-      data_dir: str,
-      num_steps: int,
+    self,
+    model: JobModel,
+    metrics: MetricsLog,
+    progress: ProgressLine,
+    tensorboard: TensorBoardWriter,
+    *,
+    data_dir: str,
+    num_steps: int,
   ):
     config = model.config
     check_manifests_agree(
-        data.read_manifest(model.input_config.data_dir), data.read_manifest(data_dir)
+      data.read_manifest(model.input_config.data_dir), data.read_manifest(data_dir)
     )
     self.every = int(config.eval.every_steps)
     if self.every < 0:
@@ -54,16 +54,16 @@ class JobEval:
     self.progress = progress
     self.tensorboard = tensorboard
     specs = config_specs.build_feature_specs(
-        config,
-        global_batch_size=model.global_batch,
-        global_device_count=model.mesh.size,
-        worst_case_limits=True,
+      config,
+      global_batch_size=model.global_batch,
+      global_device_count=model.mesh.size,
+      worst_case_limits=True,
     )
     self.step = pipeline.make_eval_step(
-        model.mesh, specs, model.num_sc, pipeline.make_dlrm_predict_fn(model.model)
+      model.mesh, specs, model.num_sc, pipeline.make_dlrm_predict_fn(model.model)
     )
     input_config = dataclasses.replace(
-        model.input_config, data_dir=data_dir, shuffle=False, num_workers=0
+      model.input_config, data_dir=data_dir, shuffle=False, num_workers=0
     )
     self.dataset = pipeline.make_eval_input_pipeline(input_config, specs, model.mesh)
 
@@ -79,8 +79,8 @@ class JobEval:
     self.tensorboard.scalars(trained, {f"eval/{k}": v for k, v in result.as_dict().items()})
     self.tensorboard.flush()
     self.progress.message(
-        f"eval after {trained} batches: AUC {result.auc:.4f}, log loss {result.logloss:.4f},"
-        f" NE {result.ne:.4f}, calibration {result.calibration:.3f}"
-        f" ({result.examples:,} examples)"
+      f"eval after {trained} batches: AUC {result.auc:.4f}, log loss {result.logloss:.4f},"
+      f" NE {result.ne:.4f}, calibration {result.calibration:.3f}"
+      f" ({result.examples:,} examples)"
     )
     return result

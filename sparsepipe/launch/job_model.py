@@ -55,15 +55,15 @@ class JobModel:
   def feature_specs_for(self, global_device_count: int) -> Any:
     """The configured feature specs laid out for `global_device_count` devices."""
     return config_specs.build_feature_specs(
-        self.config, global_batch_size=self.global_batch, global_device_count=global_device_count
+      self.config, global_batch_size=self.global_batch, global_device_count=global_device_count
     )
 
   def abstract_train_state(self, feature_specs: Any) -> pipeline.TrainState:
     params = jax.eval_shape(
-        lambda key: pipeline.init_dlrm_params(key, self.model), jax.random.key(0)
+      lambda key: pipeline.init_dlrm_params(key, self.model), jax.random.key(0)
     )
     embeddings = pipeline.abstract_embedding_variables(
-        feature_specs, self.mesh, num_sc_per_device=self.num_sc
+      feature_specs, self.mesh, num_sc_per_device=self.num_sc
     )
     return pipeline.abstract_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
@@ -71,34 +71,34 @@ class JobModel:
     params_key, tables_key = jax.random.split(jax.random.key(int(self.config.seed)))
     params = pipeline.init_dlrm_params(params_key, self.model)
     embeddings = pipeline.init_embedding_variables(
-        tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc
+      tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc
     )
     return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
   def make_trainer(self, feature_specs: Any) -> pipeline.PipelinedTrainer:
     example = pipeline.abstract_train_batch(
-        feature_specs,
-        self.mesh,
-        global_batch_size=self.global_batch,
-        num_dense=self.num_dense,
-        num_sc_per_device=self.num_sc,
+      feature_specs,
+      self.mesh,
+      global_batch_size=self.global_batch,
+      num_dense=self.num_dense,
+      num_sc_per_device=self.num_sc,
     )
     return pipeline.make_pipelined_trainer(
-        self.mesh,
-        self.abstract_train_state(feature_specs),
-        example,
-        self.tc_stage,
-        feature_specs=feature_specs,
-        num_sc_per_device=self.num_sc,
-        pipelining=bool(self.config.pipelining),
+      self.mesh,
+      self.abstract_train_state(feature_specs),
+      example,
+      self.tc_stage,
+      feature_specs=feature_specs,
+      num_sc_per_device=self.num_sc,
+      pipelining=bool(self.config.pipelining),
     )
 
   def make_iterator(self, feature_specs: Any) -> transforms.InputPipelineIterator:
     return pipeline.make_input_pipeline(
-        self.input_config,
-        feature_specs,
-        self.mesh,
-        label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
+      self.input_config,
+      feature_specs,
+      self.mesh,
+      label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
     )
 
   def setup(self, feature_specs: Any) -> Setup:

@@ -76,12 +76,14 @@ class ProgressLine:
     """The latest event, shown on every update until the next (e.g. 'ckpt @42')."""
     self._event = text
 
-  def update(self, batch: int, examples_per_second: float, loss: float | None, data_wait: float) -> None:
+  def update(
+    self, batch: int, examples_per_second: float, loss: float | None, data_wait: float
+  ) -> None:
     parts = [
-        f"batch {batch}/{self._total}",
-        f"{examples_per_second:,.0f} ex/s",
-        "loss " + ("-" if loss is None else f"{loss:.4f}"),
-        f"data wait {100 * data_wait:.0f}%",
+      f"batch {batch}/{self._total}",
+      f"{examples_per_second:,.0f} ex/s",
+      "loss " + ("-" if loss is None else f"{loss:.4f}"),
+      f"data wait {100 * data_wait:.0f}%",
     ]
     if self._event:
       parts.append(self._event)

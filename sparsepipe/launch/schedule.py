@@ -45,8 +45,9 @@ class SegmentSchedule:
       raise ValueError(f"segment_batches={self.segment_batches} must be >= 1")
 
   @classmethod
-  def create(cls, num_steps: int, fdo_every_steps: int, *, pipelined: bool = True
-             ) -> "SegmentSchedule":
+  def create(
+    cls, num_steps: int, fdo_every_steps: int, *, pipelined: bool = True
+  ) -> "SegmentSchedule":
     """One segment per FDO interval; a single segment when FDO is off (0)."""
     if fdo_every_steps < 0:
       raise ValueError(f"fdo.every_steps={fdo_every_steps} must be >= 0")
@@ -80,7 +81,7 @@ class SegmentSchedule:
   def batches_consumed(self, position: Position) -> int:
     """Batches read from the data iterator before `position`."""
     return self.first_batch(position.segment) + min(
-        position.pipeline_step, self.length(position.segment)
+      position.pipeline_step, self.length(position.segment)
     )
 
   def batches_with_output(self, position: Position) -> int:
@@ -92,7 +93,8 @@ class SegmentSchedule:
   def is_drained(self, position: Position) -> bool:
     """No batch buffered in the PipelineState (always, without pipelining)."""
     return not self.pipelined or position.pipeline_step in (
-        0, self.pipeline_steps(position.segment)
+      0,
+      self.pipeline_steps(position.segment),
     )
 
   def final(self) -> Position:

@@ -30,13 +30,13 @@ class LossLog:
   """Per-batch losses -> metrics.jsonl and the progress line (flushed every `log_every`)."""
 
   def __init__(
-      self,
-      metrics: MetricsLog,
-      progress: ProgressLine,
-      *,
-      global_batch: int,
-      log_every: int,
-      tensorboard: Any = None,
+    self,
+    metrics: MetricsLog,
+    progress: ProgressLine,
+    *,
+    global_batch: int,
+    log_every: int,
+    tensorboard: Any = None,
   ):
     self.metrics = metrics
     self.progress = progress
@@ -70,9 +70,9 @@ class LossLog:
       loss = float(pipeline.loss_of(output))
       if not math.isfinite(loss) or not bool(np.all(output.get("finite", True))):
         raise NonFiniteLossError(
-            f"batch {batch}: the loss is {loss} or an update is not finite; training"
-            " stopped before saving it (the newest checkpoint predates this batch)."
-            " Check the data (labels, dense values) and the learning rates"
+          f"batch {batch}: the loss is {loss} or an update is not finite; training"
+          " stopped before saving it (the newest checkpoint predates this batch)."
+          " Check the data (labels, dense values) and the learning rates"
         )
       self.last_loss = loss
       self.metrics.write({"batch": batch, "loss": loss})
@@ -84,13 +84,13 @@ class CheckpointHook:
   """Saves at Orbax's interval or on preemption; stops the loop on preemption."""
 
   def __init__(
-      self,
-      save: Callable[[Position, bool], bool],
-      mngr: checkpointing.TrainingCheckpointManager,
-      watcher: checkpointing.PreemptionWatcher,
-      losses: LossLog,
-      checkpoint_step: Callable[[Position], int],
-      batches_trained: Callable[[Position], int],
+    self,
+    save: Callable[[Position, bool], bool],
+    mngr: checkpointing.TrainingCheckpointManager,
+    watcher: checkpointing.PreemptionWatcher,
+    losses: LossLog,
+    checkpoint_step: Callable[[Position], int],
+    batches_trained: Callable[[Position], int],
   ):
     self._save = save
     self._mngr = mngr
@@ -122,7 +122,7 @@ class CheckpointHook:
       self._mngr.wait_until_finished()
       self._losses.metrics.write({"event": "preempted", "step": step})
       self._losses.progress.message(
-          f"sparsepipe: preempted; checkpoint step {step} saved"
-          f" ({self._batches_trained(position)} batches trained), exiting"
+        f"sparsepipe: preempted; checkpoint step {step} saved"
+        f" ({self._batches_trained(position)} batches trained), exiting"
       )
     return self.preempted

@@ -1,11 +1,11 @@
 """Everything that runs on devices, and the one public namespace for it.
 
-    embedding/   sharded tables: layout, lookup and update kernels, optimizers
-    pipelining/  PipelineState, the pipelined step, the default SC stages
-    zero/        the ZeRO-sharded dense optimizer
-    models/      the reference DLRM dense stage
-    training/    TrainState, the jitted trainer, the training loop, device placement
-    evaluation/  the forward-only eval step, the eval pass, exact eval metrics
+embedding/   sharded tables: layout, lookup and update kernels, optimizers
+pipelining/  PipelineState, the pipelined step, the default SC stages
+zero/        the ZeRO-sharded dense optimizer
+models/      the reference DLRM dense stage
+training/    TrainState, the jitted trainer, the training loop, device placement
+evaluation/  the forward-only eval step, the eval pass, exact eval metrics
 """
 
 from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError

@@ -10,7 +10,9 @@ from sparsepipe.transforms.coo_layout import compute_row_pointers_size_per_devic
 from sparsepipe.transforms.coo_layout import compute_theoretical_max_coo_buffer_size
 from sparsepipe.transforms.coo_layout import num_global_sparsecores
 from sparsepipe.transforms.coo_preprocess import preprocess_sparse_dense_matmul_input
-from sparsepipe.transforms.coo_preprocess import preprocess_sparse_dense_matmul_input_from_sparse_tensor
+from sparsepipe.transforms.coo_preprocess import (
+  preprocess_sparse_dense_matmul_input_from_sparse_tensor,
+)
 from sparsepipe.transforms.stacking import auto_stack_tables
 from sparsepipe.transforms.stacking import get_stacked_table_specs
 from sparsepipe.transforms.stacking import get_table_stacks

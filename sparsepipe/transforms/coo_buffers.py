@@ -71,13 +71,13 @@ def _unique_counts(row_key: np.ndarray, bounds: np.ndarray) -> np.ndarray:
 
 
 def layout(
-    ent: coo_sort.Entries,
-    who: str,
-    stacked_spec: specs_lib.StackedTableSpec,
-    limits: tuple[int, int],
-    coo_size: int,
-    geo: coo_layout.Geometry,
-    allow_id_dropping: bool,
+  ent: coo_sort.Entries,
+  who: str,
+  stacked_spec: specs_lib.StackedTableSpec,
+  limits: tuple[int, int],
+  coo_size: int,
+  geo: coo_layout.Geometry,
+  allow_id_dropping: bool,
 ) -> StackResult:
   """Statistics, limits and the buffer layout of sorted, merged entries."""
   l_sc, n_sc = geo.local_sc, geo.num_sc
@@ -96,14 +96,14 @@ def layout(
   e &= dtype(2**ent.e_bits - 1)
   e = e.view(np.int32) if dtype == np.uint32 else e.astype(np.int32)
   result = StackResult(
-      row_pointers=np.empty((l_sc, geo.row_pointer_stride), np.int32),
-      embedding_ids=_filled(l_sc * seg, _INT_MAX, np.int32),
-      sample_ids=_filled(l_sc * seg, _INT_MAX, np.int32),
-      gains=_filled(l_sc * seg, np.nan, np.float32),
-      max_ids_per_partition=stat_ids.astype(np.int32).reshape(-1),
-      max_unique_ids_per_partition=stat_unique.astype(np.int32).reshape(-1),
-      required_buffer_size_per_sc=aligned_end[:, -1].astype(np.int32),
-      id_drop_counter=0,
+    row_pointers=np.empty((l_sc, geo.row_pointer_stride), np.int32),
+    embedding_ids=_filled(l_sc * seg, _INT_MAX, np.int32),
+    sample_ids=_filled(l_sc * seg, _INT_MAX, np.int32),
+    gains=_filled(l_sc * seg, np.nan, np.float32),
+    max_ids_per_partition=stat_ids.astype(np.int32).reshape(-1),
+    max_unique_ids_per_partition=stat_unique.astype(np.int32).reshape(-1),
+    required_buffer_size_per_sc=aligned_end[:, -1].astype(np.int32),
+    id_drop_counter=0,
   )
   counts = counts.reshape(-1)
   kept_counts = _limit_counts(ent, counts, uniques, limits, who, geo, allow_id_dropping)
@@ -131,9 +131,13 @@ def layout(
 
 
 def _limit_counts(
-    ent: coo_sort.Entries, counts: np.ndarray, uniques: np.ndarray,
-    limits: tuple[int, int], who: str, geo: coo_layout.Geometry,
-    allow_id_dropping: bool,
+  ent: coo_sort.Entries,
+  counts: np.ndarray,
+  uniques: np.ndarray,
+  limits: tuple[int, int],
+  who: str,
+  geo: coo_layout.Geometry,
+  allow_id_dropping: bool,
 ) -> np.ndarray:
   """Entries kept per partition under max_ids/max_unique (`counts` itself if all).
 
@@ -186,8 +190,12 @@ def _drops(kept: np.ndarray, dups: coo_sort.Dups | None) -> int:
 
 
 def _place(
-    result: StackResult, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
-    written: np.ndarray, padded: np.ndarray, aligned_end: np.ndarray, seg: int,
+  result: StackResult,
+  columns: tuple[np.ndarray, np.ndarray, np.ndarray],
+  written: np.ndarray,
+  padded: np.ndarray,
+  aligned_end: np.ndarray,
+  seg: int,
 ) -> None:
   """Writes the kept entries in order into the slots of one boolean mask.
 
@@ -212,15 +220,14 @@ def _place(
 def empty_result(geo: coo_layout.Geometry, coo_size: int) -> StackResult:
   total = geo.local_devices * coo_size
   return StackResult(
-      row_pointers=np.zeros(geo.local_sc * geo.row_pointer_stride, np.int32),
-      embedding_ids=np.full(total, _INT_MAX, np.int32),
-      sample_ids=np.full(total, _INT_MAX, np.int32),
-      gains=np.full(total, np.nan, np.float32),
-      max_ids_per_partition=np.zeros(geo.local_devices * geo.num_sc, np.int32),
-      max_unique_ids_per_partition=np.zeros(
-          geo.local_devices * geo.num_sc, np.int32),
-      required_buffer_size_per_sc=np.zeros(geo.local_sc, np.int32),
-      id_drop_counter=0,
+    row_pointers=np.zeros(geo.local_sc * geo.row_pointer_stride, np.int32),
+    embedding_ids=np.full(total, _INT_MAX, np.int32),
+    sample_ids=np.full(total, _INT_MAX, np.int32),
+    gains=np.full(total, np.nan, np.float32),
+    max_ids_per_partition=np.zeros(geo.local_devices * geo.num_sc, np.int32),
+    max_unique_ids_per_partition=np.zeros(geo.local_devices * geo.num_sc, np.int32),
+    required_buffer_size_per_sc=np.zeros(geo.local_sc, np.int32),
+    id_drop_counter=0,
   )
 
 
@@ -231,29 +238,38 @@ def _where(group: int, geo: coo_layout.Geometry) -> str:
 
 
 def _raise_partition_limit(
-    who: str, counts: np.ndarray, uniques: np.ndarray, max_ids: int,
-    max_unique: int, geo: coo_layout.Geometry,
+  who: str,
+  counts: np.ndarray,
+  uniques: np.ndarray,
+  max_ids: int,
+  max_unique: int,
+  geo: coo_layout.Geometry,
 ) -> None:
   if int(counts.max()) > max_ids:
     group = int(np.argmax(counts))
     raise errors.LimitExceededError(
-        f"{who}: {counts[group]} ids in {_where(group, geo)} exceed"
-        f" max_ids_per_partition={max_ids}")
+      f"{who}: {counts[group]} ids in {_where(group, geo)} exceed max_ids_per_partition={max_ids}"
+    )
   group = int(np.argmax(uniques))
   raise errors.LimitExceededError(
-      f"{who}: {uniques[group]} unique ids in {_where(group, geo)} exceed"
-      f" max_unique_ids_per_partition={max_unique}")
+    f"{who}: {uniques[group]} unique ids in {_where(group, geo)} exceed"
+    f" max_unique_ids_per_partition={max_unique}"
+  )
 
 
 def _raise_overflow(
-    who: str, needed: np.ndarray, seg: int,
-    stacked_spec: specs_lib.StackedTableSpec, geo: coo_layout.Geometry,
+  who: str,
+  needed: np.ndarray,
+  seg: int,
+  stacked_spec: specs_lib.StackedTableSpec,
+  geo: coo_layout.Geometry,
 ) -> None:
   q = int(np.argmax(needed))
   d, s = divmod(q, geo.sc_per_device)
   coo_size = seg * geo.sc_per_device
   raise errors.LimitExceededError(
-      f"{who}: device {d} SC {s} needs {needed[q]} COO entries but"
-      f" suggested_coo_buffer_size_per_device="
-      f"{stacked_spec.suggested_coo_buffer_size_per_device} gives {coo_size}"
-      f" per device, {seg} per SC")
+    f"{who}: device {d} SC {s} needs {needed[q]} COO entries but"
+    f" suggested_coo_buffer_size_per_device="
+    f"{stacked_spec.suggested_coo_buffer_size_per_device} gives {coo_size}"
+    f" per device, {seg} per SC"
+  )

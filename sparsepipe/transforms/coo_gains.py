@@ -14,7 +14,7 @@ import numpy as np
 
 
 def sequential_row_sums(
-    values: np.ndarray, lengths: np.ndarray, *, squares: bool = False
+  values: np.ndarray, lengths: np.ndarray, *, squares: bool = False
 ) -> np.ndarray:
   """Per-row sums of `values` in input order with float32 rounding per step.
 
@@ -47,9 +47,7 @@ def sequential_row_sums(
   return sums
 
 
-def repeated_sums(
-    gains: np.ndarray, entries: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
+def repeated_sums(gains: np.ndarray, entries: np.ndarray, counts: np.ndarray) -> np.ndarray:
   """gains with g + g + ... (count times, left to right) at `entries`.
 
   The gain of an entry merged from `count` equal ids (unweighted), summed
@@ -63,9 +61,7 @@ def repeated_sums(
   return gains
 
 
-def run_sums(
-    values: np.ndarray, starts: np.ndarray, run_lengths: np.ndarray
-) -> np.ndarray:
+def run_sums(values: np.ndarray, starts: np.ndarray, run_lengths: np.ndarray) -> np.ndarray:
   """float32 sums of values[s : s+len] per run, added left to right."""
   acc = values[starts]
   multi = np.flatnonzero(run_lengths > 1)
@@ -83,7 +79,7 @@ def run_sums(
 
 
 def id_gains(
-    combiner: str, lengths: np.ndarray, weights: np.ndarray | None
+  combiner: str, lengths: np.ndarray, weights: np.ndarray | None
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
   """Gains of one feature's ids.
 

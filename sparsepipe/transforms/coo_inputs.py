@@ -74,9 +74,7 @@ def _concat_rows(arrays: list[np.ndarray], dtype) -> np.ndarray:
   return np.concatenate([a.astype(dtype, copy=False) for a in arrays])
 
 
-def _rows_slow(
-    name: str, what: str, rows: Any, kinds: str, dtype
-) -> tuple[np.ndarray, np.ndarray]:
+def _rows_slow(name: str, what: str, rows: Any, kinds: str, dtype) -> tuple[np.ndarray, np.ndarray]:
   """Row by row conversion with full checks (odd dtypes, lists, views)."""
   arrays = []
   lengths = np.empty(len(rows), np.int64)
@@ -88,9 +86,7 @@ def _rows_slow(
       raise _fail(name, f"{what} row {i} has shape {arr.shape}, expected 1-D")
     if arr.size and arr.dtype.kind not in kinds:
       wanted = "integer" if kinds == "iu" else "floating-point"
-      raise _fail(
-          name, f"{what} row {i} has dtype {arr.dtype}, expected {wanted}"
-      )
+      raise _fail(name, f"{what} row {i} has dtype {arr.dtype}, expected {wanted}")
     lengths[i] = arr.shape[0]
     if arr.size:
       arrays.append(arr)
@@ -117,9 +113,7 @@ def _row_lengths(rows: list) -> np.ndarray:
   return np.frombuffer(small, np.uint8).astype(np.int64)
 
 
-def _rows_fast(
-    rows: Any, kinds: str, dtype
-) -> tuple[np.ndarray, np.ndarray] | None:
+def _rows_fast(rows: Any, kinds: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
   """Rows that are contiguous arrays of one native dtype; else None.
 
   Three C-level passes over the rows: dtype (list.count compares by
@@ -153,7 +147,7 @@ def _rows_fast(
 
 
 def _rows_to_flat(
-    name: str, what: str, rows: Any, kinds: str, dtype=None
+  name: str, what: str, rows: Any, kinds: str, dtype=None
 ) -> tuple[np.ndarray, np.ndarray]:
   """Flattens ragged rows; returns (flat values, row lengths int64)."""
   if len(rows) == 0:
@@ -184,9 +178,8 @@ def _object_matrix(name: str, what: str, x: Any) -> Any:
     raise _fail(name, f"{what} are a 2-D object array that is not numeric: {e}") from None
   if values.shape != x.shape:
     raise _fail(
-        name,
-        f"{what} are a 2-D object array of shape {x.shape} whose elements are"
-        " not numbers",
+      name,
+      f"{what} are a 2-D object array of shape {x.shape} whose elements are not numbers",
     )
   return values
 
@@ -203,26 +196,25 @@ def normalize_feature(name: str, feature: Any, weights: Any = None) -> FeatureIn
     if weights is not None:
       if not _is_rows(weights) or len(weights) != len(feature):
         raise _fail(
-            name,
-            f"weights must be ragged rows like the ids ({len(feature)} rows),"
-            f" got {type(weights).__name__}"
-            + (f" with {len(weights)} rows" if hasattr(weights, "__len__") else ""),
+          name,
+          f"weights must be ragged rows like the ids ({len(feature)} rows),"
+          f" got {type(weights).__name__}"
+          + (f" with {len(weights)} rows" if hasattr(weights, "__len__") else ""),
         )
       w, w_lengths = _rows_to_flat(name, "weights", weights, "f", np.float32)
       if not np.array_equal(w_lengths, lengths):
         row = int(np.flatnonzero(w_lengths != lengths)[0])
         raise _fail(
-            name,
-            f"weights row {row} has {w_lengths[row]} values but ids row {row}"
-            f" has {lengths[row]}",
+          name,
+          f"weights row {row} has {w_lengths[row]} values but ids row {row} has {lengths[row]}",
         )
     return FeatureInput(values, lengths, w)
   ids = np.asarray(feature)
   if ids.ndim != 2:
     raise _fail(
-        name,
-        f"ids have shape {ids.shape}; expected a dense 2-D [batch, k] array,"
-        " ragged rows (1-D object array) or a RaggedBatch",
+      name,
+      f"ids have shape {ids.shape}; expected a dense 2-D [batch, k] array,"
+      " ragged rows (1-D object array) or a RaggedBatch",
     )
   _check_kind(name, "ids", ids.dtype, "iu")
   lengths = np.full(ids.shape[0], ids.shape[1], np.int64)
@@ -235,16 +227,13 @@ def normalize_feature(name: str, feature: Any, weights: Any = None) -> FeatureIn
   return FeatureInput(ids.reshape(-1), lengths, w)
 
 
-def _from_ragged_batch(
-    name: str, batch: ragged_lib.RaggedBatch, weights: Any
-) -> FeatureInput:
+def _from_ragged_batch(name: str, batch: ragged_lib.RaggedBatch, weights: Any) -> FeatureInput:
   values = np.asarray(batch.values)
   lengths = np.asarray(batch.row_lengths)
   if values.ndim != 1 or lengths.ndim != 1:
     raise _fail(
-        name,
-        f"RaggedBatch values {values.shape} and row_lengths {lengths.shape}"
-        " must be 1-D",
+      name,
+      f"RaggedBatch values {values.shape} and row_lengths {lengths.shape} must be 1-D",
     )
   _check_kind(name, "ids", values.dtype, "iu")
   _check_kind(name, "row_lengths", lengths.dtype, "iu")
@@ -254,9 +243,7 @@ def _from_ragged_batch(
     raise _fail(name, f"row_lengths[{row}]={lengths[row]} is negative")
   total = int(lengths.sum())
   if total != values.shape[0]:
-    raise _fail(
-        name, f"row_lengths sum to {total} but there are {values.shape[0]} ids"
-    )
+    raise _fail(name, f"row_lengths sum to {total} but there are {values.shape[0]} ids")
   w = batch.weights
   if weights is not None:
     if w is not None:
@@ -265,15 +252,11 @@ def _from_ragged_batch(
   if w is not None:
     w = _as_float32(name, "weights", w)
     if w.shape != values.shape:
-      raise _fail(
-          name, f"weights have shape {w.shape} but ids have shape {values.shape}"
-      )
+      raise _fail(name, f"weights have shape {w.shape} but ids have shape {values.shape}")
   return FeatureInput(values, lengths, w)
 
 
-def from_sparse_tensor(
-    name: str, indices: Any, values: Any, dense_shape: Any
-) -> FeatureInput:
+def from_sparse_tensor(name: str, indices: Any, values: Any, dense_shape: Any) -> FeatureInput:
   """Sparse-tensor form (indices [n, 2] row-major) -> FeatureInput."""
   indices = np.asarray(indices)
   values = np.asarray(values)
@@ -286,9 +269,8 @@ def from_sparse_tensor(
   n = values.shape[0] if values.ndim == 1 else -1
   if values.ndim != 1 or indices.shape != (n, 2):
     raise _fail(
-        name,
-        f"indices {indices.shape} and values {values.shape} must be [n, 2] and"
-        " [n]",
+      name,
+      f"indices {indices.shape} and values {values.shape} must be [n, 2] and [n]",
     )
   _check_kind(name, "ids", values.dtype, "iu")
   _check_kind(name, "indices", indices.dtype, "iu")
@@ -300,17 +282,15 @@ def from_sparse_tensor(
   if bad.any():
     i = int(np.flatnonzero(bad)[0])
     raise _fail(
-        name,
-        f"index {i} [{rows[i]}, {cols[i]}] is outside dense_shape"
-        f" [{batch}, {width}]",
+      name,
+      f"index {i} [{rows[i]}, {cols[i]}] is outside dense_shape [{batch}, {width}]",
     )
   step = np.diff(rows)
   if (step < 0).any():
     i = int(np.flatnonzero(step < 0)[0]) + 1
     raise _fail(
-        name,
-        f"indices are not row-major: index {i} has row {rows[i]} after row"
-        f" {rows[i - 1]}",
+      name,
+      f"indices are not row-major: index {i} has row {rows[i]} after row {rows[i - 1]}",
     )
   lengths = np.bincount(rows, minlength=batch).astype(np.int64)
   return FeatureInput(values, lengths, None)

@@ -25,26 +25,23 @@ Nested = Any
 
 
 def _flatten_specs(
-    feature_specs: Nested,
+  feature_specs: Nested,
 ) -> tuple[list[specs_lib.FeatureSpec], Any]:
   leaves, treedef = jax.tree_util.tree_flatten(feature_specs)
   seen = set()
   for i, spec in enumerate(leaves):
     if not isinstance(spec, specs_lib.FeatureSpec):
       raise errors.PreprocessingError(
-          f"feature_specs leaves must be FeatureSpec, got {type(spec).__name__}"
+        f"feature_specs leaves must be FeatureSpec, got {type(spec).__name__}"
       )
     if spec.name in seen:
       raise errors.PreprocessingError(f"feature '{spec.name}' is defined twice")
     seen.add(spec.name)
     table = spec.table_spec
-    if (
-        table.stacked_table_spec is None
-        or table.setting_in_stack is None
-    ):
+    if table.stacked_table_spec is None or table.setting_in_stack is None:
       raise errors.PreprocessingError(
-          f"feature '{spec.name}' (table '{table.name}') is not prepared: call"
-          " prepare_feature_specs_for_training (or stack_tables) first"
+        f"feature '{spec.name}' (table '{table.name}') is not prepared: call"
+        " prepare_feature_specs_for_training (or stack_tables) first"
       )
     leaves[i] = specs_lib.with_default_id_transformation(spec)
   return leaves, treedef
@@ -55,33 +52,32 @@ def _flatten_like(what: str, tree: Nested, treedef: Any) -> list[Any]:
     return treedef.flatten_up_to(tree)
   except (ValueError, TypeError) as e:
     raise errors.PreprocessingError(
-        f"{what} do not have the structure of feature_specs ({treedef}): {e}"
+      f"{what} do not have the structure of feature_specs ({treedef}): {e}"
     ) from None
 
 
 def _geometry(
-    local_device_count: int,
-    global_device_count: int,
-    num_sc_per_device: int,
-    sharding_strategy: str,
+  local_device_count: int,
+  global_device_count: int,
+  num_sc_per_device: int,
+  sharding_strategy: str,
 ) -> coo_layout.Geometry:
   if str(sharding_strategy).upper() != "MOD":
     raise errors.PreprocessingError(
-        f"sharding_strategy {sharding_strategy!r} is not supported; only MOD"
+      f"sharding_strategy {sharding_strategy!r} is not supported; only MOD"
     )
   coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
   local, total = int(local_device_count), int(global_device_count)
   if local < 1 or total % local:
     raise errors.PreprocessingError(
-        f"local_device_count={local} must be positive and divide"
-        f" global_device_count={total}"
+      f"local_device_count={local} must be positive and divide global_device_count={total}"
     )
   return coo_layout.Geometry(local, total, int(num_sc_per_device))
 
 
 def _group_by_stack(
-    specs: Sequence[specs_lib.FeatureSpec],
-    inputs: Sequence[coo_inputs.FeatureInput],
+  specs: Sequence[specs_lib.FeatureSpec],
+  inputs: Sequence[coo_inputs.FeatureInput],
 ) -> dict[str, tuple[specs_lib.StackedTableSpec, list]]:
   stacks: dict[str, tuple[specs_lib.StackedTableSpec, list]] = {}
   for spec, x in zip(specs, inputs):
@@ -92,21 +88,21 @@ def _group_by_stack(
     elif stacks[name][0] != stacked:
       other = stacks[name][1][0][0].name
       raise errors.PreprocessingError(
-          f"stack '{name}': features '{other}' and '{spec.name}' carry"
-          " different StackedTableSpecs (limits or sizes); re-run stacking or"
-          " update_preprocessing_parameters on all features"
+        f"stack '{name}': features '{other}' and '{spec.name}' carry"
+        " different StackedTableSpecs (limits or sizes); re-run stacking or"
+        " update_preprocessing_parameters on all features"
       )
     stacks[name][1].append((spec, x))
   return stacks
 
 
 def _run(
-    specs: Sequence[specs_lib.FeatureSpec],
-    inputs: Sequence[coo_inputs.FeatureInput],
-    geo: coo_layout.Geometry,
-    has_leading_dimension: bool,
-    allow_id_dropping: bool,
-    batch_number: int,
+  specs: Sequence[specs_lib.FeatureSpec],
+  inputs: Sequence[coo_inputs.FeatureInput],
+  geo: coo_layout.Geometry,
+  has_leading_dimension: bool,
+  allow_id_dropping: bool,
+  batch_number: int,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
   logging.vlog(1, "preprocessing batch %d: %d features", batch_number, len(specs))
   row_pointers, embedding_ids, sample_ids, gains = {}, {}, {}, {}
@@ -129,35 +125,35 @@ def _run(
     required[name] = r.required_buffer_size_per_sc
     drops[name] = r.id_drop_counter
   return (
-      coo_types.PreprocessedInput(
-          coo_types.SparseDenseMatmulInput(
-              lhs_row_pointers=row_pointers,
-              lhs_embedding_ids=embedding_ids,
-              lhs_sample_ids=sample_ids,
-              lhs_gains=gains,
-          )
-      ),
-      coo_types.SparseDenseMatmulInputStats(
-          max_ids_per_partition=max_ids,
-          max_unique_ids_per_partition=max_unique,
-          required_buffer_size_per_sc=required,
-          id_drop_counters=drops,
-      ),
+    coo_types.PreprocessedInput(
+      coo_types.SparseDenseMatmulInput(
+        lhs_row_pointers=row_pointers,
+        lhs_embedding_ids=embedding_ids,
+        lhs_sample_ids=sample_ids,
+        lhs_gains=gains,
+      )
+    ),
+    coo_types.SparseDenseMatmulInputStats(
+      max_ids_per_partition=max_ids,
+      max_unique_ids_per_partition=max_unique,
+      required_buffer_size_per_sc=required,
+      id_drop_counters=drops,
+    ),
   )
 
 
 def preprocess_sparse_dense_matmul_input(
-    features: Nested,
-    features_weights: Nested | None,
-    feature_specs: Nested,
-    local_device_count: int,
-    global_device_count: int,
-    *,
-    num_sc_per_device: int,
-    sharding_strategy: str = "MOD",
-    has_leading_dimension: bool = False,
-    allow_id_dropping: bool = False,
-    batch_number: int = 0,
+  features: Nested,
+  features_weights: Nested | None,
+  feature_specs: Nested,
+  local_device_count: int,
+  global_device_count: int,
+  *,
+  num_sc_per_device: int,
+  sharding_strategy: str = "MOD",
+  has_leading_dimension: bool = False,
+  allow_id_dropping: bool = False,
+  batch_number: int = 0,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
   """Turns this host's sparse features into per-stack COO buffers.
 
@@ -181,35 +177,32 @@ def preprocess_sparse_dense_matmul_input(
     (PreprocessedInput, SparseDenseMatmulInputStats), keyed by stack name.
   """
   specs, treedef = _flatten_specs(feature_specs)
-  geo = _geometry(
-      local_device_count, global_device_count, num_sc_per_device,
-      sharding_strategy)
+  geo = _geometry(local_device_count, global_device_count, num_sc_per_device, sharding_strategy)
   leaves = _flatten_like("features", features, treedef)
   if features_weights is None:
     weight_leaves = [None] * len(specs)
   else:
     weight_leaves = _flatten_like("features_weights", features_weights, treedef)
   inputs = [
-      coo_inputs.normalize_feature(spec.name, x, w)
-      for spec, x, w in zip(specs, leaves, weight_leaves)
+    coo_inputs.normalize_feature(spec.name, x, w)
+    for spec, x, w in zip(specs, leaves, weight_leaves)
   ]
-  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping,
-              batch_number)
+  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping, batch_number)
 
 
 def preprocess_sparse_dense_matmul_input_from_sparse_tensor(
-    indices: Nested,
-    values: Nested,
-    dense_shapes: Nested,
-    feature_specs: Nested,
-    local_device_count: int,
-    global_device_count: int,
-    *,
-    num_sc_per_device: int,
-    sharding_strategy: str = "MOD",
-    has_leading_dimension: bool = False,
-    allow_id_dropping: bool = False,
-    batch_number: int = 0,
+  indices: Nested,
+  values: Nested,
+  dense_shapes: Nested,
+  feature_specs: Nested,
+  local_device_count: int,
+  global_device_count: int,
+  *,
+  num_sc_per_device: int,
+  sharding_strategy: str = "MOD",
+  has_leading_dimension: bool = False,
+  allow_id_dropping: bool = False,
+  batch_number: int = 0,
 ) -> tuple[coo_types.PreprocessedInput, coo_types.SparseDenseMatmulInputStats]:
   """Like preprocess_sparse_dense_matmul_input for sparse-tensor features.
 
@@ -217,15 +210,12 @@ def preprocess_sparse_dense_matmul_input_from_sparse_tensor(
   all weights are 1.0, as in the reference. `batch_number` is for logging.
   """
   specs, treedef = _flatten_specs(feature_specs)
-  geo = _geometry(
-      local_device_count, global_device_count, num_sc_per_device,
-      sharding_strategy)
+  geo = _geometry(local_device_count, global_device_count, num_sc_per_device, sharding_strategy)
   index_leaves = _flatten_like("indices", indices, treedef)
   value_leaves = _flatten_like("values", values, treedef)
   shape_leaves = _flatten_like("dense_shapes", dense_shapes, treedef)
   inputs = [
-      coo_inputs.from_sparse_tensor(spec.name, i, v, s)
-      for spec, i, v, s in zip(specs, index_leaves, value_leaves, shape_leaves)
+    coo_inputs.from_sparse_tensor(spec.name, i, v, s)
+    for spec, i, v, s in zip(specs, index_leaves, value_leaves, shape_leaves)
   ]
-  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping,
-              batch_number)
+  return _run(specs, inputs, geo, has_leading_dimension, allow_id_dropping, batch_number)

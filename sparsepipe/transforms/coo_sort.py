@@ -99,8 +99,12 @@ def _as_key(cols: np.ndarray, dtype) -> np.ndarray:
 
 
 def _pack_partition_row(
-    cols: np.ndarray, key: np.ndarray, dtype, log_n: int, p_shift: int,
-    low_bits: int,
+  cols: np.ndarray,
+  key: np.ndarray,
+  dtype,
+  log_n: int,
+  p_shift: int,
+  low_bits: int,
 ) -> None:
   """key += (col mod N) << p_shift | (col div N) << low_bits, in place.
 
@@ -111,7 +115,7 @@ def _pack_partition_row(
   c = _as_key(cols, dtype)
   part = c & dtype(2**log_n - 1)
   if low_bits >= log_n:
-    part *= dtype(2**p_shift - 2**(low_bits - log_n))
+    part *= dtype(2**p_shift - 2 ** (low_bits - log_n))
     key += part
     np.left_shift(c, dtype(low_bits - log_n), out=part)
   else:
@@ -123,8 +127,9 @@ def _pack_partition_row(
 
 
 @functools.lru_cache(maxsize=1024)
-def _row_keys(l_sc: int, rows_per_sc: int, sid_base: int, q_shift: int | None,
-              dtype: type) -> np.ndarray:
+def _row_keys(
+  l_sc: int, rows_per_sc: int, sid_base: int, q_shift: int | None, dtype: type
+) -> np.ndarray:
   """(q << q_shift) | sid of every row of a feature (rows are q-major).
 
   q_shift None leaves q out (keys sorted per SC, q added afterwards).
@@ -158,8 +163,13 @@ def _sort_q_major(key: np.ndarray, q_ends: np.ndarray) -> None:
 
 
 def _single_feature_keys(
-    f: StackFeature, dtype: type, l_sc: int, n_sc: int, low_bits: int,
-    p_shift: int, q_shift: int,
+  f: StackFeature,
+  dtype: type,
+  l_sc: int,
+  n_sc: int,
+  low_bits: int,
+  p_shift: int,
+  q_shift: int,
 ) -> np.ndarray:
   """Sorted raw keys of a stack of one feature, whose ids are q-major.
 
@@ -171,8 +181,9 @@ def _single_feature_keys(
   log_n = n_sc.bit_length() - 1
   narrow = dtype == np.uint64 and q_shift <= 32
   build = np.uint32 if narrow else dtype
-  key = _row_keys(l_sc, f.rows_per_sc, f.sid_base, None if narrow else q_shift,
-                  build).repeat(lengths)
+  key = _row_keys(l_sc, f.rows_per_sc, f.sid_base, None if narrow else q_shift, build).repeat(
+    lengths
+  )
   _pack_partition_row(_columns(f, n_sc), key, build, log_n, p_shift, low_bits)
   q_ends = np.cumsum(lengths)[f.rows_per_sc - 1 :: f.rows_per_sc]
   _sort_q_major(key, q_ends)
@@ -228,14 +239,13 @@ def _group_firsts(dtype: type, num_groups: int, shift: int) -> np.ndarray:
 def _group_bounds(key: np.ndarray, num_groups: int, shift: int) -> np.ndarray:
   """bounds[g]: first entry of group g (key >> shift == g); bounds[-1] = n."""
   bounds = np.empty(num_groups + 1, np.intp)
-  bounds[:-1] = key.searchsorted(
-      _group_firsts(key.dtype.type, num_groups, shift))
+  bounds[:-1] = key.searchsorted(_group_firsts(key.dtype.type, num_groups, shift))
   bounds[-1] = key.shape[0]
   return bounds
 
 
 def _sample_gains(
-    feats: Sequence[StackFeature], combiner: str, l_sc: int, per_sc: int
+  feats: Sequence[StackFeature], combiner: str, l_sc: int, per_sc: int
 ) -> np.ndarray:
   """Gain of every sample of the stack by q * per_sc + sid (unweighted)."""
   if len(feats) == 1 and feats[0].sid_base == 0:
@@ -257,7 +267,7 @@ def _q_bases(l_sc: int, per_sc: int) -> np.ndarray:
 
 
 def sort_by_sample(
-    feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
+  feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
 ) -> Entries:
   """Unweighted: key = q | p | e | sid; gains looked up per (q, sid)."""
   n_sc, l_sc = geo.num_sc, geo.local_sc
@@ -269,21 +279,17 @@ def sort_by_sample(
   q_shift = p_shift + log_n
   dtype = _key_dtype(q_shift + _bit_length(l_sc - 1), who)
   if len(feats) == 1:
-    key = _single_feature_keys(
-        feats[0], dtype, l_sc, n_sc, low_bits, p_shift, q_shift)
+    key = _single_feature_keys(feats[0], dtype, l_sc, n_sc, low_bits, p_shift, q_shift)
   else:
-    row_keys = [_row_keys(l_sc, f.rows_per_sc, f.sid_base, q_shift, dtype)
-                for f in feats]
-    key = np.concatenate(row_keys).repeat(
-        np.concatenate([f.x.row_lengths for f in feats]))
+    row_keys = [_row_keys(l_sc, f.rows_per_sc, f.sid_base, q_shift, dtype) for f in feats]
+    key = np.concatenate(row_keys).repeat(np.concatenate([f.x.row_lengths for f in feats]))
     col = np.concatenate([_columns(f, n_sc) for f in feats])
     _pack_partition_row(col, key, dtype, log_n, p_shift, low_bits)
     key.sort()
   key, dups = _merge_equal(key)
   bounds = _group_bounds(key, l_sc * n_sc, p_shift)
   sample_ids = key & dtype(2**low_bits - 1)
-  sample_ids = (sample_ids.view(np.int32) if dtype == np.uint32
-                else sample_ids.astype(np.int32))
+  sample_ids = sample_ids.view(np.int32) if dtype == np.uint32 else sample_ids.astype(np.int32)
   if combiner == "sum":  # unweighted: sequential sums of ones are exact
     gains = np.ones(key.shape[0], np.float32)
     if dups is not None:
@@ -300,7 +306,7 @@ def sort_by_sample(
 
 
 def sort_by_position(
-    feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
+  feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
 ) -> Entries:
   """Weighted: key = q | p | e | i; sample id and gain gathered by i."""
   n_sc, l_sc = geo.num_sc, geo.local_sc

@@ -20,10 +20,10 @@ from sparsepipe.transforms import errors
 
 # Stats field -> key suffix in stats files (jax-tpu-embedding's names).
 FIELD_SUFFIXES = {
-    "max_ids_per_partition": "_max_ids",
-    "max_unique_ids_per_partition": "_max_unique_ids",
-    "required_buffer_size_per_sc": "_required_buffer_size",
-    "id_drop_counters": "_id_drop_counters",
+  "max_ids_per_partition": "_max_ids",
+  "max_unique_ids_per_partition": "_max_unique_ids",
+  "required_buffer_size_per_sc": "_required_buffer_size",
+  "id_drop_counters": "_id_drop_counters",
 }
 STATE_VERSION = 1
 
@@ -37,13 +37,13 @@ def _reduce(field: str, value: Any) -> np.ndarray:
     array = array.max(axis=0)
   if array.ndim != 1:
     raise errors.FDOStatsError(
-        f"{field}: expected a 1-D array (or a 2-D history), got shape"
-        f" {array.shape}")
+      f"{field}: expected a 1-D array (or a 2-D history), got shape {array.shape}"
+    )
   return array.astype(np.int32)
 
 
 def _merge_field(
-    field: str, into: dict[str, np.ndarray], stack: str, value: Any, source: str
+  field: str, into: dict[str, np.ndarray], stack: str, value: Any, source: str
 ) -> None:
   value = _reduce(field, value)
   old = into.get(stack)
@@ -52,8 +52,9 @@ def _merge_field(
     return
   if old.shape != value.shape:
     raise errors.FDOStatsError(
-        f"{source}: {field} of stack '{stack}' has shape {value.shape}, but"
-        f" earlier statistics have {old.shape}")
+      f"{source}: {field} of stack '{stack}' has shape {value.shape}, but"
+      f" earlier statistics have {old.shape}"
+    )
   into[stack] = np.maximum(old, value)
 
 
@@ -61,8 +62,7 @@ class StatsAccumulator:
   """Element-wise maximum of statistics, per field and stack."""
 
   def __init__(self):
-    self._fields: dict[str, dict[str, np.ndarray]] = {
-        f: {} for f in FIELD_SUFFIXES}
+    self._fields: dict[str, dict[str, np.ndarray]] = {f: {} for f in FIELD_SUFFIXES}
 
   def add(self, stats: coo_types.SparseDenseMatmulInputStats, source: str = "stats") -> None:
     for field in FIELD_SUFFIXES:
@@ -78,8 +78,9 @@ class StatsAccumulator:
           break
       else:
         raise errors.FDOStatsError(
-            f"{source}: unexpected key '{key}', expected names ending with"
-            f" {sorted(FIELD_SUFFIXES.values())}")
+          f"{source}: unexpected key '{key}', expected names ending with"
+          f" {sorted(FIELD_SUFFIXES.values())}"
+        )
 
   def is_empty(self) -> bool:
     return not any(self._fields.values())
@@ -87,36 +88,34 @@ class StatsAccumulator:
   def flat(self) -> dict[str, np.ndarray]:
     """`{stack}{suffix}` -> array, the stats file layout."""
     return {
-        f"{stack}{FIELD_SUFFIXES[field]}": value
-        for field, per_stack in self._fields.items()
-        for stack, value in per_stack.items()
+      f"{stack}{FIELD_SUFFIXES[field]}": value
+      for field, per_stack in self._fields.items()
+      for stack, value in per_stack.items()
     }
 
   def stats(self) -> coo_types.SparseDenseMatmulInputStats:
     f = self._fields
     return coo_types.SparseDenseMatmulInputStats(
-        max_ids_per_partition=dict(f["max_ids_per_partition"]),
-        max_unique_ids_per_partition=dict(f["max_unique_ids_per_partition"]),
-        required_buffer_size_per_sc=dict(f["required_buffer_size_per_sc"]),
-        id_drop_counters={
-            k: int(v) for k, v in f["id_drop_counters"].items()},
+      max_ids_per_partition=dict(f["max_ids_per_partition"]),
+      max_unique_ids_per_partition=dict(f["max_unique_ids_per_partition"]),
+      required_buffer_size_per_sc=dict(f["required_buffer_size_per_sc"]),
+      id_drop_counters={k: int(v) for k, v in f["id_drop_counters"].items()},
     )
 
   def get_state(self) -> dict[str, Any]:
     """JSON-able state: {"version", "stats": {field: {stack: list|int}}}."""
     return {
-        "version": STATE_VERSION,
-        "stats": {
-            field: {stack: value.tolist() for stack, value in per_stack.items()}
-            for field, per_stack in self._fields.items()
-        },
+      "version": STATE_VERSION,
+      "stats": {
+        field: {stack: value.tolist() for stack, value in per_stack.items()}
+        for field, per_stack in self._fields.items()
+      },
     }
 
   def set_state(self, state: Mapping[str, Any]) -> None:
     version = state.get("version") if isinstance(state, Mapping) else None
     if version != STATE_VERSION:
-      raise errors.FDOStatsError(
-          f"FDO state version {version!r} is not {STATE_VERSION}")
+      raise errors.FDOStatsError(f"FDO state version {version!r} is not {STATE_VERSION}")
     fields: dict[str, dict[str, np.ndarray]] = {f: {} for f in FIELD_SUFFIXES}
     for field, per_stack in state.get("stats", {}).items():
       if field not in FIELD_SUFFIXES:
@@ -127,7 +126,7 @@ class StatsAccumulator:
 
 
 def merge_stats(
-    *stats: coo_types.SparseDenseMatmulInputStats,
+  *stats: coo_types.SparseDenseMatmulInputStats,
 ) -> coo_types.SparseDenseMatmulInputStats:
   """Element-wise maximum of several statistics (batches, hosts)."""
   acc = StatsAccumulator()

@@ -69,15 +69,15 @@ class DecodeBatchIterDataset(grain.IterDataset):
   """
 
   def __init__(
-      self,
-      record_indices: grain.MapDataset,
-      source: Any,
-      batch_size: int,
-      *,
-      schema: ExampleSchema,
-      locator: RecordLocator | None = None,
-      skip_corrupt: bool = False,
-      examples_per_record: int = 1,
+    self,
+    record_indices: grain.MapDataset,
+    source: Any,
+    batch_size: int,
+    *,
+    schema: ExampleSchema,
+    locator: RecordLocator | None = None,
+    skip_corrupt: bool = False,
+    examples_per_record: int = 1,
   ):
     super().__init__(record_indices)
     if batch_size < 1:
@@ -97,13 +97,13 @@ class DecodeBatchIterDataset(grain.IterDataset):
 
   def __iter__(self) -> grain.DatasetIterator:
     return _DecodeBatchIterator(
-        self._parent,
-        self._source,
-        self._batch_size,
-        RecordCodec(self._schema),
-        self._locator,
-        self._skip_corrupt,
-        self._examples_per_record,
+      self._parent,
+      self._source,
+      self._batch_size,
+      RecordCodec(self._schema),
+      self._locator,
+      self._skip_corrupt,
+      self._examples_per_record,
     )
 
   def __str__(self) -> str:
@@ -139,7 +139,9 @@ class _DecodeBatchIterator(grain.DatasetIterator):
     """Reads and decodes enough records for `short` more examples (estimated)."""
     if self._read_end >= self._length:
       raise StopIteration
-    m = int(min(MAX_READ, max(1, -(-short // max(self._per_record, 1.0))), self._length - self._read_end))
+    m = int(
+      min(MAX_READ, max(1, -(-short // max(self._per_record, 1.0))), self._length - self._read_end)
+    )
     positions = range(self._read_end, self._read_end + m)
     indices = [int(self._indices[p]) % self._num_source for p in positions]
     if hasattr(self._source, "__getitems__"):
@@ -164,8 +166,9 @@ class _DecodeBatchIterator(grain.DatasetIterator):
       self._corrupt_run = 0 if c else self._corrupt_run + 1
       if self._corrupt_run >= MAX_CONSECUTIVE_CORRUPT:
         raise ValueError(
-            f"{self._corrupt_run} corrupt records in a row (up to record position"
-            f" {self._read_end + m - 1}): the data is damaged beyond skipping")
+          f"{self._corrupt_run} corrupt records in a row (up to record position"
+          f" {self._read_end + m - 1}): the data is damaged beyond skipping"
+        )
     self._counts.extend(int(c) for c in decoded.examples_per_record)
     self._read_end += m
 
@@ -182,8 +185,10 @@ class _DecodeBatchIterator(grain.DatasetIterator):
       except StopIteration:
         if self._cached:
           logging.warning(
-              "dropping the final partial batch of %d examples (batch_size=%d)",
-              self._cached, self._batch_size)
+            "dropping the final partial batch of %d examples (batch_size=%d)",
+            self._cached,
+            self._batch_size,
+          )
         raise
     batch = slice_batch(self._cache, 0, self._batch_size)
     self._cache = slice_batch(self._cache, self._batch_size, self._cached)
@@ -222,8 +227,9 @@ class _DecodeBatchIterator(grain.DatasetIterator):
       first = self._counts[0]
       if self._offset >= first:
         raise ValueError(
-            f"iterator state offset {self._offset} is past the {first} examples of"
-            f" record position {self._next_record}")
+          f"iterator state offset {self._offset} is past the {first} examples of"
+          f" record position {self._next_record}"
+        )
       self._cache = slice_batch(self._cache, self._offset, self._cached)
       self._cached -= self._offset
 

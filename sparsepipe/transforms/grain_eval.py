@@ -52,14 +52,14 @@ class EvalExamples(NamedTuple):
 
 
 def eval_positions(
-    num_examples: int, per_host_batch_size: int, *, process_index: int, process_count: int
+  num_examples: int, per_host_batch_size: int, *, process_index: int, process_count: int
 ) -> grain.MapDataset:
   """[B] int64 example positions of each of this host's batches (>= num_examples: padding)."""
   global_batch = per_host_batch_size * process_count
   num_batches = -(-num_examples // global_batch)
   positions = grain.MapDataset.range(num_batches * global_batch)
   positions = HostBlocksMapDataset(
-      positions, block=per_host_batch_size, index=process_index, count=process_count
+    positions, block=per_host_batch_size, index=process_index, count=process_count
   )
   return positions.batch(per_host_batch_size)
 
@@ -79,9 +79,9 @@ def record_starts(manifest: Manifest) -> np.ndarray:
     last = shard.num_examples - r * (shard.num_records - 1)
     if shard.num_records < 1 or not 1 <= last <= r:
       raise ValueError(
-          f"shard '{shard.path}' of '{manifest.directory}': {shard.num_records} records hold"
-          f" {shard.num_examples} examples, not full records of examples_per_record={r}"
-          " and a last one of 1 to R: eval cannot locate its examples"
+        f"shard '{shard.path}' of '{manifest.directory}': {shard.num_records} records hold"
+        f" {shard.num_examples} examples, not full records of examples_per_record={r}"
+        " and a last one of 1 to R: eval cannot locate its examples"
       )
     counts += [r] * (shard.num_records - 1) + [last]
   return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
@@ -90,12 +90,12 @@ def record_starts(manifest: Manifest) -> np.ndarray:
 def padding_examples(schema: ExampleSchema, n: int) -> ExampleBatch:
   """n examples with label 0, dense 0 and no sparse ids."""
   sparse = {
-      f.name: RaggedBatch(
-          np.zeros(0, np.int32),
-          np.zeros(n, np.int32),
-          np.zeros(0, np.float32) if f.weighted else None,
-      )
-      for f in schema.sparse
+    f.name: RaggedBatch(
+      np.zeros(0, np.int32),
+      np.zeros(n, np.int32),
+      np.zeros(0, np.float32) if f.weighted else None,
+    )
+    for f in schema.sparse
   }
   return ExampleBatch(np.zeros(n, np.float32), np.zeros((n, schema.num_dense), np.float32), sparse)
 
@@ -133,17 +133,15 @@ class ReadEvalExamples(grain.transforms.Map):
       records = self._source.__getitems__(indices)
     else:
       records = [self._source[i] for i in indices]
-    decoded = decode_records(
-        self._codec, records, where=lambda j: self._locator.locate(indices[j])
-    )
+    decoded = decode_records(self._codec, records, where=lambda j: self._locator.locate(indices[j]))
     expected = np.diff(self._starts[first : end + 1])
     wrong = np.flatnonzero(decoded.examples_per_record != expected)
     if wrong.size:
       j = int(wrong[0])
       path, index = self._locator.locate(indices[j])
       raise ValueError(
-          f"record {index} of '{path}' holds {decoded.examples_per_record[j]} examples,"
-          f" the manifest implies {expected[j]}"
+        f"record {index} of '{path}' holds {decoded.examples_per_record[j]} examples,"
+        f" the manifest implies {expected[j]}"
       )
     offset = int(self._starts[first])
     return slice_batch(decoded.examples, start - offset, stop - offset)

@@ -19,9 +19,9 @@ from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
 from sparsepipe.transforms.grain_preprocess import PreprocessedBatch
 
 _MAX_FIELDS = (
-    "max_ids_per_partition",
-    "max_unique_ids_per_partition",
-    "required_buffer_size_per_sc",
+  "max_ids_per_partition",
+  "max_unique_ids_per_partition",
+  "required_buffer_size_per_sc",
 )
 
 
@@ -51,8 +51,8 @@ class StatsTotals:
           totals[stack] = value.copy()
         elif old.shape != value.shape:
           raise ValueError(
-              f"stack '{stack}': {field} has shape {value.shape} but the running"
-              f" total has shape {old.shape} (mesh or stacking changed)"
+            f"stack '{stack}': {field} has shape {value.shape} but the running"
+            f" total has shape {old.shape} (mesh or stacking changed)"
           )
         else:
           np.maximum(old, value, out=old)
@@ -64,8 +64,8 @@ class StatsTotals:
   def as_stats(self) -> SparseDenseMatmulInputStats:
     """The totals as one statistics record (int32 arrays, int drop counts)."""
     return SparseDenseMatmulInputStats(
-        *({k: v.astype(np.int32) for k, v in self.maxima[f].items()} for f in _MAX_FIELDS),
-        id_drop_counters=dict(self.id_drops),
+      *({k: v.astype(np.int32) for k, v in self.maxima[f].items()} for f in _MAX_FIELDS),
+      id_drop_counters=dict(self.id_drops),
     )
 
   def to_state(self) -> dict[str, Any]:

@@ -35,8 +35,8 @@ class HostBlocksMapDataset(grain.MapDataset):
     self._length = (self._parent_length // global_batch) * self._block
     if self._length == 0:
       raise ValueError(
-          f"{self._parent_length} elements are fewer than one global batch of"
-          f" {global_batch} ({count} hosts x {block})"
+        f"{self._parent_length} elements are fewer than one global batch of"
+        f" {global_batch} ({count} hosts x {block})"
       )
 
   def __len__(self) -> int:

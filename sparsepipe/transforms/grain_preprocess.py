@@ -48,14 +48,14 @@ class PreprocessSparse(grain.transforms.Map):
   """
 
   def __init__(
-      self,
-      feature_specs: Any,
-      *,
-      local_device_count: int,
-      global_device_count: int,
-      num_sc_per_device: int,
-      sharding_strategy: str = "MOD",
-      allow_id_dropping: bool = False,
+    self,
+    feature_specs: Any,
+    *,
+    local_device_count: int,
+    global_device_count: int,
+    num_sc_per_device: int,
+    sharding_strategy: str = "MOD",
+    allow_id_dropping: bool = False,
   ):
     self.feature_specs = feature_specs
     self.local_device_count = int(local_device_count)
@@ -73,25 +73,25 @@ class PreprocessSparse(grain.transforms.Map):
     missing = [n for n in self._names if n not in element.sparse]
     if missing:
       raise KeyError(
-          f"feature specs {missing} have no example feature of that name"
-          f" (examples have {sorted(element.sparse)})"
+        f"feature specs {missing} have no example feature of that name"
+        f" (examples have {sorted(element.sparse)})"
       )
     features = jax.tree_util.tree_map(lambda s: element.sparse[s.name], self.feature_specs)
     processed, stats = preprocess_sparse_dense_matmul_input(
-        features,
-        None,
-        self.feature_specs,
-        self.local_device_count,
-        self.global_device_count,
-        num_sc_per_device=self.num_sc_per_device,
-        sharding_strategy=self.sharding_strategy,
-        has_leading_dimension=False,
-        allow_id_dropping=self.allow_id_dropping,
+      features,
+      None,
+      self.feature_specs,
+      self.local_device_count,
+      self.global_device_count,
+      num_sc_per_device=self.num_sc_per_device,
+      sharding_strategy=self.sharding_strategy,
+      has_leading_dimension=False,
+      allow_id_dropping=self.allow_id_dropping,
     )
     batch = TrainBatch(
-        labels=np.ascontiguousarray(element.labels, np.float32),
-        dense=np.ascontiguousarray(element.dense, np.float32),
-        sparse=processed.sparse_dense_matmul_input,
+      labels=np.ascontiguousarray(element.labels, np.float32),
+      dense=np.ascontiguousarray(element.dense, np.float32),
+      sparse=processed.sparse_dense_matmul_input,
     )
     return PreprocessedBatch(batch, _plain_stats(stats), int(corrupt))
 
@@ -99,8 +99,8 @@ class PreprocessSparse(grain.transforms.Map):
 def _plain_stats(stats: SparseDenseMatmulInputStats) -> SparseDenseMatmulInputStats:
   """Plain dicts with int32 arrays and Python int drop counters."""
   return SparseDenseMatmulInputStats(
-      max_ids_per_partition=dict(stats.max_ids_per_partition),
-      max_unique_ids_per_partition=dict(stats.max_unique_ids_per_partition),
-      required_buffer_size_per_sc=dict(stats.required_buffer_size_per_sc),
-      id_drop_counters={k: int(v) for k, v in stats.id_drop_counters.items()},
+    max_ids_per_partition=dict(stats.max_ids_per_partition),
+    max_unique_ids_per_partition=dict(stats.max_unique_ids_per_partition),
+    required_buffer_size_per_sc=dict(stats.required_buffer_size_per_sc),
+    id_drop_counters={k: int(v) for k, v in stats.id_drop_counters.items()},
   )

@@ -133,11 +133,11 @@ def _process_slice(process_index: int | None, process_count: int | None) -> tupl
 
 
 def make_example_dataset(
-    config: InputConfig | Any,
-    *,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    manifest: Manifest | None = None,
+  config: InputConfig | Any,
+  *,
+  process_index: int | None = None,
+  process_count: int | None = None,
+  manifest: Manifest | None = None,
 ) -> grain.IterDataset:
   """Record order (shuffle, this host's slice, repeat) -> decoded batches (ParsedBatch).
 
@@ -148,12 +148,12 @@ def make_example_dataset(
   if manifest is None:
     manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
   source = manifest_source(
-      manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
+    manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
   )
   if manifest.num_records < count:
     raise ValueError(
-        f"dataset '{manifest.directory}' has {manifest.num_records} records, fewer than"
-        f" the {count} processes reading it"
+      f"dataset '{manifest.directory}' has {manifest.num_records} records, fewer than"
+      f" the {count} processes reading it"
     )
   indices = grain.MapDataset.range(manifest.num_records)
   if config.shuffle:
@@ -167,13 +167,13 @@ def make_example_dataset(
     indices = indices[index::count]
   indices = indices.repeat(config.num_epochs)
   return DecodeBatchIterDataset(
-      indices,
-      source,
-      config.per_host_batch_size,
-      schema=manifest.schema,
-      locator=RecordLocator.from_manifest(manifest),
-      skip_corrupt=config.skip_corrupt,
-      examples_per_record=manifest.examples_per_record,
+    indices,
+    source,
+    config.per_host_batch_size,
+    schema=manifest.schema,
+    locator=RecordLocator.from_manifest(manifest),
+    skip_corrupt=config.skip_corrupt,
+    examples_per_record=manifest.examples_per_record,
   )
 
 
@@ -189,45 +189,45 @@ def _check_specs(feature_specs: Any, manifest: Manifest, global_batch: int) -> N
   for spec in jax.tree_util.tree_leaves(feature_specs):
     if spec.name not in names:
       raise ValueError(
-          f"feature '{spec.name}' is not in the dataset '{manifest.directory}'"
-          f" (it has {list(manifest.schema.feature_names)})"
+        f"feature '{spec.name}' is not in the dataset '{manifest.directory}'"
+        f" (it has {list(manifest.schema.feature_names)})"
       )
     vocab = manifest.schema.feature(spec.name).vocab_size
     if vocab > spec.table_spec.vocabulary_size:
       raise ValueError(
-          f"feature '{spec.name}': the data's vocab_size={vocab} exceeds table"
-          f" '{spec.table_spec.name}' vocabulary_size={spec.table_spec.vocabulary_size}"
+        f"feature '{spec.name}': the data's vocab_size={vocab} exceeds table"
+        f" '{spec.table_spec.name}' vocabulary_size={spec.table_spec.vocabulary_size}"
       )
     if spec.global_batch_size != global_batch:
       raise ValueError(
-          f"feature '{spec.name}': global batch size {spec.global_batch_size} in its"
-          f" spec, but the pipeline makes per_host_batch_size * process_count ="
-          f" {global_batch}"
+        f"feature '{spec.name}': global batch size {spec.global_batch_size} in its"
+        f" spec, but the pipeline makes per_host_batch_size * process_count ="
+        f" {global_batch}"
       )
 
 
 def _preprocess_args(config: InputConfig, local_devices: int, global_devices: int) -> dict:
   """PreprocessSparse's arguments besides the specs (train and eval alike)."""
   return dict(
-      local_device_count=local_devices,
-      global_device_count=global_devices,
-      num_sc_per_device=config.num_sc_per_device,
-      sharding_strategy=config.sharding_strategy,
-      allow_id_dropping=config.allow_id_dropping,
+    local_device_count=local_devices,
+    global_device_count=global_devices,
+    num_sc_per_device=config.num_sc_per_device,
+    sharding_strategy=config.sharding_strategy,
+    allow_id_dropping=config.allow_id_dropping,
   )
 
 
 def make_host_dataset(
-    config: InputConfig | Any,
-    feature_specs: Any,
-    *,
-    local_device_count: int,
-    global_device_count: int,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    fdo_client: Any = None,
-    worker_init_fn: Callable[[int, int], None] | None = None,
-    manifest: Manifest | None = None,
+  config: InputConfig | Any,
+  feature_specs: Any,
+  *,
+  local_device_count: int,
+  global_device_count: int,
+  process_index: int | None = None,
+  process_count: int | None = None,
+  fdo_client: Any = None,
+  worker_init_fn: Callable[[int, int], None] | None = None,
+  manifest: Manifest | None = None,
 ) -> grain.IterDataset:
   """The pipeline up to host batches: an IterDataset of PreprocessedBatch."""
   config = InputConfig.from_config(config)
@@ -237,21 +237,22 @@ def make_host_dataset(
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = make_example_dataset(config, process_index=index, process_count=count, manifest=manifest)
   ds = ds.map(
-      PreprocessSparse(feature_specs, **_preprocess_args(config, local_device_count,
-                                                         global_device_count))
+    PreprocessSparse(
+      feature_specs, **_preprocess_args(config, local_device_count, global_device_count)
+    )
   )
   ds = prefetch_in_workers(
-      ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
+    ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
   )
   return RecordStatsIterDataset(ds, fdo_client)
 
 
 def prefetch_in_workers(
-    ds: grain.IterDataset,
-    num_workers: int,
-    *,
-    buffer_size: int = 2,
-    worker_init_fn: Callable[[int, int], None] | None = None,
+  ds: grain.IterDataset,
+  num_workers: int,
+  *,
+  buffer_size: int = 2,
+  worker_init_fn: Callable[[int, int], None] | None = None,
 ) -> grain.IterDataset:
   """Runs `ds` in `num_workers` processes; elements come back unchanged.
 
@@ -265,8 +266,8 @@ def prefetch_in_workers(
     flags.FLAGS.mark_as_parsed()
   ds = ds.map(PackArrays(shared_memory=True))
   ds = ds.mp_prefetch(
-      grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=buffer_size),
-      worker_init_fn=functools.partial(_init_worker, user_fn=worker_init_fn),
+    grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=buffer_size),
+    worker_init_fn=functools.partial(_init_worker, user_fn=worker_init_fn),
   )
   return ds.map(UnpackArrays())
 
@@ -281,10 +282,10 @@ class InputPipelineIterator(grain.DatasetIterator):
   """
 
   def __init__(
-      self,
-      parent: grain.DatasetIterator,
-      metadata: Mapping[str, Any],
-      examples_per_record: int | None = None,
+    self,
+    parent: grain.DatasetIterator,
+    metadata: Mapping[str, Any],
+    examples_per_record: int | None = None,
   ):
     super().__init__(parent)
     self.metadata = dict(metadata)
@@ -301,15 +302,15 @@ class InputPipelineIterator(grain.DatasetIterator):
     mine = self.metadata
     if saved.get("num_workers") != mine["num_workers"]:
       raise IteratorStateMismatchError(
-          f"data iterator state was saved with num_workers={saved.get('num_workers')},"
-          f" but this pipeline has num_workers={mine['num_workers']}: batches depend on"
-          " the worker count, restore with the same num_workers"
+        f"data iterator state was saved with num_workers={saved.get('num_workers')},"
+        f" but this pipeline has num_workers={mine['num_workers']}: batches depend on"
+        " the worker count, restore with the same num_workers"
       )
     for key in sorted(mine):
       if saved.get(key) != mine[key]:
         raise IteratorStateMismatchError(
-            f"data iterator state was saved with {key}={saved.get(key)!r}, but this"
-            f" pipeline has {key}={mine[key]!r}"
+          f"data iterator state was saved with {key}={saved.get(key)!r}, but this"
+          f" pipeline has {key}={mine[key]!r}"
         )
     self._parent.set_state(state["pipeline"])
 
@@ -341,18 +342,15 @@ class InputPipelineIterator(grain.DatasetIterator):
 
 
 class _PipelineDataset(grain.IterDataset):
-
   def __init__(
-      self, parent: grain.IterDataset, metadata: Mapping[str, Any], examples_per_record: int
+    self, parent: grain.IterDataset, metadata: Mapping[str, Any], examples_per_record: int
   ):
     super().__init__(parent)
     self._metadata = dict(metadata)
     self._examples_per_record = examples_per_record
 
   def __iter__(self) -> InputPipelineIterator:
-    return InputPipelineIterator(
-        self._parent.__iter__(), self._metadata, self._examples_per_record
-    )
+    return InputPipelineIterator(self._parent.__iter__(), self._metadata, self._examples_per_record)
 
   def __str__(self) -> str:
     return "_PipelineDataset"
@@ -360,15 +358,15 @@ class _PipelineDataset(grain.IterDataset):
 
 def _metadata(config: InputConfig, manifest: Manifest, index: int, count: int) -> dict[str, Any]:
   return {
-      "state_version": STATE_VERSION,
-      "num_workers": config.num_workers,
-      "per_host_batch_size": config.per_host_batch_size,
-      "process_index": index,
-      "process_count": count,
-      "seed": config.seed,
-      "shuffle": config.shuffle,
-      "num_records": manifest.num_records,
-      "dataset": dataset_fingerprint(manifest),
+    "state_version": STATE_VERSION,
+    "num_workers": config.num_workers,
+    "per_host_batch_size": config.per_host_batch_size,
+    "process_index": index,
+    "process_count": count,
+    "seed": config.seed,
+    "shuffle": config.shuffle,
+    "num_records": manifest.num_records,
+    "dataset": dataset_fingerprint(manifest),
   }
 
 
@@ -380,16 +378,16 @@ def dataset_fingerprint(manifest: Manifest) -> str:
 
 
 def make_host_pipeline(
-    config: InputConfig | Any,
-    feature_specs: Any,
-    *,
-    local_device_count: int,
-    global_device_count: int,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    fdo_client: Any = None,
-    worker_init_fn: Callable[[int, int], None] | None = None,
-    placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
+  config: InputConfig | Any,
+  feature_specs: Any,
+  *,
+  local_device_count: int,
+  global_device_count: int,
+  process_index: int | None = None,
+  process_count: int | None = None,
+  fdo_client: Any = None,
+  worker_init_fn: Callable[[int, int], None] | None = None,
+  placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
 ) -> InputPipelineIterator:
   """The checkpointable iterator of the whole host pipeline.
 
@@ -402,15 +400,15 @@ def make_host_pipeline(
   index, count = _process_slice(process_index, process_count)
   manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
   ds = make_host_dataset(
-      config,
-      feature_specs,
-      local_device_count=local_device_count,
-      global_device_count=global_device_count,
-      process_index=index,
-      process_count=count,
-      fdo_client=fdo_client,
-      worker_init_fn=worker_init_fn,
-      manifest=manifest,
+    config,
+    feature_specs,
+    local_device_count=local_device_count,
+    global_device_count=global_device_count,
+    process_index=index,
+    process_count=count,
+    fdo_client=fdo_client,
+    worker_init_fn=worker_init_fn,
+    manifest=manifest,
   )
   if placement is not None:
     ds = placement(ds)
@@ -425,15 +423,15 @@ EVAL_READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
 
 
 def make_eval_pipeline(
-    config: InputConfig | Any,
-    feature_specs: Any,
-    *,
-    local_device_count: int,
-    global_device_count: int,
-    process_index: int | None = None,
-    process_count: int | None = None,
-    worker_init_fn: Callable[[int, int], None] | None = None,
-    placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
+  config: InputConfig | Any,
+  feature_specs: Any,
+  *,
+  local_device_count: int,
+  global_device_count: int,
+  process_index: int | None = None,
+  process_count: int | None = None,
+  worker_init_fn: Callable[[int, int], None] | None = None,
+  placement: Callable[[grain.IterDataset], grain.IterDataset] | None = None,
 ) -> grain.IterDataset:
   """One ordered pass over an eval set: a dataset of EvalBatch (iterate it per eval).
 
@@ -449,18 +447,19 @@ def make_eval_pipeline(
   manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = eval_positions(
-      manifest.num_examples, config.per_host_batch_size, process_index=index, process_count=count
+    manifest.num_examples, config.per_host_batch_size, process_index=index, process_count=count
   )
   ds = ds.map(
-      ReadEvalExamples(
-          manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
-      )
+    ReadEvalExamples(
+      manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
+    )
   )
   ds = ds.map(
-      PreprocessEval(feature_specs, **_preprocess_args(config, local_device_count,
-                                                       global_device_count))
+    PreprocessEval(
+      feature_specs, **_preprocess_args(config, local_device_count, global_device_count)
+    )
   ).to_iter_dataset(EVAL_READ_OPTIONS)
   ds = prefetch_in_workers(
-      ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
+    ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
   )
   return placement(ds) if placement is not None else ds

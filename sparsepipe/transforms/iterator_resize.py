@@ -46,14 +46,14 @@ def _ordered(saved: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     meta = state["metadata"]
     if meta.get("process_count") != count:
       raise IteratorStateMismatchError(
-          f"a data iterator state has process_count={meta.get('process_count')!r}, but"
-          f" {count} states were given: pass the states of every saved process"
+        f"a data iterator state has process_count={meta.get('process_count')!r}, but"
+        f" {count} states were given: pass the states of every saved process"
       )
     by_index[meta.get("process_index")] = state
   if sorted(by_index, key=str) != list(range(count)):
     raise IteratorStateMismatchError(
-        f"the saved data iterator states have process indices {sorted(by_index, key=str)},"
-        f" expected 0..{count - 1}"
+      f"the saved data iterator states have process indices {sorted(by_index, key=str)},"
+      f" expected 0..{count - 1}"
     )
   return [by_index[i] for i in range(count)]
 
@@ -68,8 +68,8 @@ def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -
         if key == "num_workers":
           hint = ": batches depend on the worker count, restore with the same num_workers"
         raise IteratorStateMismatchError(
-            f"data iterator state of process {i} was saved with {key}={value!r}, but this"
-            f" pipeline has {key}={target[key]!r}{hint}"
+          f"data iterator state of process {i} was saved with {key}={value!r}, but this"
+          f" pipeline has {key}={target[key]!r}{hint}"
         )
   old = [int(s["metadata"]["per_host_batch_size"]) for s in saved]
   if len(set(old)) != 1:
@@ -78,25 +78,25 @@ def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -
   new_global = int(target["per_host_batch_size"]) * int(target["process_count"])
   if saved_global != new_global:
     raise IteratorStateMismatchError(
-        f"the checkpoint's global batch is {saved_global} ({len(saved)} processes x"
-        f" {old[0]}), but this job's is {new_global} ({target['process_count']} x"
-        f" {target['per_host_batch_size']}): resume with global_batch_size={saved_global}"
+      f"the checkpoint's global batch is {saved_global} ({len(saved)} processes x"
+      f" {old[0]}), but this job's is {new_global} ({target['process_count']} x"
+      f" {target['per_host_batch_size']}): resume with global_batch_size={saved_global}"
     )
 
 
 def _records_per_batch(per_host: int, examples_per_record: int | None, what: str) -> int:
   if not isinstance(examples_per_record, int) or examples_per_record < 1:
     raise ValueError(
-        f"examples_per_record={examples_per_record!r} must be the dataset's positive"
-        " manifest.examples_per_record"
+      f"examples_per_record={examples_per_record!r} must be the dataset's positive"
+      " manifest.examples_per_record"
     )
   records, rest = divmod(int(per_host), int(examples_per_record))
   if rest:
     raise IteratorStateMismatchError(
-        f"{what} per_host_batch_size={per_host} is not a multiple of the dataset's"
-        f" examples_per_record={examples_per_record}: hosts then read strided records,"
-        " so the data position depends on the process count; resume on the saved"
-        " number of processes"
+      f"{what} per_host_batch_size={per_host} is not a multiple of the dataset's"
+      f" examples_per_record={examples_per_record}: hosts then read strided records,"
+      " so the data position depends on the process count; resume on the saved"
+      " number of processes"
     )
   return records
 
@@ -109,27 +109,27 @@ def _global_position(saved: list[Mapping[str, Any]], block: int) -> int:
     decode, batches = node["parent"], int(node["totals"]["batches"])
     if not isinstance(decode, Mapping) or set(decode) != set(_DECODE_KEYS):
       raise IteratorStateMismatchError(
-          f"data iterator state of process {i} has no record position under its"
-          f" statistics stage (found {decode!r})"
+        f"data iterator state of process {i} has no record position under its"
+        f" statistics stage (found {decode!r})"
       )
     if decode["offset"] != 0 or decode["next_record"] != batches * block:
       raise IteratorStateMismatchError(
-          f"data iterator state of process {i} is at record {decode['next_record']},"
-          f" offset {decode['offset']} after {batches} batches of {block} records: not at"
-          " a global batch boundary (corrupt records skipped?); resume on the saved"
-          " number of processes"
+        f"data iterator state of process {i} is at record {decode['next_record']},"
+        f" offset {decode['offset']} after {batches} batches of {block} records: not at"
+        " a global batch boundary (corrupt records skipped?); resume on the saved"
+        " number of processes"
       )
     consumed.append(batches)
   if len(set(consumed)) != 1:
     raise IteratorStateMismatchError(
-        f"the saved processes consumed different numbers of batches {consumed}: not one"
-        " global position; resume on the saved number of processes"
+      f"the saved processes consumed different numbers of batches {consumed}: not one"
+      " global position; resume on the saved number of processes"
     )
   return consumed[0]
 
 
 def _split_maxima(
-    saved: list[StatsTotals], count: int, index: int
+  saved: list[StatsTotals], count: int, index: int
 ) -> dict[str, dict[str, np.ndarray]]:
   """Process `index` of `count`'s share of the saved per-device maxima."""
   out = {}
@@ -138,24 +138,24 @@ def _split_maxima(
     for i, totals in enumerate(saved):
       if sorted(totals.maxima[field]) != stacks:
         raise IteratorStateMismatchError(
-            f"FDO totals of process {i} have {field} for stacks"
-            f" {sorted(totals.maxima[field])}, process 0 for {stacks}"
+          f"FDO totals of process {i} have {field} for stacks"
+          f" {sorted(totals.maxima[field])}, process 0 for {stacks}"
         )
     out[field] = {}
     for stack in stacks:
       joined = np.concatenate([totals.maxima[field][stack] for totals in saved])
       if joined.size % count:
         raise IteratorStateMismatchError(
-            f"stack '{stack}': {field} has {joined.size} entries over all saved processes,"
-            f" not divisible by {count} processes: the device count changed, reset the"
-            " FDO maxima (reset_stats_maxima=True)"
+          f"stack '{stack}': {field} has {joined.size} entries over all saved processes,"
+          f" not divisible by {count} processes: the device count changed, reset the"
+          " FDO maxima (reset_stats_maxima=True)"
         )
       out[field][stack] = np.split(joined, count)[index]
   return out
 
 
 def _converted_totals(
-    saved: list[Mapping[str, Any]], count: int, index: int, reset_maxima: bool
+  saved: list[Mapping[str, Any]], count: int, index: int, reset_maxima: bool
 ) -> dict[str, Any]:
   """The new process's FDO totals: its share of the maxima, the counters on process 0."""
   old = [StatsTotals.from_state(find_stats_node(s["pipeline"])["totals"]) for s in saved]
@@ -174,11 +174,11 @@ def _converted_totals(
 
 
 def resize_iterator_state(
-    saved: Sequence[Mapping[str, Any]],
-    target: Mapping[str, Any],
-    *,
-    examples_per_record: int | None,
-    reset_stats_maxima: bool = False,
+  saved: Sequence[Mapping[str, Any]],
+  target: Mapping[str, Any],
+  *,
+  examples_per_record: int | None,
+  reset_stats_maxima: bool = False,
 ) -> dict[str, Any]:
   """The state for a new pipeline from every saved process's iterator state.
 
@@ -210,18 +210,19 @@ def resize_iterator_state(
   workers = int(target["num_workers"])
   if workers:
     raise IteratorStateMismatchError(
-        f"with num_workers={workers} each process's batches interleave its workers'"
-        f" record streams, so a data position of {len(saved)} processes has no"
-        f" equivalent on {count}: resume on {len(saved)} processes (or train with"
-        " data.num_workers=0 to change the process count)"
+      f"with num_workers={workers} each process's batches interleave its workers'"
+      f" record streams, so a data position of {len(saved)} processes has no"
+      f" equivalent on {count}: resume on {len(saved)} processes (or train with"
+      " data.num_workers=0 to change the process count)"
     )
   old_block = _records_per_batch(
-      saved[0]["metadata"]["per_host_batch_size"], examples_per_record, "the saved")
+    saved[0]["metadata"]["per_host_batch_size"], examples_per_record, "the saved"
+  )
   new_block = _records_per_batch(target["per_host_batch_size"], examples_per_record, "the new")
   consumed = _global_position(saved, old_block)
   node = {
-      "parent": {"next_record": consumed * new_block, "offset": 0},
-      "totals": _converted_totals(saved, count, index, reset_stats_maxima),
+    "parent": {"next_record": consumed * new_block, "offset": 0},
+    "totals": _converted_totals(saved, count, index, reset_stats_maxima),
   }
   metadata = dict(saved[0]["metadata"])
   metadata.update({key: target[key] for key in _PER_PROCESS_KEYS})
@@ -229,11 +230,11 @@ def resize_iterator_state(
 
 
 def resize_iterator_states(
-    saved: Sequence[Mapping[str, Any]],
-    process_count: int,
-    *,
-    examples_per_record: int | None,
-    reset_stats_maxima: bool = False,
+  saved: Sequence[Mapping[str, Any]],
+  process_count: int,
+  *,
+  examples_per_record: int | None,
+  reset_stats_maxima: bool = False,
 ) -> list[dict[str, Any]]:
   """The M = process_count states, same global batch, from the N saved ones.
 
@@ -245,13 +246,18 @@ def resize_iterator_states(
   per_host, rest = divmod(global_batch, max(int(process_count), 1))
   if rest or process_count < 1:
     raise IteratorStateMismatchError(
-        f"the global batch {global_batch} does not split over {process_count} processes"
+      f"the global batch {global_batch} does not split over {process_count} processes"
     )
   states = []
   for index in range(process_count):
     target = dict(ordered[0]["metadata"])
     target.update(process_index=index, process_count=process_count, per_host_batch_size=per_host)
-    states.append(resize_iterator_state(
-        ordered, target, examples_per_record=examples_per_record,
-        reset_stats_maxima=reset_stats_maxima))
+    states.append(
+      resize_iterator_state(
+        ordered,
+        target,
+        examples_per_record=examples_per_record,
+        reset_stats_maxima=reset_stats_maxima,
+      )
+    )
   return states

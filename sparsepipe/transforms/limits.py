@@ -22,9 +22,9 @@ from sparsepipe.transforms import stacking
 Nested = Any
 
 LIMIT_NAMES = (
-    "max_ids_per_partition",
-    "max_unique_ids_per_partition",
-    "suggested_coo_buffer_size_per_device",
+  "max_ids_per_partition",
+  "max_unique_ids_per_partition",
+  "suggested_coo_buffer_size_per_device",
 )
 
 StackLimits = Mapping[str, Mapping[str, Any]]
@@ -38,8 +38,7 @@ def get_stack_limits(feature_specs: Any) -> dict[str, dict[str, Any]]:
   """{stack name: {limit name: value}} of prepared feature specs."""
   stacks = stacking.get_stacked_table_specs(feature_specs)
   return {
-      name: {k: getattr(stacked, k) for k in LIMIT_NAMES}
-      for name, stacked in sorted(stacks.items())
+    name: {k: getattr(stacked, k) for k in LIMIT_NAMES} for name, stacked in sorted(stacks.items())
   }
 
 
@@ -53,8 +52,7 @@ def apply_stack_limits(feature_specs: Any, limits: StackLimits) -> Any:
   current = get_stack_limits(feature_specs)
   if set(current) != set(limits):
     raise ValueError(
-        f"limits are for stacks {sorted(limits)} but the feature specs have"
-        f" stacks {sorted(current)}"
+      f"limits are for stacks {sorted(limits)} but the feature specs have stacks {sorted(current)}"
     )
   for stack, values in limits.items():
     missing = [k for k in LIMIT_NAMES if k not in values]
@@ -69,14 +67,14 @@ def apply_stack_limits(feature_specs: Any, limits: StackLimits) -> Any:
     values = limits[stacked.stack_name]
     suggested = values["suggested_coo_buffer_size_per_device"]
     new = dict(
-        max_ids_per_partition=int(values["max_ids_per_partition"]),
-        max_unique_ids_per_partition=int(values["max_unique_ids_per_partition"]),
-        suggested_coo_buffer_size_per_device=None if suggested is None else int(suggested),
+      max_ids_per_partition=int(values["max_ids_per_partition"]),
+      max_unique_ids_per_partition=int(values["max_unique_ids_per_partition"]),
+      suggested_coo_buffer_size_per_device=None if suggested is None else int(suggested),
     )
     table = dataclasses.replace(
-        feature.table_spec,
-        stacked_table_spec=dataclasses.replace(stacked, **new),
-        **new,
+      feature.table_spec,
+      stacked_table_spec=dataclasses.replace(stacked, **new),
+      **new,
     )
     return dataclasses.replace(feature, table_spec=table)
 
@@ -91,10 +89,10 @@ def _max_or_none(stats: Mapping[str, Any], stack: str) -> int | None:
 
 
 def update_preprocessing_parameters(
-    feature_specs: Nested,
-    stats: coo_types.SparseDenseMatmulInputStats,
-    num_sc_per_device: int,
-    global_device_count: int | None = None,
+  feature_specs: Nested,
+  stats: coo_types.SparseDenseMatmulInputStats,
+  num_sc_per_device: int,
+  global_device_count: int | None = None,
 ) -> Nested:
   """New specs with limits derived from (merged) statistics.
 
@@ -137,11 +135,12 @@ def update_preprocessing_parameters(
     if u is not None:
       new_u = u or MIN_MAX_UNIQUE_IDS_PER_PARTITION
     if new_q is not None and global_device_count is not None:
-      new_q = min(new_q, coo_layout.compute_theoretical_max_coo_buffer_size(
-          new_m, global_device_count, s_per))
+      new_q = min(
+        new_q, coo_layout.compute_theoretical_max_coo_buffer_size(new_m, global_device_count, s_per)
+      )
     updated[name] = {
-        "max_ids_per_partition": int(new_m),
-        "max_unique_ids_per_partition": int(new_u),
-        "suggested_coo_buffer_size_per_device": None if new_q is None else int(new_q),
+      "max_ids_per_partition": int(new_m),
+      "max_unique_ids_per_partition": int(new_u),
+      "suggested_coo_buffer_size_per_device": None if new_q is None else int(new_q),
     }
   return apply_stack_limits(feature_specs, updated)

@@ -51,7 +51,7 @@ def most_ids_per_sparsecore(feature_specs: Any, num_global_sc: int) -> dict[str,
 
 
 def _carry_one(
-    saved: limits_lib.StackLimits, bound: int, n_old: int, n_new: int, s_per: int
+  saved: limits_lib.StackLimits, bound: int, n_old: int, n_new: int, s_per: int
 ) -> dict[str, int | None]:
   """One stack's limits carried from N=n_old to N=n_new SparseCores."""
   m, u = int(saved["max_ids_per_partition"]), int(saved["max_unique_ids_per_partition"])
@@ -71,19 +71,19 @@ def _carry_one(
     theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(new_m, n_new // s_per, s_per)
     new_q = min(round_up(per_sc, coo_layout.ALIGNMENT) * s_per, theoretical)
   return {
-      "max_ids_per_partition": new_m,
-      "max_unique_ids_per_partition": new_u,
-      "suggested_coo_buffer_size_per_device": new_q,
+    "max_ids_per_partition": new_m,
+    "max_unique_ids_per_partition": new_u,
+    "suggested_coo_buffer_size_per_device": new_q,
   }
 
 
 def carry_stack_limits(
-    saved_limits: limits_lib.StackLimits,
-    feature_specs: Any,
-    *,
-    saved_global_device_count: int,
-    global_device_count: int,
-    num_sc_per_device: int,
+  saved_limits: limits_lib.StackLimits,
+  feature_specs: Any,
+  *,
+  saved_global_device_count: int,
+  global_device_count: int,
+  num_sc_per_device: int,
 ) -> dict[str, dict[str, int | None]]:
   """Saved per-stack limits made valid for `global_device_count` devices.
 
@@ -109,14 +109,13 @@ def carry_stack_limits(
   bounds = most_ids_per_sparsecore(feature_specs, n_new)
   if set(bounds) != set(saved_limits):
     raise ValueError(
-        f"saved limits are for stacks {sorted(saved_limits)} but the feature specs for"
-        f" {global_device_count} devices have stacks {sorted(bounds)}: the stacking"
-        " changed, so the limits cannot be carried over"
+      f"saved limits are for stacks {sorted(saved_limits)} but the feature specs for"
+      f" {global_device_count} devices have stacks {sorted(bounds)}: the stacking"
+      " changed, so the limits cannot be carried over"
     )
   if n_old == n_new:
     return {name: dict(values) for name, values in sorted(saved_limits.items())}
   return {
-      name: _carry_one(saved_limits[name], bounds[name], n_old, n_new, s_per)
-      for name in sorted(bounds)
+    name: _carry_one(saved_limits[name], bounds[name], n_old, n_new, s_per)
+    for name in sorted(bounds)
   }
-

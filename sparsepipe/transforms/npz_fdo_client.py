@@ -122,8 +122,7 @@ class NPZFileFDOClient(fdo_client.FDOClient):
   def publish(self) -> str:
     """Writes the running state; returns the file path."""
     os.makedirs(self._base_dir, exist_ok=True)
-    path = os.path.join(
-        self._base_dir, stats_file_name(self._process_index, self._next_stamp()))
+    path = os.path.join(self._base_dir, stats_file_name(self._process_index, self._next_stamp()))
     write_stats_file(path, self._local.flat())
     return path
 

@@ -42,7 +42,7 @@ def _leaves(feature_specs: Nested) -> list[specs_lib.FeatureSpec]:
   for f in leaves:
     if not isinstance(f, specs_lib.FeatureSpec):
       raise errors.StackingError(
-          f"feature_specs leaves must be FeatureSpec, got {type(f).__name__}"
+        f"feature_specs leaves must be FeatureSpec, got {type(f).__name__}"
       )
   names = collections.Counter(f.name for f in leaves)
   for name, count in names.items():
@@ -58,8 +58,7 @@ def _tables(leaves: Sequence[specs_lib.FeatureSpec]) -> dict[str, specs_lib.Tabl
     t = f.table_spec
     if t.name in tables and tables[t.name] != t:
       raise errors.StackingError(
-          f"table '{t.name}' appears with two different TableSpecs (feature"
-          f" '{f.name}')"
+        f"table '{t.name}' appears with two different TableSpecs (feature '{f.name}')"
       )
     tables.setdefault(t.name, t)
   return tables
@@ -87,8 +86,9 @@ def _padded_vocab(table: specs_lib.TableSpec, num_sc: int) -> int:
   return round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
 
 
-def _check_columns_fit_int32(stack_name: str, table: specs_lib.TableSpec,
-                             col_offset: int, num_sc: int) -> None:
+def _check_columns_fit_int32(
+  stack_name: str, table: specs_lib.TableSpec, col_offset: int, num_sc: int
+) -> None:
   """COO columns (id + col_offset, MOD-rounded) are int32 in the buffers.
 
   The last column a table can reach is col_offset + roundup(vocab, N) - 1;
@@ -99,21 +99,21 @@ def _check_columns_fit_int32(stack_name: str, table: specs_lib.TableSpec,
   last = col_offset + round_up(table.vocabulary_size, num_sc) - 1
   if last > coo_layout.INT_MAX or last // num_sc >= coo_layout.INT_MAX:
     raise errors.StackingError(
-        f"stack '{stack_name}': table '{table.name}' reaches column {last}"
-        f" (col_offset {col_offset} + {table.vocabulary_size} rows); COO columns"
-        f" are int32 and must stay below INT_MAX={coo_layout.INT_MAX}: stack"
-        " fewer or smaller tables"
+      f"stack '{stack_name}': table '{table.name}' reaches column {last}"
+      f" (col_offset {col_offset} + {table.vocabulary_size} rows); COO columns"
+      f" are int32 and must stay below INT_MAX={coo_layout.INT_MAX}: stack"
+      " fewer or smaller tables"
     )
 
 
 def _replace_features(
-    feature_specs: Nested, update: Callable[[specs_lib.FeatureSpec], specs_lib.FeatureSpec]
+  feature_specs: Nested, update: Callable[[specs_lib.FeatureSpec], specs_lib.FeatureSpec]
 ) -> Nested:
   return jax.tree_util.tree_map(update, feature_specs)
 
 
 def prepare_feature_specs_for_training(
-    feature_specs: Nested, global_device_count: int, num_sc_per_device: int
+  feature_specs: Nested, global_device_count: int, num_sc_per_device: int
 ) -> Nested:
   """Gives every not yet stacked table its own stack; returns new specs.
 
@@ -130,8 +130,8 @@ def prepare_feature_specs_for_training(
       setting = f.table_spec.setting_in_stack
       if setting is not None and setting.stack_name != f.table_spec.name:
         raise errors.StackingError(
-            f"table '{f.table_spec.name}' has no StackedTableSpec but its"
-            f" setting_in_stack names stack '{setting.stack_name}'"
+          f"table '{f.table_spec.name}' has no StackedTableSpec but its"
+          f" setting_in_stack names stack '{setting.stack_name}'"
         )
       by_table[f.table_spec.name].append(f)
 
@@ -147,26 +147,26 @@ def prepare_feature_specs_for_training(
     padded_vocab = _padded_vocab(table, num_sc)
     padded_dim = _padded_dim(table)
     stacked = specs_lib.StackedTableSpec(
-        stack_name=table_name,
-        stack_vocab_size=padded_vocab,
-        stack_embedding_dim=padded_dim,
-        optimizer=table.optimizer,
-        combiner=table.combiner,
-        total_sample_count=offset,
-        max_ids_per_partition=table.max_ids_per_partition,
-        max_unique_ids_per_partition=table.max_unique_ids_per_partition,
-        suggested_coo_buffer_size_per_device=table.suggested_coo_buffer_size_per_device,
+      stack_name=table_name,
+      stack_vocab_size=padded_vocab,
+      stack_embedding_dim=padded_dim,
+      optimizer=table.optimizer,
+      combiner=table.combiner,
+      total_sample_count=offset,
+      max_ids_per_partition=table.max_ids_per_partition,
+      max_unique_ids_per_partition=table.max_unique_ids_per_partition,
+      suggested_coo_buffer_size_per_device=table.suggested_coo_buffer_size_per_device,
     )
     new_tables[table_name] = dataclasses.replace(
-        table,
-        setting_in_stack=specs_lib.TableSettingInStack(
-            stack_name=table_name,
-            padded_vocab_size=padded_vocab,
-            padded_embedding_dim=padded_dim,
-            row_offset_in_shard=0,
-            shard_rotation=0,
-        ),
-        stacked_table_spec=stacked,
+      table,
+      setting_in_stack=specs_lib.TableSettingInStack(
+        stack_name=table_name,
+        padded_vocab_size=padded_vocab,
+        padded_embedding_dim=padded_dim,
+        row_offset_in_shard=0,
+        shard_rotation=0,
+      ),
+      stacked_table_spec=stacked,
     )
 
   transformations = _missing_transformations(leaves, num_sc)
@@ -177,18 +177,18 @@ def prepare_feature_specs_for_training(
     if f.name not in row_offsets:
       return f
     return dataclasses.replace(
-        f,
-        table_spec=new_tables[f.table_spec.name],
-        id_transformation=specs_lib.FeatureIdTransformation(
-            row_offset=row_offsets[f.name], col_offset=0, col_shift=0
-        ),
+      f,
+      table_spec=new_tables[f.table_spec.name],
+      id_transformation=specs_lib.FeatureIdTransformation(
+        row_offset=row_offsets[f.name], col_offset=0, col_shift=0
+      ),
     )
 
   return _replace_features(feature_specs, update)
 
 
 def _missing_transformations(
-    leaves: Sequence[specs_lib.FeatureSpec], num_sc: int
+  leaves: Sequence[specs_lib.FeatureSpec], num_sc: int
 ) -> dict[str, specs_lib.FeatureIdTransformation]:
   """Id transformations of stacked tables' features built without one.
 
@@ -205,8 +205,9 @@ def _missing_transformations(
     stack = f.table_spec.stacked_table_spec.stack_name
     if f.table_spec.setting_in_stack is None:
       raise errors.StackingError(
-          f"table '{f.table_spec.name}' has the StackedTableSpec of stack"
-          f" '{stack}' but no setting_in_stack; give both or neither")
+        f"table '{f.table_spec.name}' has the StackedTableSpec of stack"
+        f" '{stack}' but no setting_in_stack; give both or neither"
+      )
     by_stack[stack].append(f)
   out: dict[str, specs_lib.FeatureIdTransformation] = {}
   for stack, features in by_stack.items():
@@ -216,25 +217,26 @@ def _missing_transformations(
     if len(missing) < len(features):
       given = next(f.name for f in features if f.id_transformation is not None)
       raise errors.StackingError(
-          f"stack '{stack}': features {missing} have no id_transformation but"
-          f" feature '{given}' has one; set all or none of them")
+        f"stack '{stack}': features {missing} have no id_transformation but"
+        f" feature '{given}' has one; set all or none of them"
+      )
     offset = 0
     for f in features:
       setting = f.table_spec.setting_in_stack
       out[f.name] = specs_lib.FeatureIdTransformation(
-          row_offset=offset,
-          col_offset=setting.row_offset_in_shard * num_sc,
-          col_shift=setting.shard_rotation,
+        row_offset=offset,
+        col_offset=setting.row_offset_in_shard * num_sc,
+        col_shift=setting.shard_rotation,
       )
       offset += _batch(f)
   return out
 
 
 def stack_name_for(
-    table_names: Sequence[str],
-    use_short_stack_names: bool = True,
-    max_display_length: int = 50,
-    hash_length: int = 12,
+  table_names: Sequence[str],
+  use_short_stack_names: bool = True,
+  max_display_length: int = 50,
+  hash_length: int = 12,
 ) -> str:
   """Default stack name: joined table names, shortened with a sha256 suffix."""
   name = "_".join(table_names)
@@ -245,15 +247,15 @@ def stack_name_for(
 
 
 def stack_tables(
-    feature_specs: Nested,
-    table_names: Sequence[str],
-    global_device_count: int,
-    num_sc_per_device: int,
-    rotation: int | None = None,
-    stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
-    stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
-    stack_name: str | None = None,
-    fail_on_excess_padding: bool = False,
+  feature_specs: Nested,
+  table_names: Sequence[str],
+  global_device_count: int,
+  num_sc_per_device: int,
+  rotation: int | None = None,
+  stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
+  stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
+  stack_name: str | None = None,
+  fail_on_excess_padding: bool = False,
 ) -> Nested:
   """Stacks the named tables into one physical table; returns new specs.
 
@@ -276,8 +278,7 @@ def stack_tables(
   leaves = _leaves(feature_specs)
   tables = _tables(leaves)
   _verify_stack(stack_name, table_names, tables, leaves)
-  stack_dim = _stack_dim(stack_name, table_names, tables, num_sc,
-                         fail_on_excess_padding)
+  stack_dim = _stack_dim(stack_name, table_names, tables, num_sc, fail_on_excess_padding)
 
   rotation = int(num_sc_per_device if rotation is None else rotation)
   settings: dict[str, specs_lib.TableSettingInStack] = {}
@@ -287,11 +288,11 @@ def stack_tables(
     _check_columns_fit_int32(stack_name, table, row_offset_in_shard * num_sc, num_sc)
     padded_vocab = _padded_vocab(table, num_sc)
     settings[name] = specs_lib.TableSettingInStack(
-        stack_name=stack_name,
-        padded_vocab_size=padded_vocab,
-        padded_embedding_dim=stack_dim,
-        row_offset_in_shard=row_offset_in_shard,
-        shard_rotation=(k * rotation) % num_sc,
+      stack_name=stack_name,
+      padded_vocab_size=padded_vocab,
+      padded_embedding_dim=stack_dim,
+      row_offset_in_shard=row_offset_in_shard,
+      shard_rotation=(k * rotation) % num_sc,
     )
     row_offset_in_shard += padded_vocab // num_sc
 
@@ -309,19 +310,20 @@ def stack_tables(
     max_ids = stack_to_max_ids_per_partition(stack_name, sample_count)
     max_unique = stack_to_max_unique_ids_per_partition(stack_name, sample_count)
   stacked = specs_lib.StackedTableSpec(
-      stack_name=stack_name,
-      stack_vocab_size=sum(s.padded_vocab_size for s in settings.values()),
-      stack_embedding_dim=stack_dim,
-      optimizer=first.optimizer,
-      combiner=first.combiner,
-      total_sample_count=sample_count,
-      max_ids_per_partition=int(max_ids),
-      max_unique_ids_per_partition=int(max_unique),
+    stack_name=stack_name,
+    stack_vocab_size=sum(s.padded_vocab_size for s in settings.values()),
+    stack_embedding_dim=stack_dim,
+    optimizer=first.optimizer,
+    combiner=first.combiner,
+    total_sample_count=sample_count,
+    max_ids_per_partition=int(max_ids),
+    max_unique_ids_per_partition=int(max_unique),
   )
   new_tables = {
-      name: dataclasses.replace(
-          tables[name], setting_in_stack=settings[name], stacked_table_spec=stacked)
-      for name in table_names
+    name: dataclasses.replace(
+      tables[name], setting_in_stack=settings[name], stacked_table_spec=stacked
+    )
+    for name in table_names
   }
 
   def update(f: specs_lib.FeatureSpec) -> specs_lib.FeatureSpec:
@@ -329,61 +331,59 @@ def stack_tables(
     if setting is None:
       return f
     return dataclasses.replace(
-        f,
-        table_spec=new_tables[f.table_spec.name],
-        id_transformation=specs_lib.FeatureIdTransformation(
-            row_offset=row_offsets[f.name],
-            col_offset=setting.row_offset_in_shard * num_sc,
-            col_shift=setting.shard_rotation,
-        ),
+      f,
+      table_spec=new_tables[f.table_spec.name],
+      id_transformation=specs_lib.FeatureIdTransformation(
+        row_offset=row_offsets[f.name],
+        col_offset=setting.row_offset_in_shard * num_sc,
+        col_shift=setting.shard_rotation,
+      ),
     )
 
   return _replace_features(feature_specs, update)
 
 
 def _verify_stack(
-    stack_name: str,
-    table_names: Sequence[str],
-    tables: Mapping[str, specs_lib.TableSpec],
-    leaves: Sequence[specs_lib.FeatureSpec],
+  stack_name: str,
+  table_names: Sequence[str],
+  tables: Mapping[str, specs_lib.TableSpec],
+  leaves: Sequence[specs_lib.FeatureSpec],
 ) -> None:
   counts = collections.Counter(table_names)
   for name, count in counts.items():
     if count > 1:
-      raise errors.StackingError(
-          f"table '{name}' is repeated in stack '{stack_name}'")
+      raise errors.StackingError(f"table '{name}' is repeated in stack '{stack_name}'")
     if name not in tables:
-      raise errors.StackingError(
-          f"table '{name}' of stack '{stack_name}' is used by no feature")
+      raise errors.StackingError(f"table '{name}' of stack '{stack_name}' is used by no feature")
     if _stacked_elsewhere(tables[name]):
       raise errors.StackingError(
-          f"table '{name}' is already stacked in stack"
-          f" '{tables[name].setting_in_stack.stack_name}'")
+        f"table '{name}' is already stacked in stack '{tables[name].setting_in_stack.stack_name}'"
+      )
   for f in leaves:
-    if (_stacked_elsewhere(f.table_spec)
-        and f.table_spec.setting_in_stack.stack_name == stack_name):
+    if _stacked_elsewhere(f.table_spec) and f.table_spec.setting_in_stack.stack_name == stack_name:
       raise errors.StackingError(
-          f"stack name '{stack_name}' is already used by table"
-          f" '{f.table_spec.name}'")
+        f"stack name '{stack_name}' is already used by table '{f.table_spec.name}'"
+      )
   first = tables[table_names[0]]
   for name in table_names[1:]:
     t = tables[name]
     for what, a, b in (
-        ("optimizers", first.optimizer, t.optimizer),
-        ("combiners", first.combiner, t.combiner),
+      ("optimizers", first.optimizer, t.optimizer),
+      ("combiners", first.combiner, t.combiner),
     ):
       if a != b:
         raise errors.StackingError(
-            f"stack '{stack_name}': tables '{first.name}' and '{name}' have"
-            f" different {what} ({a!r} vs {b!r})")
+          f"stack '{stack_name}': tables '{first.name}' and '{name}' have"
+          f" different {what} ({a!r} vs {b!r})"
+        )
 
 
 def _stack_dim(
-    stack_name: str,
-    table_names: Sequence[str],
-    tables: Mapping[str, specs_lib.TableSpec],
-    num_sc: int,
-    fail_on_excess_padding: bool,
+  stack_name: str,
+  table_names: Sequence[str],
+  tables: Mapping[str, specs_lib.TableSpec],
+  num_sc: int,
+  fail_on_excess_padding: bool,
 ) -> int:
   """The stack's embedding dim: the largest padded dim of its tables.
 
@@ -393,15 +393,14 @@ def _stack_dim(
   dims = {name: _padded_dim(tables[name]) for name in table_names}
   stack_dim = max(dims.values())
   excess = sum(
-      (stack_dim - dims[name]) * _padded_vocab(tables[name], num_sc)
-      for name in table_names
+    (stack_dim - dims[name]) * _padded_vocab(tables[name], num_sc) for name in table_names
   )
   if excess:
     message = (
-        f"stack '{stack_name}': tables {list(table_names)} have padded"
-        f" embedding dims {list(dims.values())}; padding them to {stack_dim}"
-        f" adds {excess} values. Stack tables of equal padded dims to save"
-        " memory"
+      f"stack '{stack_name}': tables {list(table_names)} have padded"
+      f" embedding dims {list(dims.values())}; padding them to {stack_dim}"
+      f" adds {excess} values. Stack tables of equal padded dims to save"
+      " memory"
     )
     if fail_on_excess_padding:
       raise errors.StackingError(message)
@@ -410,10 +409,10 @@ def _stack_dim(
 
 
 def _stack_groups(
-    leaves: Sequence[specs_lib.FeatureSpec],
-    tables: Mapping[str, specs_lib.TableSpec],
-    num_sc: int,
-    activation_mem_bytes_limit: int,
+  leaves: Sequence[specs_lib.FeatureSpec],
+  tables: Mapping[str, specs_lib.TableSpec],
+  num_sc: int,
+  activation_mem_bytes_limit: int,
 ) -> list[list[str]]:
   """Reference grouping: (padded dim, optimizer, combiner), then memory split."""
   groups: dict[tuple, list[str]] = {}
@@ -438,15 +437,15 @@ def _stack_groups(
 
 
 def auto_stack_tables(
-    feature_specs: Nested,
-    global_device_count: int,
-    num_sc_per_device: int,
-    rotation: int | None = None,
-    stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
-    stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
-    *,
-    use_short_stack_names: bool = True,
-    activation_mem_bytes_limit: int = 2048 * 1024,
+  feature_specs: Nested,
+  global_device_count: int,
+  num_sc_per_device: int,
+  rotation: int | None = None,
+  stack_to_max_ids_per_partition: LimitsCallable = get_default_limits,
+  stack_to_max_unique_ids_per_partition: LimitsCallable = get_default_limits,
+  *,
+  use_short_stack_names: bool = True,
+  activation_mem_bytes_limit: int = 2048 * 1024,
 ) -> Nested:
   """Stacks all compatible tables as the reference does; returns new specs.
 
@@ -462,14 +461,14 @@ def auto_stack_tables(
   groups = _stack_groups(leaves, tables, num_sc, activation_mem_bytes_limit)
   for group in groups:
     feature_specs = stack_tables(
-        feature_specs,
-        group,
-        global_device_count,
-        num_sc_per_device,
-        rotation=rotation,
-        stack_to_max_ids_per_partition=stack_to_max_ids_per_partition,
-        stack_to_max_unique_ids_per_partition=stack_to_max_unique_ids_per_partition,
-        stack_name=stack_name_for(group, use_short_stack_names),
+      feature_specs,
+      group,
+      global_device_count,
+      num_sc_per_device,
+      rotation=rotation,
+      stack_to_max_ids_per_partition=stack_to_max_ids_per_partition,
+      stack_to_max_unique_ids_per_partition=stack_to_max_unique_ids_per_partition,
+      stack_name=stack_name_for(group, use_short_stack_names),
     )
   return feature_specs
 
@@ -481,12 +480,14 @@ def get_stacked_table_specs(feature_specs: Nested) -> dict[str, specs_lib.Stacke
     stacked = f.table_spec.stacked_table_spec
     if stacked is None:
       raise errors.StackingError(
-          f"feature '{f.name}' (table '{f.table_spec.name}') is not prepared:"
-          " call prepare_feature_specs_for_training first")
+        f"feature '{f.name}' (table '{f.table_spec.name}') is not prepared:"
+        " call prepare_feature_specs_for_training first"
+      )
     if stacked.stack_name in result and result[stacked.stack_name] != stacked:
       raise errors.StackingError(
-          f"stack '{stacked.stack_name}': feature '{f.name}' carries a"
-          " different StackedTableSpec than other features of the stack")
+        f"stack '{stacked.stack_name}': feature '{f.name}' carries a"
+        " different StackedTableSpec than other features of the stack"
+      )
     result.setdefault(stacked.stack_name, stacked)
   return result
 
@@ -501,6 +502,4 @@ def get_table_stacks(feature_specs: Nested) -> dict[str, list[str]]:
       stacks[t.name][t.name] = 0
     else:
       stacks[setting.stack_name][t.name] = setting.row_offset_in_shard
-  return {
-      name: sorted(members, key=members.get) for name, members in stacks.items()
-  }
+  return {name: sorted(members, key=members.get) for name, members in stacks.items()}

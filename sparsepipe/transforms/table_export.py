@@ -47,32 +47,34 @@ def mod_unshard(blocks: Any, rotation: int) -> Any:
 
 
 def round_up_dim_and_vocab_size(
-    tables: Mapping[str, specs_lib.TableSpec], num_sc: int
+  tables: Mapping[str, specs_lib.TableSpec], num_sc: int
 ) -> tuple[dict[str, int], dict[str, int]]:
   """({table: dim rounded to 8}, {table: vocabulary rounded to 8 * num_sc})."""
   dims = {n: round_up(t.embedding_dim, coo_layout.ALIGNMENT) for n, t in tables.items()}
   vocabs = {
-      n: round_up(t.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
-      for n, t in tables.items()
+    n: round_up(t.vocabulary_size, coo_layout.ALIGNMENT * num_sc) for n, t in tables.items()
   }
   return dims, vocabs
 
 
 def compute_physical_row_ids(
-    num_sparse_cores: int,
-    stack_vocab_size: int,
-    shard_rotation: int,
-    row_offset_in_shard: int,
-    row_ids: Any,
+  num_sparse_cores: int,
+  stack_vocab_size: int,
+  shard_rotation: int,
+  row_offset_in_shard: int,
+  row_ids: Any,
 ) -> Any:
   """Rows in the stacked table of logical `row_ids` (int or array) of a table."""
   shard = (row_ids % num_sparse_cores + shard_rotation) % num_sparse_cores
-  return (shard * (stack_vocab_size // num_sparse_cores)
-          + row_ids // num_sparse_cores + row_offset_in_shard)
+  return (
+    shard * (stack_vocab_size // num_sparse_cores)
+    + row_ids // num_sparse_cores
+    + row_offset_in_shard
+  )
 
 
 def get_row_ids_in_stacked_table(
-    stack_table_spec: Any, table_spec: Any, row_ids: Sequence[int]
+  stack_table_spec: Any, table_spec: Any, row_ids: Sequence[int]
 ) -> list[int]:
   """Stacked-table rows of `row_ids` of one table (reference proto fields).
 
@@ -84,16 +86,24 @@ def get_row_ids_in_stacked_table(
   for row_id in row_ids:
     if not 0 <= row_id < table_spec.vocab_size:
       raise ValueError(
-          f"table '{table_spec.table_name}': row id {row_id} is outside"
-          f" [0, {table_spec.vocab_size})")
-    out.append(int(compute_physical_row_ids(
-        stack_table_spec.num_sparsecores, stack_table_spec.stack_vocab_size,
-        table_spec.shard_rotation, table_spec.row_offset_in_shard, row_id)))
+        f"table '{table_spec.table_name}': row id {row_id} is outside [0, {table_spec.vocab_size})"
+      )
+    out.append(
+      int(
+        compute_physical_row_ids(
+          stack_table_spec.num_sparsecores,
+          stack_table_spec.stack_vocab_size,
+          table_spec.shard_rotation,
+          table_spec.row_offset_in_shard,
+          row_id,
+        )
+      )
+    )
   return out
 
 
 def get_row_ids_in_stacked_tables(
-    embedding_specs: Any, row_ids: Mapping[str, Sequence[int]]
+  embedding_specs: Any, row_ids: Mapping[str, Sequence[int]]
 ) -> dict[str, list[int]]:
   """{stack: stacked rows} of {table: logical rows}, stack by stack."""
   out: dict[str, list[int]] = {}
@@ -101,7 +111,8 @@ def get_row_ids_in_stacked_tables(
     for table in stack.table_specs:
       if table.table_name in row_ids:
         out.setdefault(stack.stack_name, []).extend(
-            get_row_ids_in_stacked_table(stack, table, row_ids[table.table_name]))
+          get_row_ids_in_stacked_table(stack, table, row_ids[table.table_name])
+        )
   return out
 
 
@@ -110,25 +121,26 @@ def _stacked_spec(table: specs_lib.TableSpec, num_shards: int) -> specs_lib.Stac
   if table.stacked_table_spec is not None:
     return table.stacked_table_spec
   return specs_lib.StackedTableSpec(
-      stack_name=table.name,
-      stack_vocab_size=round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards),
-      stack_embedding_dim=round_up(table.embedding_dim, coo_layout.ALIGNMENT),
-      optimizer=table.optimizer,
-      combiner=table.combiner,
-      total_sample_count=0,
+    stack_name=table.name,
+    stack_vocab_size=round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards),
+    stack_embedding_dim=round_up(table.embedding_dim, coo_layout.ALIGNMENT),
+    optimizer=table.optimizer,
+    combiner=table.combiner,
+    total_sample_count=0,
   )
 
 
 def _setting(table: specs_lib.TableSpec) -> specs_lib.TableSettingInStack:
   return table.setting_in_stack or specs_lib.TableSettingInStack(
-      table.name, table.vocabulary_size, table.embedding_dim)
+    table.name, table.vocabulary_size, table.embedding_dim
+  )
 
 
 def stack_and_shard_tables(
-    table_specs: Nested,
-    tables: Nested,
-    num_shards: int,
-    pad_value: float = np.nan,
+  table_specs: Nested,
+  tables: Nested,
+  num_shards: int,
+  pad_value: float = np.nan,
 ) -> dict[str, Nested]:
   """{stack name: stacked [V, D] numpy values} of logical tables.
 
@@ -144,8 +156,7 @@ def stack_and_shard_tables(
     members.setdefault(stacked.stack_name, (stacked, []))[1].append(table)
     values[table.name] = value
 
-  jax.tree.map(collect, table_specs, tables,
-               is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
+  jax.tree.map(collect, table_specs, tables, is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
   out = {}
   for name, (stacked, group) in members.items():
     dim = stacked.stack_embedding_dim
@@ -153,11 +164,15 @@ def stack_and_shard_tables(
     def stack_leaves(*leaves, group=group, dim=dim):
       blocks = []
       for table, leaf in sorted(
-          zip(group, leaves), key=lambda tl: _setting(tl[0]).row_offset_in_shard):
+        zip(group, leaves), key=lambda tl: _setting(tl[0]).row_offset_in_shard
+      ):
         leaf = np.asarray(leaf, np.float32)
         padded_vocab = round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards)
-        padded = np.pad(leaf, ((0, padded_vocab - leaf.shape[0]), (0, dim - leaf.shape[1])),
-                        constant_values=pad_value)
+        padded = np.pad(
+          leaf,
+          ((0, padded_vocab - leaf.shape[0]), (0, dim - leaf.shape[1])),
+          constant_values=pad_value,
+        )
         blocks.append(mod_shard(padded, num_shards, _setting(table).shard_rotation))
       return np.concatenate(blocks, axis=1).reshape(-1, dim)
 
@@ -166,7 +181,7 @@ def stack_and_shard_tables(
 
 
 def unshard_and_unstack_tables(
-    table_specs: Nested, stacked_tables: Mapping[str, Nested], num_shards: int
+  table_specs: Nested, stacked_tables: Mapping[str, Nested], num_shards: int
 ) -> Nested:
   """Logical numpy tables, structured like `table_specs`, of stacked values."""
 
@@ -179,13 +194,12 @@ def unshard_and_unstack_tables(
       stacked = np.asarray(stacked)
       blocks = stacked.reshape(num_shards, -1, stacked.shape[-1])
       start = setting.row_offset_in_shard
-      logical = mod_unshard(blocks[:, start:start + rows], setting.shard_rotation)
+      logical = mod_unshard(blocks[:, start : start + rows], setting.shard_rotation)
       return logical[: table.vocabulary_size, : table.embedding_dim]
 
     return jax.tree.map(leaf, stacked_tables[stack_name])
 
-  return jax.tree.map(unstack, table_specs,
-                      is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
+  return jax.tree.map(unstack, table_specs, is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +237,7 @@ class EmbeddingSpecDescription:
 
 
 def describe_stacked_tables(
-    feature_specs: Nested, global_device_count: int, num_sc_per_device: int
+  feature_specs: Nested, global_device_count: int, num_sc_per_device: int
 ) -> EmbeddingSpecDescription:
   """What `create_proto_from_feature_specs` records, for the functions below."""
   n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
@@ -232,18 +246,33 @@ def describe_stacked_tables(
   for f in jax.tree.leaves(feature_specs):
     t, s = f.table_spec, f.table_spec.setting_in_stack
     tables.setdefault(s.stack_name, {})[t.name] = TableDescription(
-        t.name, t.vocabulary_size, t.embedding_dim, s.padded_vocab_size,
-        s.padded_embedding_dim, s.row_offset_in_shard, s.shard_rotation)
-  return EmbeddingSpecDescription(tuple(
+      t.name,
+      t.vocabulary_size,
+      t.embedding_dim,
+      s.padded_vocab_size,
+      s.padded_embedding_dim,
+      s.row_offset_in_shard,
+      s.shard_rotation,
+    )
+  return EmbeddingSpecDescription(
+    tuple(
       StackedTableDescription(
-          name, st.stack_vocab_size, st.stack_embedding_dim, st.total_sample_count,
-          st.max_ids_per_partition, st.max_unique_ids_per_partition, n,
-          tuple(tables[name].values()))
-      for name, st in stacks.items()))
+        name,
+        st.stack_vocab_size,
+        st.stack_embedding_dim,
+        st.total_sample_count,
+        st.max_ids_per_partition,
+        st.max_unique_ids_per_partition,
+        n,
+        tuple(tables[name].values()),
+      )
+      for name, st in stacks.items()
+    )
+  )
 
 
 def stack_and_shard_feature_tables(
-    feature_tables: Mapping[str, Any], embedding_specs: Any, delete_input: bool = False
+  feature_tables: Mapping[str, Any], embedding_specs: Any, delete_input: bool = False
 ) -> dict[str, np.ndarray]:
   """{stack: stacked numpy table} of {table: logical table}; zero padding.
 
@@ -260,22 +289,24 @@ def stack_and_shard_feature_tables(
     for table in sorted(stack.table_specs, key=lambda t: t.row_offset_in_shard):
       if table.table_name not in feature_tables:
         raise ValueError(
-            f"stack '{stack.stack_name}': table '{table.table_name}' is not in"
-            " feature_tables")
+          f"stack '{stack.stack_name}': table '{table.table_name}' is not in feature_tables"
+        )
       if table.padded_embedding_dim != dim:
         raise ValueError(
-            f"stack '{stack.stack_name}': table '{table.table_name}' has padded"
-            f" embedding dim {table.padded_embedding_dim}, the stack {dim}")
+          f"stack '{stack.stack_name}': table '{table.table_name}' has padded"
+          f" embedding dim {table.padded_embedding_dim}, the stack {dim}"
+        )
       values = np.asarray(feature_tables[table.table_name], np.float32)
-      padded = np.pad(values, ((0, table.padded_vocab_size - values.shape[0]),
-                               (0, dim - values.shape[1])))
+      padded = np.pad(
+        values, ((0, table.padded_vocab_size - values.shape[0]), (0, dim - values.shape[1]))
+      )
       blocks.append(mod_shard(padded, n, table.shard_rotation))
     out[stack.stack_name] = np.concatenate(blocks, axis=1).reshape(-1, dim)
   return out
 
 
 def unstack_and_unshard_stacked_tables(
-    stacked_tables: Mapping[str, Any], embedding_specs: Any, donate: bool = False
+  stacked_tables: Mapping[str, Any], embedding_specs: Any, donate: bool = False
 ) -> dict[str, np.ndarray]:
   """{table: logical numpy table} of {stack: stacked table}."""
   del donate
@@ -288,6 +319,6 @@ def unstack_and_unshard_stacked_tables(
     for table in stack.table_specs:
       rows = table.padded_vocab_size // stack.num_sparsecores
       start = table.row_offset_in_shard
-      logical = mod_unshard(blocks[:, start:start + rows], table.shard_rotation)
+      logical = mod_unshard(blocks[:, start : start + rows], table.shard_rotation)
       out[table.table_name] = logical[: table.vocab_size, : table.embedding_dim]
   return out

@@ -24,8 +24,11 @@ from sparsepipe.data.ragged import RaggedBatch
 INT_MAX = 2**31 - 1
 FORMS = ("ragged", "ragged64", "dense", "columnar", "list")
 BUFFER_FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
-STATS_FIELDS = ("max_ids_per_partition", "max_unique_ids_per_partition",
-                "required_buffer_size_per_sc")
+STATS_FIELDS = (
+  "max_ids_per_partition",
+  "max_unique_ids_per_partition",
+  "required_buffer_size_per_sc",
+)
 
 
 def random_case(rng: np.random.Generator) -> dict:
@@ -37,25 +40,27 @@ def random_case(rng: np.random.Generator) -> dict:
   combiner = str(rng.choice(["sum", "mean", "sqrtn"]))
   tables = []
   for t in range(n_tables):
-    tables.append({
+    tables.append(
+      {
         "name": f"t{t}",
         # Large vocabularies need 64-bit sort keys.
-        "vocab": int(rng.choice([5, 17, 64, 300, 1000, 5000, 3_000_000,
-                                 300_000_000])),
+        "vocab": int(rng.choice([5, 17, 64, 300, 1000, 5000, 3_000_000, 300_000_000])),
         "dim": int(rng.choice([8, 16])) if rng.random() < 0.3 else 8,
-        "combiner": combiner if rng.random() < 0.8 else str(
-            rng.choice(["sum", "mean", "sqrtn"])),
-    })
+        "combiner": combiner if rng.random() < 0.8 else str(rng.choice(["sum", "mean", "sqrtn"])),
+      }
+    )
   features = []
   for i in range(int(rng.integers(1, 6))):
     table = f"t{i}" if i < n_tables else f"t{int(rng.integers(0, n_tables))}"
-    features.append({
+    features.append(
+      {
         "name": f"f{i}",
         "table": table,
         "batch": int(rng.integers(1, 5)) * g * s,
         "valency": int(rng.integers(1, 9)),
         "form": str(rng.choice(FORMS)),
-    })
+      }
+    )
   used = {f["table"] for f in features}
   tables = [t for t in tables if t["name"] in used]
   mode = str(rng.choice(["none", "explicit", "auto"]))
@@ -77,66 +82,64 @@ def random_case(rng: np.random.Generator) -> dict:
     t["max_ids"] = max_ids
     t["max_unique"] = max_unique
   return {
-      "global_devices": g,
-      "local_devices": l,
-      "sc_per_device": s,
-      "tables": tables,
-      "features": features,
-      "stacking": {
-          "mode": mode,
-          "groups": groups,
-          "rotation": None if rng.random() < 0.5 else int(rng.integers(0, 9)),
-          # Limits of multi-table stacks (the tables' own are ignored there).
-          "limits": [max_ids, max_unique],
-      },
-      "weighted": bool(rng.random() < 0.5),
-      "allow_id_dropping": drop,
-      "fdo": bool(rng.random() < 0.3) and not drop,
-      "skew": float(rng.choice([1.0, 3.0])),
-      "seed": int(rng.integers(0, 2**31)),
+    "global_devices": g,
+    "local_devices": l,
+    "sc_per_device": s,
+    "tables": tables,
+    "features": features,
+    "stacking": {
+      "mode": mode,
+      "groups": groups,
+      "rotation": None if rng.random() < 0.5 else int(rng.integers(0, 9)),
+      # Limits of multi-table stacks (the tables' own are ignored there).
+      "limits": [max_ids, max_unique],
+    },
+    "weighted": bool(rng.random() < 0.5),
+    "allow_id_dropping": drop,
+    "fdo": bool(rng.random() < 0.3) and not drop,
+    "skew": float(rng.choice([1.0, 3.0])),
+    "seed": int(rng.integers(0, 2**31)),
   }
 
 
 def _limit_callables(case: dict) -> dict:
   max_ids, max_unique = case["stacking"]["limits"]
   return {
-      "stack_to_max_ids_per_partition": lambda name, count: max_ids,
-      "stack_to_max_unique_ids_per_partition": lambda name, count: max_unique,
+    "stack_to_max_ids_per_partition": lambda name, count: max_ids,
+    "stack_to_max_unique_ids_per_partition": lambda name, count: max_unique,
   }
 
 
 def build_specs(case: dict) -> dict:
   """Our prepared feature specs (dict by feature name) for a case."""
   tables = {
-      t["name"]: core.TableSpec(
-          name=t["name"],
-          vocabulary_size=t["vocab"],
-          embedding_dim=t["dim"],
-          combiner=t["combiner"],
-          max_ids_per_partition=t["max_ids"],
-          max_unique_ids_per_partition=t["max_unique"],
-          suggested_coo_buffer_size_per_device=t.get("suggested"),
-      )
-      for t in case["tables"]
+    t["name"]: core.TableSpec(
+      name=t["name"],
+      vocabulary_size=t["vocab"],
+      embedding_dim=t["dim"],
+      combiner=t["combiner"],
+      max_ids_per_partition=t["max_ids"],
+      max_unique_ids_per_partition=t["max_unique"],
+      suggested_coo_buffer_size_per_device=t.get("suggested"),
+    )
+    for t in case["tables"]
   }
   specs = {
-      f["name"]: core.FeatureSpec(
-          name=f["name"],
-          table_spec=tables[f["table"]],
-          input_shape=(f["batch"], f["valency"]),
-          output_shape=(f["batch"], tables[f["table"]].embedding_dim),
-      )
-      for f in case["features"]
+    f["name"]: core.FeatureSpec(
+      name=f["name"],
+      table_spec=tables[f["table"]],
+      input_shape=(f["batch"], f["valency"]),
+      output_shape=(f["batch"], tables[f["table"]].embedding_dim),
+    )
+    for f in case["features"]
   }
   g, s = case["global_devices"], case["sc_per_device"]
   st = case["stacking"]
   if st["mode"] == "explicit":
     for group in st["groups"]:
-      specs = T.stack_tables(
-          specs, group, g, s, rotation=st["rotation"], **_limit_callables(case))
+      specs = T.stack_tables(specs, group, g, s, rotation=st["rotation"], **_limit_callables(case))
   elif st["mode"] == "auto":
-    specs = T.auto_stack_tables(
-        specs, g, s, rotation=st["rotation"], **_limit_callables(case))
+    specs = T.auto_stack_tables(specs, g, s, rotation=st["rotation"], **_limit_callables(case))
   return T.prepare_feature_specs_for_training(specs, g, s)
 
 
@@ -219,10 +222,13 @@ def run_case(case: dict, feats: dict, weights: dict | None) -> dict:
 
   def run():
     return T.preprocess_sparse_dense_matmul_input(
-        feats, weights, specs,
-        case["local_devices"], case["global_devices"],
-        num_sc_per_device=case["sc_per_device"],
-        allow_id_dropping=case["allow_id_dropping"],
+      feats,
+      weights,
+      specs,
+      case["local_devices"],
+      case["global_devices"],
+      num_sc_per_device=case["sc_per_device"],
+      allow_id_dropping=case["allow_id_dropping"],
     )
 
   if case["fdo"]:
@@ -264,7 +270,12 @@ def compare(case: dict, expected: dict, actual: dict) -> None:
     field, stack = key.split("/", 1)
     got = actual[key]
     assert (got.shape, got.dtype) == (want.shape, want.dtype), (
-        key, got.shape, got.dtype, want.shape, want.dtype)
+      key,
+      got.shape,
+      got.dtype,
+      want.shape,
+      want.dtype,
+    )
     if field not in BUFFER_FIELDS[1:]:
       np.testing.assert_array_equal(got, want, err_msg=key)
       continue
@@ -273,8 +284,7 @@ def compare(case: dict, expected: dict, actual: dict) -> None:
     got_bits = got.reshape(-1).view(np.int32 if field != "lhs_gains" else np.uint32)
     want_bits = want.reshape(-1).view(got_bits.dtype)
     diff = np.flatnonzero(got_bits[mask] != want_bits[mask])
-    assert diff.size == 0, (key, diff[:10], got_bits[mask][diff[:10]],
-                            want_bits[mask][diff[:10]])
+    assert diff.size == 0, (key, diff[:10], got_bits[mask][diff[:10]], want_bits[mask][diff[:10]])
     fill = nan_bits if field == "lhs_gains" else INT_MAX
     assert (got_bits[~mask] == fill).all(), key
 
@@ -287,9 +297,15 @@ def compare(case: dict, expected: dict, actual: dict) -> None:
 # uint32 keys, uint32 keys without q widened afterwards ("narrow"), or
 # full uint64 keys. Unweighted multi-feature stacks sort all keys at once
 # ("global_*"); weighted stacks sort position keys ("position_*").
-SORT_PATHS = ("per_sc_uint32", "per_sc_narrow", "per_sc_uint64",
-              "global_uint32", "global_uint64",
-              "position_uint32", "position_uint64")
+SORT_PATHS = (
+  "per_sc_uint32",
+  "per_sc_narrow",
+  "per_sc_uint64",
+  "global_uint32",
+  "global_uint64",
+  "position_uint32",
+  "position_uint64",
+)
 
 
 @contextlib.contextmanager
@@ -304,8 +320,10 @@ def record_sort_paths() -> Iterator[list[str]]:
 
   paths: list[str] = []
   calls: list[str] = []
-  originals = {name: getattr(coo_sort, name) for name in (
-      "sort_by_sample", "sort_by_position", "_row_keys", "_sort_q_major")}
+  originals = {
+    name: getattr(coo_sort, name)
+    for name in ("sort_by_sample", "sort_by_position", "_row_keys", "_sort_q_major")
+  }
 
   def row_keys(l_sc, rows_per_sc, sid_base, q_shift, dtype):
     calls.append("no_q" if q_shift is None else "q")
@@ -332,8 +350,12 @@ def record_sort_paths() -> Iterator[list[str]]:
     paths.append(f"position_{entries.key.dtype.name}")
     return entries
 
-  patched = {"sort_by_sample": by_sample, "sort_by_position": by_position,
-             "_row_keys": row_keys, "_sort_q_major": sort_q_major}
+  patched = {
+    "sort_by_sample": by_sample,
+    "sort_by_position": by_position,
+    "_row_keys": row_keys,
+    "_sort_q_major": sort_q_major,
+  }
   for name, fn in patched.items():
     setattr(coo_sort, name, fn)
   try:
@@ -359,37 +381,37 @@ def reference_specs(case: dict) -> dict:
   logging.set_verbosity(logging.ERROR)
   optimizer = embedding_spec.SGDOptimizerSpec(learning_rate=0.001)
   tables = {
-      t["name"]: embedding_spec.TableSpec(
-          name=t["name"],
-          vocabulary_size=t["vocab"],
-          embedding_dim=t["dim"],
-          initializer=jax.nn.initializers.zeros,
-          optimizer=optimizer,
-          combiner=t["combiner"],
-          max_ids_per_partition=t["max_ids"],
-          max_unique_ids_per_partition=t["max_unique"],
-          suggested_coo_buffer_size_per_device=t.get("suggested"),
-      )
-      for t in case["tables"]
+    t["name"]: embedding_spec.TableSpec(
+      name=t["name"],
+      vocabulary_size=t["vocab"],
+      embedding_dim=t["dim"],
+      initializer=jax.nn.initializers.zeros,
+      optimizer=optimizer,
+      combiner=t["combiner"],
+      max_ids_per_partition=t["max_ids"],
+      max_unique_ids_per_partition=t["max_unique"],
+      suggested_coo_buffer_size_per_device=t.get("suggested"),
+    )
+    for t in case["tables"]
   }
   specs = {
-      f["name"]: embedding_spec.FeatureSpec(
-          name=f["name"],
-          table_spec=tables[f["table"]],
-          input_shape=[f["batch"], f["valency"]],
-          output_shape=[f["batch"], tables[f["table"]].embedding_dim],
-      )
-      for f in case["features"]
+    f["name"]: embedding_spec.FeatureSpec(
+      name=f["name"],
+      table_spec=tables[f["table"]],
+      input_shape=[f["batch"], f["valency"]],
+      output_shape=[f["batch"], tables[f["table"]].embedding_dim],
+    )
+    for f in case["features"]
   }
   g, s = case["global_devices"], case["sc_per_device"]
   st = case["stacking"]
   if st["mode"] == "explicit":
     for group in st["groups"]:
       table_stacking.stack_tables(
-          specs, group, g, s, rotation=st["rotation"], **_limit_callables(case))
+        specs, group, g, s, rotation=st["rotation"], **_limit_callables(case)
+      )
   elif st["mode"] == "auto":
-    table_stacking.auto_stack_tables(
-        specs, g, s, rotation=st["rotation"], **_limit_callables(case))
+    table_stacking.auto_stack_tables(specs, g, s, rotation=st["rotation"], **_limit_callables(case))
   embedding.prepare_feature_specs_for_training(specs, g, s)
   return specs
 
@@ -402,10 +424,13 @@ def run_reference(case: dict, feats: dict, weights: dict | None) -> dict:
 
   def run():
     return embedding.preprocess_sparse_dense_matmul_input(
-        feats, weights, specs,
-        case["local_devices"], case["global_devices"],
-        num_sc_per_device=case["sc_per_device"],
-        allow_id_dropping=case["allow_id_dropping"],
+      feats,
+      weights,
+      specs,
+      case["local_devices"],
+      case["global_devices"],
+      num_sc_per_device=case["sc_per_device"],
+      allow_id_dropping=case["allow_id_dropping"],
     )
 
   if case["fdo"]:

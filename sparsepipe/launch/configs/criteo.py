@@ -3,7 +3,8 @@
 Convert the public TSV files first (vocab sizes must match `VOCAB_SIZES`):
 
     python -m sparsepipe.data.criteo --input day_0.gz --output /data/criteo \\
-        --vocab_sizes=$(python -c "import sparsepipe.launch.configs.criteo as c; print(','.join(map(str, c.VOCAB_SIZES)))")
+        --vocab_sizes=$(python -c "import sparsepipe.launch.configs.criteo as c; \\
+            print(','.join(map(str, c.VOCAB_SIZES)))")
 
 then train:
 
@@ -31,17 +32,39 @@ from sparsepipe.launch.config_base import feature
 # Per-feature cardinalities of the Criteo Kaggle display-advertising data,
 # capped at 2**20: ids are hashed into these vocabularies by the converter.
 _KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683,
-    8351593, 3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15,
-    286181, 105, 142572,
+  1460,
+  583,
+  10131227,
+  2202608,
+  305,
+  24,
+  12517,
+  633,
+  3,
+  93145,
+  5683,
+  8351593,
+  3194,
+  27,
+  14992,
+  5461306,
+  10,
+  5652,
+  2173,
+  4,
+  7046547,
+  18,
+  15,
+  286181,
+  105,
+  142572,
 )
 VOCAB_SIZES = tuple(min(v, 1 << 20) for v in _KAGGLE_CARDINALITIES)
 
 
 def get_config() -> ml_collections.ConfigDict:
   config = base_config(
-      (f"C{i}", feature(vocab, zipf_exponent=1.05))
-      for i, vocab in enumerate(VOCAB_SIZES, start=1)
+    (f"C{i}", feature(vocab, zipf_exponent=1.05)) for i, vocab in enumerate(VOCAB_SIZES, start=1)
   )
   config.num_steps = 10_000
   config.global_batch_size = 4096

@@ -3,7 +3,8 @@
 `python -m sparsepipe.launch` runs it (the default config): it generates
 planted click data with a held-out split, trains, evaluates AUC every 20
 batches and at the end. `python -m sparsepipe.launch --config=demo
---config.num_steps=100` trains longer. The fields are documented in sparsepipe/launch/config_base.py.
+--config.num_steps=100` trains longer. The fields are documented in
+sparsepipe/launch/config_base.py.
 """
 
 import ml_collections
@@ -13,12 +14,14 @@ from sparsepipe.launch.config_base import feature
 
 
 def get_config() -> ml_collections.ConfigDict:
-  config = base_config([
+  config = base_config(
+    [
       ("user", feature(5000, combiner="mean")),
       ("item", feature(20000, combiner="mean")),
       ("category", feature(100, max_ids=3, combiner="mean")),
       ("history", feature(20000, max_ids=8, combiner="mean")),
-  ])
+    ]
+  )
   config.num_steps = 60
   config.global_batch_size = 128
   config.synthetic.num_examples = 16384

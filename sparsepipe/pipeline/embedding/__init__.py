@@ -1,1 +1,1 @@
-"""Sharded embedding tables: MOD layout, lookup/update kernels, optimizers (see sparsepipe.pipeline)."""
+"""Sharded embedding tables: layout, lookup/update kernels, optimizers (see sparsepipe.pipeline)."""

@@ -29,7 +29,7 @@ def dense_gains(ids: jax.Array, weights: jax.Array, combiner: str) -> jax.Array:
 
 
 def dense_lookup_baseline(
-    table: jax.Array, ids: jax.Array, weights: jax.Array, combiner: str
+  table: jax.Array, ids: jax.Array, weights: jax.Array, combiner: str
 ) -> jax.Array:
   """Activations [B, D] = sum_k gain[b, k] * table[ids[b, k]]."""
   gains = dense_gains(ids, weights, combiner)
@@ -38,12 +38,12 @@ def dense_lookup_baseline(
 
 
 def dense_sgd_update_baseline(
-    table: jax.Array,
-    ids: jax.Array,
-    weights: jax.Array,
-    combiner: str,
-    activation_gradients: jax.Array,
-    learning_rate: float,
+  table: jax.Array,
+  ids: jax.Array,
+  weights: jax.Array,
+  combiner: str,
+  activation_gradients: jax.Array,
+  learning_rate: float,
 ) -> jax.Array:
   """table - lr * d(activations . gradients)/d(table), by scatter-add."""
   gains = dense_gains(ids, weights, combiner)

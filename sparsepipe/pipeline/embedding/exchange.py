@@ -32,54 +32,48 @@ from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.transforms import coo_layout
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
-_FIELDS = (
-    "lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains"
-)
+_FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
 
 
 def check_sparse_input(
-    sparse_input: SparseDenseMatmulInput,
-    layouts: dict[str, StackLayout],
-    num_devices: int,
-    num_sc_per_device: int,
+  sparse_input: SparseDenseMatmulInput,
+  layouts: dict[str, StackLayout],
+  num_devices: int,
+  num_sc_per_device: int,
 ) -> dict[str, tuple[Any, Any, Any, Any]]:
   """Checks shapes against the specs: {stack: (rp, ids, sids, gains)}."""
   out = {}
-  pointers = coo_layout.compute_row_pointers_size_per_device(
-      num_devices, num_sc_per_device
-  )
+  pointers = coo_layout.compute_row_pointers_size_per_device(num_devices, num_sc_per_device)
   for name, layout in layouts.items():
     arrays = []
     for field in _FIELDS:
       mapping = getattr(sparse_input, field)
       if name not in mapping:
-        raise EmbeddingLayoutError(
-            f"sparse input {field} has no stack '{name}'"
-        )
+        raise EmbeddingLayoutError(f"sparse input {field} has no stack '{name}'")
       arrays.append(mapping[name])
     size = coo_layout.compute_coo_buffer_size_per_device(
-        layout.spec, num_sc_per_device, num_devices
+      layout.spec, num_sc_per_device, num_devices
     )
     for field, array in zip(_FIELDS, arrays):
       per_device = pointers if field == "lhs_row_pointers" else size
       expected = (num_devices * per_device,)
       if tuple(array.shape) != expected:
         raise EmbeddingLayoutError(
-            f"stack '{name}': {field} has shape {tuple(array.shape)}, expected"
-            f" {expected} ({num_devices} devices, flattened; were the buffers"
-            " made with these feature specs and has_leading_dimension=False?)"
+          f"stack '{name}': {field} has shape {tuple(array.shape)}, expected"
+          f" {expected} ({num_devices} devices, flattened; were the buffers"
+          " made with these feature specs and has_leading_dimension=False?)"
         )
     out[name] = tuple(arrays)
   return out
 
 
 def send_buffers(
-    layout: StackLayout,
-    num_sc_per_device: int,
-    row_pointers: jax.Array,
-    embedding_ids: jax.Array,
-    sample_ids: jax.Array,
-    gains: jax.Array,
+  layout: StackLayout,
+  num_sc_per_device: int,
+  row_pointers: jax.Array,
+  embedding_ids: jax.Array,
+  sample_ids: jax.Array,
+  gains: jax.Array,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """One device's COO segments -> (ids, sample ids, gains, valid) [S, N, K]."""
   s, n, k = num_sc_per_device, layout.num_sparsecores, layout.capacity

@@ -82,15 +82,13 @@ class StackLayout:
   def logical_array(self, logical: Mapping[str, Any], table: TableSpec) -> Any:
     """`logical[table.name]`, checked to be [vocabulary_size, embedding_dim]."""
     if table.name not in logical:
-      raise EmbeddingLayoutError(
-          f"stack '{self.name}': no logical array for table '{table.name}'"
-      )
+      raise EmbeddingLayoutError(f"stack '{self.name}': no logical array for table '{table.name}'")
     values = logical[table.name]
     expected = (table.vocabulary_size, table.embedding_dim)
     if tuple(values.shape) != expected:
       raise EmbeddingLayoutError(
-          f"stack '{self.name}', table '{table.name}': logical array has"
-          f" shape {tuple(values.shape)}, expected {expected}"
+        f"stack '{self.name}', table '{table.name}': logical array has"
+        f" shape {tuple(values.shape)}, expected {expected}"
       )
     return values
 
@@ -98,35 +96,34 @@ class StackLayout:
 def _prepared(feature: FeatureSpec) -> None:
   table = feature.table_spec
   missing = [
-      name
-      for name, value in (
-          ("table_spec.setting_in_stack", table.setting_in_stack),
-          ("table_spec.stacked_table_spec", table.stacked_table_spec),
-      )
-      if value is None
+    name
+    for name, value in (
+      ("table_spec.setting_in_stack", table.setting_in_stack),
+      ("table_spec.stacked_table_spec", table.stacked_table_spec),
+    )
+    if value is None
   ]
   if missing:
     raise EmbeddingLayoutError(
-        f"feature '{feature.name}' (table '{table.name}'): {missing[0]} is"
-        " None; pass feature specs returned by"
-        " prepare_feature_specs_for_training"
+      f"feature '{feature.name}' (table '{table.name}'): {missing[0]} is"
+      " None; pass feature specs returned by"
+      " prepare_feature_specs_for_training"
     )
 
 
 def _check_tables(
-    stack: StackedTableSpec, tables: list[TableSpec], n: int
+  stack: StackedTableSpec, tables: list[TableSpec], n: int
 ) -> tuple[TableSpec, ...]:
   """Checks paddings and offsets; returns tables by row_offset_in_shard."""
   name = stack.stack_name
   if stack.stack_vocab_size % (8 * n):
     raise EmbeddingLayoutError(
-        f"stack '{name}': stack_vocab_size={stack.stack_vocab_size} is not a"
-        f" multiple of 8 * {n} SparseCores"
+      f"stack '{name}': stack_vocab_size={stack.stack_vocab_size} is not a"
+      f" multiple of 8 * {n} SparseCores"
     )
   if stack.max_ids_per_partition < 1:
     raise EmbeddingLayoutError(
-        f"stack '{name}': max_ids_per_partition="
-        f"{stack.max_ids_per_partition} must be at least 1"
+      f"stack '{name}': max_ids_per_partition={stack.max_ids_per_partition} must be at least 1"
     )
   ordered = sorted(tables, key=lambda t: t.setting_in_stack.row_offset_in_shard)
   offset = 0
@@ -134,48 +131,42 @@ def _check_tables(
     setting = table.setting_in_stack
     where = f"stack '{name}', table '{table.name}'"
     if setting.stack_name != name:
+      raise EmbeddingLayoutError(f"{where}: setting_in_stack names stack '{setting.stack_name}'")
+    if setting.padded_vocab_size % (8 * n) or setting.padded_vocab_size < table.vocabulary_size:
       raise EmbeddingLayoutError(
-          f"{where}: setting_in_stack names stack '{setting.stack_name}'"
-      )
-    if (
-        setting.padded_vocab_size % (8 * n)
-        or setting.padded_vocab_size < table.vocabulary_size
-    ):
-      raise EmbeddingLayoutError(
-          f"{where}: padded_vocab_size={setting.padded_vocab_size} must be a"
-          f" multiple of 8 * {n} SparseCores and at least vocabulary_size="
-          f"{table.vocabulary_size} (specs prepared for another device count?)"
+        f"{where}: padded_vocab_size={setting.padded_vocab_size} must be a"
+        f" multiple of 8 * {n} SparseCores and at least vocabulary_size="
+        f"{table.vocabulary_size} (specs prepared for another device count?)"
       )
     if setting.padded_embedding_dim != stack.stack_embedding_dim or (
-        table.embedding_dim > stack.stack_embedding_dim
+      table.embedding_dim > stack.stack_embedding_dim
     ):
       raise EmbeddingLayoutError(
-          f"{where}: embedding_dim={table.embedding_dim} padded to"
-          f" {setting.padded_embedding_dim} does not fit"
-          f" stack_embedding_dim={stack.stack_embedding_dim}"
+        f"{where}: embedding_dim={table.embedding_dim} padded to"
+        f" {setting.padded_embedding_dim} does not fit"
+        f" stack_embedding_dim={stack.stack_embedding_dim}"
       )
     if setting.row_offset_in_shard != offset:
       raise EmbeddingLayoutError(
-          f"{where}: row_offset_in_shard={setting.row_offset_in_shard},"
-          f" expected {offset} for {n} SparseCores (tables must tile the"
-          " shard; specs prepared for another device count?)"
+        f"{where}: row_offset_in_shard={setting.row_offset_in_shard},"
+        f" expected {offset} for {n} SparseCores (tables must tile the"
+        " shard; specs prepared for another device count?)"
       )
     if not 0 <= setting.shard_rotation < n:
       raise EmbeddingLayoutError(
-          f"{where}: shard_rotation={setting.shard_rotation} is not in"
-          f" [0, {n})"
+        f"{where}: shard_rotation={setting.shard_rotation} is not in [0, {n})"
       )
     offset += setting.padded_vocab_size // n
   if offset * n != stack.stack_vocab_size:
     raise EmbeddingLayoutError(
-        f"stack '{name}': tables cover {offset * n} rows but"
-        f" stack_vocab_size={stack.stack_vocab_size}"
+      f"stack '{name}': tables cover {offset * n} rows but"
+      f" stack_vocab_size={stack.stack_vocab_size}"
     )
   return tuple(ordered)
 
 
 def _check_features(
-    stack: StackedTableSpec, features: list[FeatureSpec], n: int
+  stack: StackedTableSpec, features: list[FeatureSpec], n: int
 ) -> tuple[FeatureSlot, ...]:
   """Checks batch sizes and row offsets; returns slots by row_offset."""
   ordered = sorted(features, key=lambda f: f.id_transformation.row_offset)
@@ -188,44 +179,41 @@ def _check_features(
     setting = feature.table_spec.setting_in_stack
     if batch % n:
       raise EmbeddingLayoutError(
-          f"{where}: global batch size {batch} is not a multiple of the {n}"
-          " global SparseCores"
+        f"{where}: global batch size {batch} is not a multiple of the {n} global SparseCores"
       )
     if transform.row_offset != row_offset:
       raise EmbeddingLayoutError(
-          f"{where}: row_offset={transform.row_offset}, expected {row_offset}"
-          " (the running sum of the stack's global batch sizes)"
+        f"{where}: row_offset={transform.row_offset}, expected {row_offset}"
+        " (the running sum of the stack's global batch sizes)"
       )
     if (
-        transform.col_offset != setting.row_offset_in_shard * n
-        or transform.col_shift != setting.shard_rotation
+      transform.col_offset != setting.row_offset_in_shard * n
+      or transform.col_shift != setting.shard_rotation
     ):
       raise EmbeddingLayoutError(
-          f"{where}: col_offset={transform.col_offset},"
-          f" col_shift={transform.col_shift} do not match"
-          f" row_offset_in_shard={setting.row_offset_in_shard} *"
-          f" {n} SparseCores and shard_rotation={setting.shard_rotation}"
-          " (specs prepared for another device count?)"
+        f"{where}: col_offset={transform.col_offset},"
+        f" col_shift={transform.col_shift} do not match"
+        f" row_offset_in_shard={setting.row_offset_in_shard} *"
+        f" {n} SparseCores and shard_rotation={setting.shard_rotation}"
+        " (specs prepared for another device count?)"
       )
     dim = feature.output_shape[-1]
     if dim > feature.table_spec.embedding_dim:
       raise EmbeddingLayoutError(
-          f"{where}: output dim {dim} exceeds the table's embedding_dim="
-          f"{feature.table_spec.embedding_dim}"
+        f"{where}: output dim {dim} exceeds the table's embedding_dim="
+        f"{feature.table_spec.embedding_dim}"
       )
     slots.append(FeatureSlot(feature, row_offset // n, batch // n))
     row_offset += batch
   if row_offset != stack.total_sample_count:
     raise EmbeddingLayoutError(
-        f"stack '{stack.stack_name}': features hold {row_offset} samples but"
-        f" total_sample_count={stack.total_sample_count}"
+      f"stack '{stack.stack_name}': features hold {row_offset} samples but"
+      f" total_sample_count={stack.total_sample_count}"
     )
   return tuple(slots)
 
 
-def stack_layouts(
-    feature_specs: Any, num_sparsecores: int
-) -> dict[str, StackLayout]:
+def stack_layouts(feature_specs: Any, num_sparsecores: int) -> dict[str, StackLayout]:
   """Static layouts of every stack used by `feature_specs`, by stack name.
 
   Args:
@@ -239,9 +227,7 @@ def stack_layouts(
   """
   n = int(num_sparsecores)
   if n < 1 or n & (n - 1):
-    raise EmbeddingLayoutError(
-        f"the number of global SparseCores must be a power of two, got {n}"
-    )
+    raise EmbeddingLayoutError(f"the number of global SparseCores must be a power of two, got {n}")
   leaves = jax.tree.leaves(feature_specs)
   if not leaves:
     raise EmbeddingLayoutError("feature_specs holds no FeatureSpec")
@@ -254,9 +240,7 @@ def stack_layouts(
   features: dict[str, list[FeatureSpec]] = {}
   for feature in leaves:
     if not isinstance(feature, FeatureSpec):
-      raise EmbeddingLayoutError(
-          f"feature_specs leaf {feature!r} is not a FeatureSpec"
-      )
+      raise EmbeddingLayoutError(f"feature_specs leaf {feature!r} is not a FeatureSpec")
     _prepared(feature)
     feature = with_default_id_transformation(feature)
     table = feature.table_spec
@@ -264,40 +248,39 @@ def stack_layouts(
     name = stack.stack_name
     if stacks.setdefault(name, stack) != stack:
       raise EmbeddingLayoutError(
-          f"stack '{name}': feature '{feature.name}' carries a"
-          " StackedTableSpec different from the stack's other features"
+        f"stack '{name}': feature '{feature.name}' carries a"
+        " StackedTableSpec different from the stack's other features"
       )
     known = tables.setdefault(name, {}).setdefault(table.name, table)
     if known != table:
       raise EmbeddingLayoutError(
-          f"stack '{name}': table '{table.name}' appears with two different"
-          " TableSpecs"
+        f"stack '{name}': table '{table.name}' appears with two different TableSpecs"
       )
     features.setdefault(name, []).append(feature)
   return {
-      name: StackLayout(
-          spec=stacks[name],
-          tables=_check_tables(stacks[name], list(tables[name].values()), n),
-          features=_check_features(stacks[name], features[name], n),
-          num_sparsecores=n,
-      )
-      for name in sorted(stacks)
+    name: StackLayout(
+      spec=stacks[name],
+      tables=_check_tables(stacks[name], list(tables[name].values()), n),
+      features=_check_features(stacks[name], features[name], n),
+      num_sparsecores=n,
+    )
+    for name in sorted(stacks)
   }
 
 
-def physical_row_ids(
-    layout: StackLayout, table_name: str, ids: np.ndarray
-) -> np.ndarray:
+def physical_row_ids(layout: StackLayout, table_name: str, ids: np.ndarray) -> np.ndarray:
   """Physical rows in the stacked table of logical `ids` of one table."""
   table = next((t for t in layout.tables if t.name == table_name), None)
   if table is None:
-    raise EmbeddingLayoutError(
-        f"stack '{layout.name}' has no table '{table_name}'"
-    )
+    raise EmbeddingLayoutError(f"stack '{layout.name}' has no table '{table_name}'")
   setting = table.setting_in_stack
   return compute_physical_row_ids(
-      layout.num_sparsecores, layout.vocab_size, setting.shard_rotation,
-      setting.row_offset_in_shard, np.asarray(ids, np.int64))
+    layout.num_sparsecores,
+    layout.vocab_size,
+    setting.shard_rotation,
+    setting.row_offset_in_shard,
+    np.asarray(ids, np.int64),
+  )
 
 
 def _xp(array: Any):
@@ -305,10 +288,10 @@ def _xp(array: Any):
 
 
 def logical_to_physical(
-    layout: StackLayout,
-    logical: Mapping[str, Any],
-    fill: Any = None,
-    row_sharding: jax.sharding.Sharding | None = None,
+  layout: StackLayout,
+  logical: Mapping[str, Any],
+  fill: Any = None,
+  row_sharding: jax.sharding.Sharding | None = None,
 ) -> Any:
   """Places logical tables [vocab, dim] into the physical stacked layout.
 
@@ -324,8 +307,8 @@ def logical_to_physical(
     values = layout.logical_array(logical, table)
     setting = table.setting_in_stack
     pad = (
-        (0, setting.padded_vocab_size - table.vocabulary_size),
-        (0, dim - table.embedding_dim),
+      (0, setting.padded_vocab_size - table.vocabulary_size),
+      (0, dim - table.embedding_dim),
     )
 
     def place(x, setting=setting):
@@ -350,8 +333,8 @@ def physical_to_logical(layout: StackLayout, physical: Any) -> dict[str, Any]:
   expected = (layout.vocab_size, dim)
   if tuple(physical.shape) != expected:
     raise EmbeddingLayoutError(
-        f"stack '{layout.name}': physical array has shape"
-        f" {tuple(physical.shape)}, expected {expected}"
+      f"stack '{layout.name}': physical array has shape"
+      f" {tuple(physical.shape)}, expected {expected}"
     )
   blocks = physical.reshape(n, layout.rows_per_sc, dim)
   logical = {}

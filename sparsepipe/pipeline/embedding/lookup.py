@@ -31,10 +31,10 @@ from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 
 def _stack_activations(
-    layout: StackLayout,
-    num_sc_per_device: int,
-    table: jax.Array,
-    buffers: tuple[jax.Array, ...],
+  layout: StackLayout,
+  num_sc_per_device: int,
+  table: jax.Array,
+  buffers: tuple[jax.Array, ...],
 ) -> jax.Array:
   """One device: its table shard and COO buffers -> [S, samples per SC, D]."""
   s, b = num_sc_per_device, layout.samples_per_sc
@@ -46,32 +46,28 @@ def _stack_activations(
   own_sc = jnp.arange(s, dtype=jnp.int32)[:, None, None]
   segments = jnp.where(valid, own_sc * b + sids, s * b)
   summed = jax.ops.segment_sum(
-      values.reshape(-1, layout.dim), segments.reshape(-1), num_segments=s * b
+    values.reshape(-1, layout.dim), segments.reshape(-1), num_segments=s * b
   )
   return summed.reshape(s, b, layout.dim)
 
 
-def _split_features(
-    layout: StackLayout, activations: jax.Array
-) -> dict[str, jax.Array]:
+def _split_features(layout: StackLayout, activations: jax.Array) -> dict[str, jax.Array]:
   """[S, b, D] -> {feature: [S * n_f, out dim]}, device-local row s*n_f+j."""
   out = {}
   for slot in layout.features:
     start, rows = slot.sample_offset, slot.samples_per_sc
     dim = slot.spec.output_shape[-1]
-    out[slot.spec.name] = activations[:, start : start + rows, :dim].reshape(
-        -1, dim
-    )
+    out[slot.spec.name] = activations[:, start : start + rows, :dim].reshape(-1, dim)
   return out
 
 
 def sparse_dense_matmul(
-    sparse_input: SparseDenseMatmulInput,
-    embedding_variables: Mapping[str, EmbeddingVariables],
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    num_sc_per_device: int,
+  sparse_input: SparseDenseMatmulInput,
+  embedding_variables: Mapping[str, EmbeddingVariables],
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  num_sc_per_device: int,
 ) -> Any:
   """Embedding activations for every feature, from the COO buffers.
 
@@ -105,16 +101,12 @@ def sparse_dense_matmul(
   def per_device(tables, buffers):
     out = {}
     for name, layout in layouts.items():
-      acts = _stack_activations(
-          layout, num_sc_per_device, tables[name], buffers[name]
-      )
+      acts = _stack_activations(layout, num_sc_per_device, tables[name], buffers[name])
       out.update(_split_features(layout, acts))
     return out
 
   spec = PartitionSpec(DATA_AXIS)
-  by_name = jax.shard_map(
-      per_device, mesh=mesh, in_specs=(spec, spec), out_specs=spec
-  )(tables, buffers)
-  return jax.tree.unflatten(
-      jax.tree.structure(feature_specs), [by_name[f.name] for f in leaves]
+  by_name = jax.shard_map(per_device, mesh=mesh, in_specs=(spec, spec), out_specs=spec)(
+    tables, buffers
   )
+  return jax.tree.unflatten(jax.tree.structure(feature_specs), [by_name[f.name] for f in leaves])

@@ -25,8 +25,8 @@ class UnsupportedOptimizerError(ValueError):
 def _checked(optimizer: Any) -> OptimizerSpec:
   if not isinstance(optimizer, OptimizerSpec):
     raise UnsupportedOptimizerError(
-        f"embedding optimizer {type(optimizer).__name__} is not supported:"
-        " embedding optimizers derive from sparsepipe.core.OptimizerSpec"
+      f"embedding optimizer {type(optimizer).__name__} is not supported:"
+      " embedding optimizers derive from sparsepipe.core.OptimizerSpec"
     )
   return optimizer
 
@@ -37,11 +37,11 @@ def step_hyperparameters(optimizer: Any, step: jax.Array) -> tuple[jax.Array, ..
 
 
 def apply_rows(
-    optimizer: Any,
-    hyper: tuple[jax.Array, ...],
-    rows: jax.Array,
-    slots: tuple[jax.Array, ...],
-    grads: jax.Array,
+  optimizer: Any,
+  hyper: tuple[jax.Array, ...],
+  rows: jax.Array,
+  slots: tuple[jax.Array, ...],
+  grads: jax.Array,
 ) -> tuple[jax.Array, tuple[jax.Array, ...]]:
   """New (rows, slots) for touched rows [n, D] given their gradients [n, D]."""
   rows, slots = _checked(optimizer).update_rows(hyper, rows, slots, grads)

@@ -20,13 +20,13 @@ from sparsepipe.pipeline.embedding.variables import unstack_embedding_variables
 
 
 def relayout_embedding_variables(
-    variables: Mapping[str, EmbeddingVariables],
-    *,
-    from_feature_specs: Any,
-    from_device_count: int,
-    feature_specs: Any,
-    mesh: Mesh,
-    num_sc_per_device: int,
+  variables: Mapping[str, EmbeddingVariables],
+  *,
+  from_feature_specs: Any,
+  from_device_count: int,
+  feature_specs: Any,
+  mesh: Mesh,
+  num_sc_per_device: int,
 ) -> dict[str, EmbeddingVariables]:
   """{stack: EmbeddingVariables} laid out for `from_device_count` -> for `mesh`.
 
@@ -45,11 +45,11 @@ def relayout_embedding_variables(
       layout (another stacking, slot count or shape).
   """
   logical = unstack_embedding_variables(
-      variables,
-      from_feature_specs,
-      num_sc_per_device=num_sc_per_device,
-      global_device_count=from_device_count,
+    variables,
+    from_feature_specs,
+    num_sc_per_device=num_sc_per_device,
+    global_device_count=from_device_count,
   )
   return stack_embedding_variables(
-      logical, feature_specs, mesh, num_sc_per_device=num_sc_per_device
+    logical, feature_specs, mesh, num_sc_per_device=num_sc_per_device
   )

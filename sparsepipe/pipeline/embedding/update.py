@@ -34,7 +34,7 @@ from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 
 def _stack_gradients(
-    layout: StackLayout, local_grads: Mapping[str, jax.Array], s: int
+  layout: StackLayout, local_grads: Mapping[str, jax.Array], s: int
 ) -> jax.Array:
   """{feature: [S * n_f, out dim]} -> [S, samples per SC, D] in sample order."""
   pieces = []
@@ -47,56 +47,50 @@ def _stack_gradients(
 
 
 def _update_stack(
-    layout: StackLayout,
-    s: int,
-    variables: EmbeddingVariables,
-    buffers: tuple[jax.Array, ...],
-    grads: jax.Array,
-    hyper: jax.Array,
+  layout: StackLayout,
+  s: int,
+  variables: EmbeddingVariables,
+  buffers: tuple[jax.Array, ...],
+  grads: jax.Array,
+  hyper: jax.Array,
 ) -> EmbeddingVariables:
   """One device: route row gradients to owners and update touched rows."""
   b, dim = layout.samples_per_sc, layout.dim
   ids, sids, gains, valid = send_buffers(layout, s, *buffers)
   own_sc = jnp.arange(s, dtype=jnp.int32)[:, None, None]
   samples = jnp.where(valid, own_sc * b + sids, s * b)
-  row_grads = jnp.take(
-      grads.reshape(s * b, dim), samples, axis=0, mode="fill", fill_value=0
-  )
+  row_grads = jnp.take(grads.reshape(s * b, dim), samples, axis=0, mode="fill", fill_value=0)
   row_grads = jnp.where(valid[..., None], row_grads * gains[..., None], 0.0)
   rows = local_rows(layout, to_owners(ids, s)).reshape(-1)
   row_grads = to_owners(row_grads, s).reshape(-1, dim)
   size = rows.shape[0]
   shard_rows = variables.table.shape[0]
-  touched, inverse = jnp.unique(
-      rows, size=size, fill_value=shard_rows, return_inverse=True
-  )
-  combined = jax.ops.segment_sum(
-      row_grads, inverse.reshape(-1), num_segments=size
-  )
+  touched, inverse = jnp.unique(rows, size=size, fill_value=shard_rows, return_inverse=True)
+  combined = jax.ops.segment_sum(row_grads, inverse.reshape(-1), num_segments=size)
   read = lambda x: jnp.take(x, touched, axis=0, mode="fill", fill_value=0)
   new_rows, new_slots = apply_rows(
-      layout.spec.optimizer,
-      hyper,
-      read(variables.table),
-      tuple(read(x) for x in variables.slots),
-      combined,
+    layout.spec.optimizer,
+    hyper,
+    read(variables.table),
+    tuple(read(x) for x in variables.slots),
+    combined,
   )
   write = lambda x, v: x.at[touched].set(v, mode="drop")
   return EmbeddingVariables(
-      write(variables.table, new_rows),
-      tuple(write(x, v) for x, v in zip(variables.slots, new_slots)),
+    write(variables.table, new_rows),
+    tuple(write(x, v) for x, v in zip(variables.slots, new_slots)),
   )
 
 
 def sparse_dense_matmul_grad(
-    activation_gradients: Any,
-    sparse_input: SparseDenseMatmulInput,
-    embedding_variables: Mapping[str, EmbeddingVariables],
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    num_sc_per_device: int,
-    step: Any,
+  activation_gradients: Any,
+  sparse_input: SparseDenseMatmulInput,
+  embedding_variables: Mapping[str, EmbeddingVariables],
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  num_sc_per_device: int,
+  step: Any,
 ) -> dict[str, EmbeddingVariables]:
   """Applies the embedding optimizer to the rows the batch touched.
 
@@ -121,16 +115,14 @@ def sparse_dense_matmul_grad(
   layouts = stack_layouts(feature_specs, num_sparsecores(mesh, s))
   buffers = check_sparse_input(sparse_input, layouts, g, s)
   leaves = jax.tree.leaves(feature_specs)
-  grad_leaves = jax.tree.structure(feature_specs).flatten_up_to(
-      activation_gradients
-  )
+  grad_leaves = jax.tree.structure(feature_specs).flatten_up_to(activation_gradients)
   grads = {}
   for feature, grad in zip(leaves, grad_leaves):
     expected = (feature.global_batch_size, feature.output_shape[-1])
     if tuple(grad.shape) != expected:
       raise EmbeddingLayoutError(
-          f"feature '{feature.name}': activation gradient has shape"
-          f" {tuple(grad.shape)}, expected {expected}"
+        f"feature '{feature.name}': activation gradient has shape"
+        f" {tuple(grad.shape)}, expected {expected}"
       )
     grads[feature.name] = grad
   variables, hyper = {}, {}
@@ -141,8 +133,7 @@ def sparse_dense_matmul_grad(
     slots = len(layout.spec.optimizer.slot_names())
     if len(variables[name].slots) != slots:
       raise EmbeddingLayoutError(
-          f"stack '{name}': {len(variables[name].slots)} slots given, the"
-          f" optimizer has {slots}"
+        f"stack '{name}': {len(variables[name].slots)} slots given, the optimizer has {slots}"
       )
     hyper[name] = step_hyperparameters(layout.spec.optimizer, step)
 
@@ -150,15 +141,13 @@ def sparse_dense_matmul_grad(
     out = {}
     for name, layout in layouts.items():
       stacked = _stack_gradients(layout, grads, s)
-      out[name] = _update_stack(
-          layout, s, variables[name], buffers[name], stacked, hyper[name]
-      )
+      out[name] = _update_stack(layout, s, variables[name], buffers[name], stacked, hyper[name])
     return out
 
   spec = PartitionSpec(DATA_AXIS)
   return jax.shard_map(
-      per_device,
-      mesh=mesh,
-      in_specs=(spec, spec, spec, PartitionSpec()),
-      out_specs=spec,
+    per_device,
+    mesh=mesh,
+    in_specs=(spec, spec, spec, PartitionSpec()),
+    out_specs=spec,
   )(variables, buffers, grads, hyper)

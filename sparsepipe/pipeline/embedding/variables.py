@@ -37,9 +37,7 @@ class EmbeddingVariables(NamedTuple):
 def num_sparsecores(mesh: Mesh, num_sc_per_device: int) -> int:
   """N = devices on the mesh's data axis * SparseCores per device."""
   if num_sc_per_device < 1:
-    raise EmbeddingLayoutError(
-        f"num_sc_per_device={num_sc_per_device} must be positive"
-    )
+    raise EmbeddingLayoutError(f"num_sc_per_device={num_sc_per_device} must be positive")
   return int(mesh.shape[DATA_AXIS]) * int(num_sc_per_device)
 
 
@@ -57,34 +55,28 @@ def _structure(layout: StackLayout, leaf: Any) -> EmbeddingVariables:
   return EmbeddingVariables(leaf, slots)
 
 
-def embedding_variables_sharding(
-    feature_specs: Any, mesh: Mesh
-) -> dict[str, EmbeddingVariables]:
+def embedding_variables_sharding(feature_specs: Any, mesh: Mesh) -> dict[str, EmbeddingVariables]:
   """{stack: EmbeddingVariables of NamedSharding} (for jit in/out_shardings)."""
   sharding = table_sharding(mesh)
   stacks = get_stacked_table_specs(feature_specs)
   return {
-      name: EmbeddingVariables(
-          sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names())
-      )
-      for name in sorted(stacks)
+    name: EmbeddingVariables(sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names()))
+    for name in sorted(stacks)
   }
 
 
 def abstract_embedding_variables(
-    feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
 ) -> dict[str, EmbeddingVariables]:
   """ShapeDtypeStructs with shardings: restore targets for Orbax."""
   sharding = table_sharding(mesh)
   layouts = _layouts(feature_specs, mesh, num_sc_per_device)
   return {
-      name: _structure(
-          layout,
-          jax.ShapeDtypeStruct(
-              (layout.vocab_size, layout.dim), jnp.float32, sharding=sharding
-          ),
-      )
-      for name, layout in layouts.items()
+    name: _structure(
+      layout,
+      jax.ShapeDtypeStruct((layout.vocab_size, layout.dim), jnp.float32, sharding=sharding),
+    )
+    for name, layout in layouts.items()
   }
 
 
@@ -97,8 +89,8 @@ def _slot_fills(layout: StackLayout, key: jax.Array) -> list[jax.Array]:
   shape = (layout.vocab_size, layout.dim)
   optimizer = layout.spec.optimizer
   return [
-      jnp.asarray(init(jax.random.fold_in(key, i), shape, jnp.float32))
-      for i, init in enumerate(optimizer.slot_initializers())
+    jnp.asarray(init(jax.random.fold_in(key, i), shape, jnp.float32))
+    for i, init in enumerate(optimizer.slot_initializers())
   ]
 
 
@@ -111,12 +103,12 @@ def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh):
     state = {}
     for name, layout in layouts:
       logical = {
-          t.name: t.initializer(
-              table_key(key, t.name),
-              (t.vocabulary_size, t.embedding_dim),
-              jnp.float32,
-          )
-          for t in layout.tables
+        t.name: t.initializer(
+          table_key(key, t.name),
+          (t.vocabulary_size, t.embedding_dim),
+          jnp.float32,
+        )
+        for t in layout.tables
       }
       table = logical_to_physical(layout, logical, row_sharding=sharding)
       slot_key = jax.random.fold_in(table_key(key, name), 1)
@@ -129,7 +121,7 @@ def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh):
 
 
 def init_embedding_variables(
-    key: jax.Array, feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  key: jax.Array, feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
 ) -> dict[str, EmbeddingVariables]:
   """Fresh tables and slots, created sharded (never whole on one device).
 
@@ -157,17 +149,16 @@ def _global_device_count(arrays: list[Any], given: int | None) -> int:
     if isinstance(sharding, NamedSharding) and DATA_AXIS in sharding.mesh.shape:
       return int(sharding.mesh.shape[DATA_AXIS])
   raise EmbeddingLayoutError(
-      "global_device_count is needed: the tables carry no NamedSharding over"
-      f" the '{DATA_AXIS}' axis"
+    f"global_device_count is needed: the tables carry no NamedSharding over the '{DATA_AXIS}' axis"
   )
 
 
 def unstack_embedding_variables(
-    variables: Mapping[str, EmbeddingVariables],
-    feature_specs: Any,
-    *,
-    num_sc_per_device: int,
-    global_device_count: int | None = None,
+  variables: Mapping[str, EmbeddingVariables],
+  feature_specs: Any,
+  *,
+  num_sc_per_device: int,
+  global_device_count: int | None = None,
 ) -> dict[str, EmbeddingVariables]:
   """Physical stacked state -> {table name: EmbeddingVariables of numpy}.
 
@@ -176,30 +167,27 @@ def unstack_embedding_variables(
   """
   out = {}
   stacks = _stacked_layouts(
-      variables, feature_specs, num_sc_per_device, global_device_count, "variables"
+    variables, feature_specs, num_sc_per_device, global_device_count, "variables"
   )
   for layout, stacked in stacks:
     expected = len(layout.spec.optimizer.slot_names())
     if len(stacked.slots) != expected:
       raise EmbeddingLayoutError(
-          f"stack '{layout.name}': {len(stacked.slots)} slots given, the optimizer"
-          f" has {expected}"
+        f"stack '{layout.name}': {len(stacked.slots)} slots given, the optimizer has {expected}"
       )
     table = physical_to_logical(layout, _to_host(stacked.table))
     slots = [physical_to_logical(layout, _to_host(s)) for s in stacked.slots]
     for t in layout.tables:
-      out[t.name] = EmbeddingVariables(
-          table[t.name], tuple(s[t.name] for s in slots)
-      )
+      out[t.name] = EmbeddingVariables(table[t.name], tuple(s[t.name] for s in slots))
   return out
 
 
 def unstack_embedding_tables(
-    tables: Mapping[str, Any],
-    feature_specs: Any,
-    *,
-    num_sc_per_device: int,
-    global_device_count: int | None = None,
+  tables: Mapping[str, Any],
+  feature_specs: Any,
+  *,
+  num_sc_per_device: int,
+  global_device_count: int | None = None,
 ) -> dict[str, np.ndarray]:
   """Physical stacked tables -> {table name: np.ndarray [vocab, dim]}.
 
@@ -207,14 +195,12 @@ def unstack_embedding_tables(
   ignored; see unstack_embedding_variables for them).
   """
   variables = {
-      name: EmbeddingVariables(
-          v.table if isinstance(v, EmbeddingVariables) else v, ()
-      )
-      for name, v in tables.items()
+    name: EmbeddingVariables(v.table if isinstance(v, EmbeddingVariables) else v, ())
+    for name, v in tables.items()
   }
   out = {}
   stacks = _stacked_layouts(
-      variables, feature_specs, num_sc_per_device, global_device_count, "table"
+    variables, feature_specs, num_sc_per_device, global_device_count, "table"
   )
   for layout, stacked in stacks:
     out.update(physical_to_logical(layout, _to_host(stacked.table)))
@@ -222,19 +208,17 @@ def unstack_embedding_tables(
 
 
 def _stacked_layouts(
-    variables: Mapping[str, EmbeddingVariables],
-    feature_specs: Any,
-    num_sc_per_device: int,
-    global_device_count: int | None,
-    what: str,
+  variables: Mapping[str, EmbeddingVariables],
+  feature_specs: Any,
+  num_sc_per_device: int,
+  global_device_count: int | None,
+  what: str,
 ) -> Iterator[tuple[StackLayout, EmbeddingVariables]]:
   """(layout, variables) of every stack, in order; a missing stack is an error.
 
   A generator: each stack is checked just before its turn.
   """
-  g = _global_device_count(
-      [v.table for v in variables.values()], global_device_count
-  )
+  g = _global_device_count([v.table for v in variables.values()], global_device_count)
   for name, layout in stack_layouts(feature_specs, g * num_sc_per_device).items():
     if name not in variables:
       raise EmbeddingLayoutError(f"no embedding {what} for stack '{name}'")
@@ -242,7 +226,7 @@ def _stacked_layouts(
 
 
 def _device_logical(
-    layout: StackLayout, logical: Mapping[str, Any], sharding: NamedSharding
+  layout: StackLayout, logical: Mapping[str, Any], sharding: NamedSharding
 ) -> dict[str, Any]:
   """Logical arrays -> device arrays; host arrays go row-sharded, rows padded.
 
@@ -259,23 +243,21 @@ def _device_logical(
     rows = t.setting_in_stack.padded_vocab_size - t.vocabulary_size
     padded = np.pad(np.asarray(value, np.float32), ((0, rows), (0, 0)))
     out[t.name] = jax.make_array_from_callback(
-        padded.shape, sharding, lambda index, padded=padded: padded[index]
+      padded.shape, sharding, lambda index, padded=padded: padded[index]
     )
   return out
 
 
-def _unpad_rows(
-    layout: StackLayout, arrays: Mapping[str, Any]
-) -> dict[str, Any]:
+def _unpad_rows(layout: StackLayout, arrays: Mapping[str, Any]) -> dict[str, Any]:
   return {t.name: arrays[t.name][: t.vocabulary_size] for t in layout.tables}
 
 
 def stack_embedding_variables(
-    logical: Mapping[str, EmbeddingVariables],
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    num_sc_per_device: int,
+  logical: Mapping[str, EmbeddingVariables],
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  num_sc_per_device: int,
 ) -> dict[str, EmbeddingVariables]:
   """{table name: EmbeddingVariables [vocab, dim]} -> sharded physical state.
 
@@ -293,44 +275,33 @@ def stack_embedding_variables(
       got = len(logical[t.name].slots) if t.name in logical else n_slots
       if got != n_slots:
         raise EmbeddingLayoutError(
-            f"stack '{name}', table '{t.name}': {got} slots given, the"
-            f" optimizer has {n_slots}"
+          f"stack '{name}', table '{t.name}': {got} slots given, the optimizer has {n_slots}"
         )
-    table = _device_logical(
-        layout, {k: v.table for k, v in logical.items()}, sharding
-    )
+    table = _device_logical(layout, {k: v.table for k, v in logical.items()}, sharding)
     slots = [
-        _device_logical(
-            layout, {k: v.slots[i] for k, v in logical.items()}, sharding
-        )
-        for i in range(n_slots)
+      _device_logical(layout, {k: v.slots[i] for k, v in logical.items()}, sharding)
+      for i in range(n_slots)
     ]
 
     def place(table, slots, layout=layout):
       fills = _slot_fills(layout, jax.random.key(0))
       return EmbeddingVariables(
-          logical_to_physical(
-              layout, _unpad_rows(layout, table), row_sharding=sharding
-          ),
-          tuple(
-              logical_to_physical(
-                  layout, _unpad_rows(layout, s), f, row_sharding=sharding
-              )
-              for s, f in zip(slots, fills)
-          ),
+        logical_to_physical(layout, _unpad_rows(layout, table), row_sharding=sharding),
+        tuple(
+          logical_to_physical(layout, _unpad_rows(layout, s), f, row_sharding=sharding)
+          for s, f in zip(slots, fills)
+        ),
       )
 
-    out[name] = jax.jit(place, out_shardings=_structure(layout, sharding))(
-        table, slots
-    )
+    out[name] = jax.jit(place, out_shardings=_structure(layout, sharding))(table, slots)
   return out
 
 
 def stack_embedding_tables(
-    logical: Mapping[str, Any],
-    feature_specs: Any,
-    mesh: Mesh,
-    num_sc_per_device: int,
+  logical: Mapping[str, Any],
+  feature_specs: Any,
+  mesh: Mesh,
+  num_sc_per_device: int,
 ) -> dict[str, jax.Array]:
   """{table name: [vocab, dim]} -> {stack name: sharded physical table}."""
   layouts = _layouts(feature_specs, mesh, num_sc_per_device)
@@ -339,7 +310,7 @@ def stack_embedding_tables(
   for name, layout in layouts.items():
     tables = _device_logical(layout, logical, sharding)
     place = lambda t, layout=layout: logical_to_physical(
-        layout, _unpad_rows(layout, t), row_sharding=sharding
+      layout, _unpad_rows(layout, t), row_sharding=sharding
     )
     out[name] = jax.jit(place, out_shardings=sharding)(tables)
   return out

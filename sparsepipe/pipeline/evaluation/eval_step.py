@@ -42,12 +42,12 @@ EvalStep = Callable[[TrainState, EvalBatch], jax.Array]
 
 
 def make_eval_step(
-    mesh: Mesh,
-    feature_specs: Any,
-    num_sc_per_device: int,
-    predict_fn: PredictFn,
-    *,
-    sc_fwd_fn: ScFwdStageFun | None = None,
+  mesh: Mesh,
+  feature_specs: Any,
+  num_sc_per_device: int,
+  predict_fn: PredictFn,
+  *,
+  sc_fwd_fn: ScFwdStageFun | None = None,
 ) -> EvalStep:
   """A jitted forward-only step: `(train_state, eval_batch) -> scores`.
 
@@ -65,7 +65,7 @@ def make_eval_step(
   """
   if sc_fwd_fn is None:
     sc_fwd_fn = get_default_sc_fwd_function(
-        feature_specs, mesh, num_sc_per_device=num_sc_per_device
+      feature_specs, mesh, num_sc_per_device=num_sc_per_device
     )
 
   def forward(params, embedding_variables, batch):
@@ -92,7 +92,7 @@ def _host_local(x: Any) -> np.ndarray:
 
 
 def evaluate(
-    eval_step: EvalStep, train_state: TrainState, eval_batches: Iterable[EvalBatch]
+  eval_step: EvalStep, train_state: TrainState, eval_batches: Iterable[EvalBatch]
 ) -> EvalMetrics:
   """One eval pass: metrics over every real example of every host.
 
@@ -121,6 +121,6 @@ def evaluate(
   if pending is not None:
     collect(*pending)
   merged_labels, merged_scores = merge_across_processes(
-      *(np.concatenate(xs) if xs else np.zeros(0, np.float32) for xs in (labels, scores, masks))
+    *(np.concatenate(xs) if xs else np.zeros(0, np.float32) for xs in (labels, scores, masks))
   )
   return compute_metrics(merged_labels, merged_scores)

@@ -124,11 +124,11 @@ def compute_metrics(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> EvalM
   """All metrics of one complete set of (label, score) pairs."""
   labels, scores = _check(labels, scores)
   return EvalMetrics(
-      auc=auc(labels, scores),
-      logloss=log_loss(labels, scores, eps),
-      ne=normalized_entropy(labels, scores, eps),
-      calibration=calibration(labels, scores),
-      examples=int(labels.size),
+    auc=auc(labels, scores),
+    logloss=log_loss(labels, scores, eps),
+    ne=normalized_entropy(labels, scores, eps),
+    calibration=calibration(labels, scores),
+    examples=int(labels.size),
   )
 
 
@@ -141,11 +141,13 @@ def merge_across_processes(labels: Any, scores: Any, mask: Any) -> tuple[np.ndar
   process) and the padding dropped. Every process gets the same result.
   Scores travel as float32 (what the eval step computes).
   """
-  local = np.stack([
+  local = np.stack(
+    [
       np.asarray(labels, np.float32).reshape(-1),
       np.asarray(scores, np.float32).reshape(-1),
       np.asarray(mask, np.float32).reshape(-1),
-  ])
+    ]
+  )
   gathered = np.asarray(multihost_utils.process_allgather(local))  # [P, 3, n]
   gathered = gathered.reshape(-1, 3, local.shape[1]).transpose(1, 0, 2).reshape(3, -1)
   valid = gathered[2] > 0

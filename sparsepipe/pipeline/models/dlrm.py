@@ -64,19 +64,14 @@ class DLRMConfig:
   top_mlp_dims: tuple[int, ...] = (64, 32)
 
   def __post_init__(self):
-    object.__setattr__(
-        self, "feature_dims", tuple((str(n), int(d)) for n, d in self.feature_dims)
-    )
+    object.__setattr__(self, "feature_dims", tuple((str(n), int(d)) for n, d in self.feature_dims))
     object.__setattr__(self, "bottom_mlp_dims", tuple(self.bottom_mlp_dims))
     object.__setattr__(self, "top_mlp_dims", tuple(self.top_mlp_dims))
     if self.num_dense_features < 0:
-      raise ValueError(
-          f"DLRM: num_dense_features={self.num_dense_features} must be >= 0"
-      )
+      raise ValueError(f"DLRM: num_dense_features={self.num_dense_features} must be >= 0")
     if not self.bottom_mlp_dims or min(self.bottom_mlp_dims) <= 0:
       raise ValueError(
-          f"DLRM: bottom_mlp_dims={self.bottom_mlp_dims} must be non-empty and"
-          " positive"
+        f"DLRM: bottom_mlp_dims={self.bottom_mlp_dims} must be non-empty and positive"
       )
     if self.top_mlp_dims and min(self.top_mlp_dims) <= 0:
       raise ValueError(f"DLRM: top_mlp_dims={self.top_mlp_dims} must be positive")
@@ -88,12 +83,10 @@ class DLRMConfig:
 
   @classmethod
   def from_feature_specs(
-      cls, feature_specs: Any, num_dense_features: int, **kwargs: Any
+    cls, feature_specs: Any, num_dense_features: int, **kwargs: Any
   ) -> "DLRMConfig":
     """Takes names and output dims from the (prepared) feature specs."""
-    dims = tuple(
-        (f.name, int(f.output_shape[-1])) for f in jax.tree.leaves(feature_specs)
-    )
+    dims = tuple((f.name, int(f.output_shape[-1])) for f in jax.tree.leaves(feature_specs))
     return cls(num_dense_features=num_dense_features, feature_dims=dims, **kwargs)
 
   @property
@@ -110,19 +103,15 @@ def _dense_layer(key: jax.Array, fan_in: int, fan_out: int) -> dict[str, jax.Arr
   """DLRM's init: N(0, sqrt(2/(in+out))) kernel, N(0, sqrt(1/out)) bias."""
   k_w, k_b = jax.random.split(key)
   return {
-      "kernel": jax.random.normal(k_w, (fan_in, fan_out), jnp.float32)
-      * np.sqrt(2.0 / (fan_in + fan_out)),
-      "bias": jax.random.normal(k_b, (fan_out,), jnp.float32)
-      * np.sqrt(1.0 / fan_out),
+    "kernel": jax.random.normal(k_w, (fan_in, fan_out), jnp.float32)
+    * np.sqrt(2.0 / (fan_in + fan_out)),
+    "bias": jax.random.normal(k_b, (fan_out,), jnp.float32) * np.sqrt(1.0 / fan_out),
   }
 
 
 def _mlp(key: jax.Array, dims: tuple[int, ...]) -> dict[str, Any]:
   keys = jax.random.split(key, len(dims) - 1)
-  return {
-      f"layer_{i}": _dense_layer(keys[i], dims[i], dims[i + 1])
-      for i in range(len(dims) - 1)
-  }
+  return {f"layer_{i}": _dense_layer(keys[i], dims[i], dims[i + 1]) for i in range(len(dims) - 1)}
 
 
 def init_dlrm_params(key: jax.Array, config: DLRMConfig) -> dict[str, Any]:
@@ -132,15 +121,12 @@ def init_dlrm_params(key: jax.Array, config: DLRMConfig) -> dict[str, Any]:
   top_in = d + config.num_interactions
   params = {"top_mlp": _mlp(k_top, (top_in,) + config.top_mlp_dims + (1,))}
   if config.num_dense_features:
-    params["bottom_mlp"] = _mlp(
-        k_bottom, (config.num_dense_features,) + config.bottom_mlp_dims
-    )
+    params["bottom_mlp"] = _mlp(k_bottom, (config.num_dense_features,) + config.bottom_mlp_dims)
   projected = [(n, dim) for n, dim in config.feature_dims if dim != d]
   if projected:
     keys = jax.random.split(k_proj, len(projected))
     params["projection"] = {
-        name: _dense_layer(k, dim, d)["kernel"]
-        for k, (name, dim) in zip(keys, projected)
+      name: _dense_layer(k, dim, d)["kernel"] for k, (name, dim) in zip(keys, projected)
     }
   return params
 
@@ -156,22 +142,21 @@ def _apply_mlp(layers: dict[str, Any], x: jax.Array, relu_last: bool) -> jax.Arr
 
 
 def dlrm_logits(
-    params: dict[str, Any], config: DLRMConfig, dense: jax.Array, activations: Any
+  params: dict[str, Any], config: DLRMConfig, dense: jax.Array, activations: Any
 ) -> jax.Array:
   """[B] logits from dense features and the embedding activations pytree."""
   leaves = jax.tree.leaves(activations)
   if len(leaves) != len(config.feature_dims):
     raise ValueError(
-        f"DLRM: {len(leaves)} activation arrays for"
-        f" {len(config.feature_dims)} features {config.feature_dims}"
+      f"DLRM: {len(leaves)} activation arrays for"
+      f" {len(config.feature_dims)} features {config.feature_dims}"
     )
   d = config.interaction_dim
   vectors = []
   for (name, dim), act in zip(config.feature_dims, leaves):
     if act.shape[-1] != dim:
       raise ValueError(
-          f"DLRM: feature '{name}' activations have dim {act.shape[-1]},"
-          f" config says {dim}"
+        f"DLRM: feature '{name}' activations have dim {act.shape[-1]}, config says {dim}"
       )
     vectors.append(act if dim == d else act @ params["projection"][name])
   if config.num_dense_features:
@@ -187,11 +172,11 @@ def dlrm_logits(
 
 
 def dlrm_loss(
-    params: dict[str, Any],
-    config: DLRMConfig,
-    dense: jax.Array,
-    activations: Any,
-    labels: jax.Array,
+  params: dict[str, Any],
+  config: DLRMConfig,
+  dense: jax.Array,
+  activations: Any,
+  labels: jax.Array,
 ) -> jax.Array:
   """Mean sigmoid cross-entropy over the batch."""
   logits = dlrm_logits(params, config, dense, activations)
@@ -211,7 +196,7 @@ def make_dlrm_predict_fn(config: DLRMConfig):
 
 
 def make_dlrm_tc_stage(
-    config: DLRMConfig, optimizer: optax.GradientTransformation, mesh: Mesh
+  config: DLRMConfig, optimizer: optax.GradientTransformation, mesh: Mesh
 ) -> TcStageFun:
   """The DLRM TC stage: per-device loss and grads, dense update.
 
@@ -238,39 +223,33 @@ def make_dlrm_tc_stage(
     def local(params, activations, dense, labels):
       if zero:
         # Per-device partial gradients (no implicit all-reduce).
-        params = jax.tree.map(
-            lambda p: jax.lax.pcast(p, DATA_AXIS, to="varying"), params
-        )
+        params = jax.tree.map(lambda p: jax.lax.pcast(p, DATA_AXIS, to="varying"), params)
 
       def loss_fn(params, activations):
         logits = dlrm_logits(params, config, dense, activations)
         losses = optax.sigmoid_binary_cross_entropy(logits, labels)
         return jnp.sum(losses) / global_batch
 
-      loss, (param_grads, act_grads) = jax.value_and_grad(
-          loss_fn, argnums=(0, 1)
-      )(params, activations)
+      loss, (param_grads, act_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1))(
+        params, activations
+      )
       loss = jax.lax.psum(loss, DATA_AXIS)
       if zero:
         param_grads = scatter_gradients(param_grads)
       return loss, param_grads, act_grads
 
     loss, param_grads, act_grads = jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=(replicated, data, data, data),
-        out_specs=(replicated, data if zero else replicated, data),
+      local,
+      mesh=mesh,
+      in_specs=(replicated, data, data, data),
+      out_specs=(replicated, data if zero else replicated, data),
     )(train_state.params, activations, dense_inputs.dense, dense_inputs.labels)
 
     if zero:
       param_grads = ScatteredGradients(param_grads)
-    updates, opt_state = optimizer.update(
-        param_grads, train_state.opt_state, train_state.params
-    )
+    updates, opt_state = optimizer.update(param_grads, train_state.opt_state, train_state.params)
     params = optax.apply_updates(train_state.params, updates)
-    new_state = train_state.replace(
-        step=train_state.step + 1, params=params, opt_state=opt_state
-    )
+    new_state = train_state.replace(step=train_state.step + 1, params=params, opt_state=opt_state)
     # One flag for the loss, the dense update and the embedding gradients,
     # so a job can stop before it saves a non-finite model.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm((updates, act_grads)))

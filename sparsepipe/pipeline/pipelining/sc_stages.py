@@ -36,7 +36,7 @@ DefaultScBwdAux = type(None)
 
 
 def get_default_sc_fwd_function(
-    feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
 ) -> ScFwdStageFun:
   """SC fwd stage: `sparse_dense_matmul` over the mesh; aux None.
 
@@ -51,8 +51,11 @@ def get_default_sc_fwd_function(
 
   def sc_fwd(sparse_inputs, embedding_variables):
     activations = sparse_dense_matmul(
-        sparse_inputs, embedding_variables, feature_specs, mesh,
-        num_sc_per_device=num_sc_per_device,
+      sparse_inputs,
+      embedding_variables,
+      feature_specs,
+      mesh,
+      num_sc_per_device=num_sc_per_device,
     )
     return activations, None
 
@@ -60,7 +63,7 @@ def get_default_sc_fwd_function(
 
 
 def get_default_sc_bwd_function(
-    feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
 ) -> ScBwdStageFun:
   """SC bwd stage: `sparse_dense_matmul_grad` with step = tc_aux; aux None.
 
@@ -76,18 +79,21 @@ def get_default_sc_bwd_function(
 
   def sc_bwd(sparse_inputs, embedding_gradients, embedding_variables, tc_aux):
     step = jnp.asarray(tc_aux) if tc_aux is not None else None
-    if step is None or step.shape != () or not jnp.issubdtype(
-        step.dtype, jnp.integer
-    ):
+    if step is None or step.shape != () or not jnp.issubdtype(step.dtype, jnp.integer):
       got = None if step is None else f"{step.dtype}{list(step.shape)}"
       raise ValueError(
-          "default SC bwd stage: tc_aux must be the int32 scalar count of"
-          f" embedding updates applied before this batch, got {got}; return"
-          " the train step (before its update) as tc_aux from the TC stage"
+        "default SC bwd stage: tc_aux must be the int32 scalar count of"
+        f" embedding updates applied before this batch, got {got}; return"
+        " the train step (before its update) as tc_aux from the TC stage"
       )
     variables = sparse_dense_matmul_grad(
-        embedding_gradients, sparse_inputs, embedding_variables, feature_specs,
-        mesh, num_sc_per_device=num_sc_per_device, step=step,
+      embedding_gradients,
+      sparse_inputs,
+      embedding_variables,
+      feature_specs,
+      mesh,
+      num_sc_per_device=num_sc_per_device,
+      step=step,
     )
     return variables, None
 

@@ -37,53 +37,49 @@ TcAuxT = TypeVar("TcAuxT")
 ScBwdAuxT = TypeVar("ScBwdAuxT")
 
 
-class ScFwdStageFun(
-    Protocol[SparseInputT, ActivationsT, EmbeddingVariablesT, ScFwdAuxT]
-):
+class ScFwdStageFun(Protocol[SparseInputT, ActivationsT, EmbeddingVariablesT, ScFwdAuxT]):
   """SC forward: look up the batch's sparse inputs in the tables."""
 
   def __call__(
-      self, sparse_inputs: SparseInputT, embedding_variables: EmbeddingVariablesT
+    self, sparse_inputs: SparseInputT, embedding_variables: EmbeddingVariablesT
   ) -> tuple[ActivationsT, ScFwdAuxT]:
     """Returns the activations and an aux pytree for the next step's TC."""
     ...
 
 
 class TcStageFun(
-    Protocol[
-        ActivationsT,
-        DenseInputT,
-        GradientsT,
-        PipelineOutputT,
-        TcTrainStateT,
-        ScFwdAuxT,
-        TcAuxT,
-    ]
+  Protocol[
+    ActivationsT,
+    DenseInputT,
+    GradientsT,
+    PipelineOutputT,
+    TcTrainStateT,
+    ScFwdAuxT,
+    TcAuxT,
+  ]
 ):
   """TC forward/backward: dense model, loss, dense update, activation grads."""
 
   def __call__(
-      self,
-      embedding_activations: ActivationsT,
-      dense_inputs: DenseInputT,
-      train_state: TcTrainStateT,
-      sc_fwd_aux: ScFwdAuxT,
+    self,
+    embedding_activations: ActivationsT,
+    dense_inputs: DenseInputT,
+    train_state: TcTrainStateT,
+    sc_fwd_aux: ScFwdAuxT,
   ) -> tuple[GradientsT, PipelineOutputT, TcTrainStateT, TcAuxT]:
     """Returns activation gradients, output, new train state, aux for SC bwd."""
     ...
 
 
-class ScBwdStageFun(
-    Protocol[SparseInputT, GradientsT, EmbeddingVariablesT, TcAuxT, ScBwdAuxT]
-):
+class ScBwdStageFun(Protocol[SparseInputT, GradientsT, EmbeddingVariablesT, TcAuxT, ScBwdAuxT]):
   """SC backward: apply the embedding optimizer to the touched rows."""
 
   def __call__(
-      self,
-      sparse_inputs: SparseInputT,
-      embedding_gradients: GradientsT,
-      embedding_variables: EmbeddingVariablesT,
-      tc_aux: TcAuxT,
+    self,
+    sparse_inputs: SparseInputT,
+    embedding_gradients: GradientsT,
+    embedding_variables: EmbeddingVariablesT,
+    tc_aux: TcAuxT,
   ) -> tuple[EmbeddingVariablesT, ScBwdAuxT]:
     """Returns the updated embedding variables and an aux pytree (output)."""
     ...
@@ -125,7 +121,7 @@ class StepBeforeLastStepInput(Generic[SparseInputT, GradientsT, TcAuxT]):
 
 @_pytree_dataclass
 class PipelineState(
-    Generic[SparseInputT, DenseInputT, ActivationsT, GradientsT, ScFwdAuxT, TcAuxT]
+  Generic[SparseInputT, DenseInputT, ActivationsT, GradientsT, ScFwdAuxT, TcAuxT]
 ):
   """Everything the pipeline buffers between two pipeline steps.
 
@@ -139,9 +135,7 @@ class PipelineState(
 
   pipeline_step: Any
   last_step_inputs: LastStepInput[SparseInputT, DenseInputT, ActivationsT, ScFwdAuxT]
-  step_before_last_step_inputs: StepBeforeLastStepInput[
-      SparseInputT, GradientsT, TcAuxT
-  ]
+  step_before_last_step_inputs: StepBeforeLastStepInput[SparseInputT, GradientsT, TcAuxT]
 
 
 def get_pipeline_train_steps(num_steps: int) -> int:
@@ -173,13 +167,13 @@ def abstract_leaf(x: Any) -> jax.ShapeDtypeStruct:
 
 
 def get_abstract_pipeline_state(
-    pipeline_input: CurrentStepInput,
-    tc_train_state: Any,
-    embedding_variables: Any,
-    sc_fwd_function: ScFwdStageFun,
-    tc_function: TcStageFun,
-    *,
-    sharding: PipelineState | None = None,
+  pipeline_input: CurrentStepInput,
+  tc_train_state: Any,
+  embedding_variables: Any,
+  sc_fwd_function: ScFwdStageFun,
+  tc_function: TcStageFun,
+  *,
+  sharding: PipelineState | None = None,
 ) -> PipelineState:
   """The PipelineState as ShapeDtypeStructs (Orbax restore target).
 
@@ -197,48 +191,42 @@ def get_abstract_pipeline_state(
   """
   sparse = jax.tree.map(abstract_leaf, pipeline_input.sparse_inputs)
   dense = jax.tree.map(abstract_leaf, pipeline_input.dense_inputs)
-  activations, sc_fwd_aux = jax.eval_shape(
-      sc_fwd_function, sparse, embedding_variables
-  )
+  activations, sc_fwd_aux = jax.eval_shape(sc_fwd_function, sparse, embedding_variables)
   gradients, _, _, tc_aux = jax.eval_shape(
-      tc_function, activations, dense, tc_train_state, sc_fwd_aux
+    tc_function, activations, dense, tc_train_state, sc_fwd_aux
   )
   state = PipelineState(
-      pipeline_step=jax.ShapeDtypeStruct((), jnp.int32),
-      last_step_inputs=LastStepInput(
-          sparse_inputs=sparse,
-          dense_inputs=dense,
-          embedding_activations=activations,
-          sc_fwd_aux=sc_fwd_aux,
-      ),
-      step_before_last_step_inputs=StepBeforeLastStepInput(
-          sparse_inputs=sparse, embedding_gradients=gradients, tc_aux=tc_aux
-      ),
+    pipeline_step=jax.ShapeDtypeStruct((), jnp.int32),
+    last_step_inputs=LastStepInput(
+      sparse_inputs=sparse,
+      dense_inputs=dense,
+      embedding_activations=activations,
+      sc_fwd_aux=sc_fwd_aux,
+    ),
+    step_before_last_step_inputs=StepBeforeLastStepInput(
+      sparse_inputs=sparse, embedding_gradients=gradients, tc_aux=tc_aux
+    ),
   )
   state = jax.tree.map(abstract_leaf, state)
   if sharding is not None:
     state = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-        state,
-        sharding,
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      state,
+      sharding,
     )
   return state
 
 
-def _part_sharding(
-    part: Any, given: Any, default: Any, mesh: Mesh, what: str
-) -> Any:
+def _part_sharding(part: Any, given: Any, default: Any, mesh: Mesh, what: str) -> Any:
   """Shardings for one part of the state: default rule, one Sharding, or a tree."""
   if given is None:
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: default(path, x, mesh, what), part
-    )
+    return jax.tree_util.tree_map_with_path(lambda path, x: default(path, x, mesh, what), part)
   if isinstance(given, Sharding):
     return jax.tree.map(lambda _: given, part)
   if jax.tree.structure(given) != jax.tree.structure(part):
     raise ValueError(
-        f"pipeline state {what}: sharding tree {jax.tree.structure(given)} does"
-        f" not match the state's tree {jax.tree.structure(part)}"
+      f"pipeline state {what}: sharding tree {jax.tree.structure(given)} does"
+      f" not match the state's tree {jax.tree.structure(part)}"
     )
   return given
 
@@ -250,9 +238,9 @@ def _batch_sharding(path, x, mesh: Mesh, what: str) -> NamedSharding:
   size = mesh.shape[DATA_AXIS]
   if x.shape[0] % size:
     raise ValueError(
-        f"pipeline state {what}{jax.tree_util.keystr(path)}: leading dimension"
-        f" {x.shape[0]} is not divisible by the {size} devices of mesh axis"
-        f" '{DATA_AXIS}'; pass an explicit sharding"
+      f"pipeline state {what}{jax.tree_util.keystr(path)}: leading dimension"
+      f" {x.shape[0]} is not divisible by the {size} devices of mesh axis"
+      f" '{DATA_AXIS}'; pass an explicit sharding"
     )
   return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
 
@@ -263,15 +251,15 @@ def _replicated(path, x, mesh: Mesh, what: str) -> NamedSharding:
 
 
 def get_pipeline_state_sharding(
-    abstract_state: PipelineState,
-    mesh: Mesh,
-    *,
-    sparse_input_sharding: Any = None,
-    dense_input_sharding: Any = None,
-    embedding_activation_sharding: Any = None,
-    embedding_gradient_sharding: Any = None,
-    sc_fwd_aux_sharding: Any = None,
-    tc_aux_sharding: Any = None,
+  abstract_state: PipelineState,
+  mesh: Mesh,
+  *,
+  sparse_input_sharding: Any = None,
+  dense_input_sharding: Any = None,
+  embedding_activation_sharding: Any = None,
+  embedding_gradient_sharding: Any = None,
+  sc_fwd_aux_sharding: Any = None,
+  tc_aux_sharding: Any = None,
 ) -> PipelineState:
   """A PipelineState of shardings, one per leaf (jit in/out_shardings).
 
@@ -296,70 +284,77 @@ def get_pipeline_state_sharding(
     A PipelineState whose leaves are shardings.
   """
   if DATA_AXIS not in mesh.shape:
-    raise ValueError(
-        f"mesh axes {tuple(mesh.axis_names)} lack the '{DATA_AXIS}' axis"
-    )
+    raise ValueError(f"mesh axes {tuple(mesh.axis_names)} lack the '{DATA_AXIS}' axis")
   last = abstract_state.last_step_inputs
   before = abstract_state.step_before_last_step_inputs
   sparse = _part_sharding(
-      last.sparse_inputs, sparse_input_sharding, _batch_sharding, mesh,
-      "sparse_inputs",
+    last.sparse_inputs,
+    sparse_input_sharding,
+    _batch_sharding,
+    mesh,
+    "sparse_inputs",
   )
   return PipelineState(
-      pipeline_step=NamedSharding(mesh, PartitionSpec()),
-      last_step_inputs=LastStepInput(
-          sparse_inputs=sparse,
-          dense_inputs=_part_sharding(
-              last.dense_inputs, dense_input_sharding, _batch_sharding, mesh,
-              "dense_inputs",
-          ),
-          embedding_activations=_part_sharding(
-              last.embedding_activations, embedding_activation_sharding,
-              _batch_sharding, mesh, "embedding_activations",
-          ),
-          sc_fwd_aux=_part_sharding(
-              last.sc_fwd_aux, sc_fwd_aux_sharding, _replicated, mesh,
-              "sc_fwd_aux",
-          ),
+    pipeline_step=NamedSharding(mesh, PartitionSpec()),
+    last_step_inputs=LastStepInput(
+      sparse_inputs=sparse,
+      dense_inputs=_part_sharding(
+        last.dense_inputs,
+        dense_input_sharding,
+        _batch_sharding,
+        mesh,
+        "dense_inputs",
       ),
-      step_before_last_step_inputs=StepBeforeLastStepInput(
-          sparse_inputs=sparse,
-          embedding_gradients=_part_sharding(
-              before.embedding_gradients, embedding_gradient_sharding,
-              _batch_sharding, mesh, "embedding_gradients",
-          ),
-          tc_aux=_part_sharding(
-              before.tc_aux, tc_aux_sharding, _replicated, mesh, "tc_aux"
-          ),
+      embedding_activations=_part_sharding(
+        last.embedding_activations,
+        embedding_activation_sharding,
+        _batch_sharding,
+        mesh,
+        "embedding_activations",
       ),
+      sc_fwd_aux=_part_sharding(
+        last.sc_fwd_aux,
+        sc_fwd_aux_sharding,
+        _replicated,
+        mesh,
+        "sc_fwd_aux",
+      ),
+    ),
+    step_before_last_step_inputs=StepBeforeLastStepInput(
+      sparse_inputs=sparse,
+      embedding_gradients=_part_sharding(
+        before.embedding_gradients,
+        embedding_gradient_sharding,
+        _batch_sharding,
+        mesh,
+        "embedding_gradients",
+      ),
+      tc_aux=_part_sharding(before.tc_aux, tc_aux_sharding, _replicated, mesh, "tc_aux"),
+    ),
   )
 
 
 def pipeline_input_sharding(state_sharding: PipelineState) -> CurrentStepInput:
   """The CurrentStepInput shardings that match a state sharding."""
   last = state_sharding.last_step_inputs
-  return CurrentStepInput(
-      sparse_inputs=last.sparse_inputs, dense_inputs=last.dense_inputs
-  )
+  return CurrentStepInput(sparse_inputs=last.sparse_inputs, dense_inputs=last.dense_inputs)
 
 
 def zeros_from_abstract(abstract: Any, sharding: Any = None) -> Any:
   """Zero arrays created in place on their devices (multi-host safe, cached)."""
   if sharding is None:
     return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), abstract)
-  return jax.tree.map(
-      lambda x, s: jnp.zeros(x.shape, x.dtype, device=s), abstract, sharding
-  )
+  return jax.tree.map(lambda x, s: jnp.zeros(x.shape, x.dtype, device=s), abstract, sharding)
 
 
 def get_initial_state(
-    pipeline_input: CurrentStepInput,
-    tc_train_state: Any,
-    embedding_variables: Any,
-    sc_fwd_function: ScFwdStageFun,
-    tc_function: TcStageFun,
-    *,
-    sharding: PipelineState | None = None,
+  pipeline_input: CurrentStepInput,
+  tc_train_state: Any,
+  embedding_variables: Any,
+  sc_fwd_function: ScFwdStageFun,
+  tc_function: TcStageFun,
+  *,
+  sharding: PipelineState | None = None,
 ) -> PipelineState:
   """The state before pipeline step 0: step 0 and zero-filled buffers.
 
@@ -379,14 +374,17 @@ def get_initial_state(
     The initial PipelineState.
   """
   abstract = get_abstract_pipeline_state(
-      pipeline_input, tc_train_state, embedding_variables, sc_fwd_function,
-      tc_function,
+    pipeline_input,
+    tc_train_state,
+    embedding_variables,
+    sc_fwd_function,
+    tc_function,
   )
   return zeros_from_abstract(abstract, sharding)
 
 
 def get_dummy_input(
-    template: CurrentStepInput | PipelineState, sharding: Any = None
+  template: CurrentStepInput | PipelineState, sharding: Any = None
 ) -> CurrentStepInput:
   """Zero-like inputs for the two drain steps (fresh arrays, donatable).
 
@@ -400,9 +398,7 @@ def get_dummy_input(
   """
   if isinstance(template, PipelineState):
     last = template.last_step_inputs
-    template = CurrentStepInput(
-        sparse_inputs=last.sparse_inputs, dense_inputs=last.dense_inputs
-    )
+    template = CurrentStepInput(sparse_inputs=last.sparse_inputs, dense_inputs=last.dense_inputs)
   leaves = jax.tree.leaves(template)
   if sharding is None and all(isinstance(x, jax.Array) for x in leaves):
     sharding = jax.tree.map(lambda x: x.sharding, template)

@@ -54,9 +54,9 @@ def _conform(new: Any, old: Any, what: str) -> Any:
   new_def, old_def = jax.tree.structure(new), jax.tree.structure(old)
   if new_def != old_def:
     raise ValueError(
-        f"pipeline step: {what} came out with structure {new_def}, but went"
-        f" in with structure {old_def}; every stage must return the same"
-        " structure at every step"
+      f"pipeline step: {what} came out with structure {new_def}, but went"
+      f" in with structure {old_def}; every stage must return the same"
+      " structure at every step"
     )
 
   def fix(path, n, o):
@@ -65,8 +65,8 @@ def _conform(new: Any, old: Any, what: str) -> Any:
     o_shape, o_dtype, _ = _aval(o)
     if n_shape != o_shape or n_dtype != o_dtype:
       raise ValueError(
-          f"pipeline step: {what}{jax.tree_util.keystr(path)} came out as"
-          f" {n_dtype}{list(n_shape)} but went in as {o_dtype}{list(o_shape)}"
+        f"pipeline step: {what}{jax.tree_util.keystr(path)} came out as"
+        f" {n_dtype}{list(n_shape)} but went in as {o_dtype}{list(o_shape)}"
       )
     return jax.lax.convert_element_type(n, n_dtype) if n_weak else n
 
@@ -82,16 +82,16 @@ def _select(valid: jax.Array, on_true: Any, on_false: Any) -> Any:
 
 
 def step(
-    pipeline_input: CurrentStepInput,
-    tc_train_state: Any,
-    embedding_variables: Any,
-    pipeline_state: PipelineState,
-    sc_fwd_function: ScFwdStageFun,
-    tc_function: TcStageFun,
-    sc_bwd_function: ScBwdStageFun,
-    *,
-    fake_tc_step: bool,
-    num_steps: jax.Array | None = None,
+  pipeline_input: CurrentStepInput,
+  tc_train_state: Any,
+  embedding_variables: Any,
+  pipeline_state: PipelineState,
+  sc_fwd_function: ScFwdStageFun,
+  tc_function: TcStageFun,
+  sc_bwd_function: ScBwdStageFun,
+  *,
+  fake_tc_step: bool,
+  num_steps: jax.Array | None = None,
 ) -> tuple[Any, Any, Any, Any, PipelineState]:
   """Runs pipeline step i: SC bwd(i-2) -> SC fwd(i), and TC(i-1).
 
@@ -115,8 +115,8 @@ def step(
   """
   if num_steps is not None and fake_tc_step:
     raise ValueError(
-        "fake_tc_step=True cannot be combined with the gradient-multiplier"
-        " mode (num_steps given): that mode runs one program for every step"
+      "fake_tc_step=True cannot be combined with the gradient-multiplier"
+      " mode (num_steps given): that mode runs one program for every step"
     )
   last = pipeline_state.last_step_inputs
   before = pipeline_state.step_before_last_step_inputs
@@ -124,25 +124,23 @@ def step(
 
   with jax.named_scope("pipelined_sc_bwd"):
     embedding_variables, sc_bwd_aux = sc_bwd_function(
-        before.sparse_inputs,
-        before.embedding_gradients,
-        embedding_variables,
-        before.tc_aux,
+      before.sparse_inputs,
+      before.embedding_gradients,
+      embedding_variables,
+      before.tc_aux,
     )
 
   with jax.named_scope("pipelined_sc_fwd"):
-    activations, sc_fwd_aux = sc_fwd_function(
-        pipeline_input.sparse_inputs, embedding_variables
-    )
+    activations, sc_fwd_aux = sc_fwd_function(pipeline_input.sparse_inputs, embedding_variables)
 
   with jax.named_scope("pipelined_tc"):
     if fake_tc_step:
       output_shapes = jax.eval_shape(
-          tc_function,
-          last.embedding_activations,
-          last.dense_inputs,
-          tc_train_state,
-          last.sc_fwd_aux,
+        tc_function,
+        last.embedding_activations,
+        last.dense_inputs,
+        tc_train_state,
+        last.sc_fwd_aux,
       )[1]
       gradients = _zeros_like(before.embedding_gradients)
       output = _zeros_like(output_shapes)
@@ -150,10 +148,10 @@ def step(
       new_tc_train_state = tc_train_state
     else:
       gradients, output, new_tc_train_state, tc_aux = tc_function(
-          last.embedding_activations,
-          last.dense_inputs,
-          tc_train_state,
-          last.sc_fwd_aux,
+        last.embedding_activations,
+        last.dense_inputs,
+        tc_train_state,
+        last.sc_fwd_aux,
       )
       if num_steps is not None:
         i = pipeline_state.pipeline_step
@@ -164,24 +162,22 @@ def step(
         output = _select(valid, output, _zeros_like(output))
 
   next_state = PipelineState(
-      pipeline_step=pipeline_state.pipeline_step + 1,
-      last_step_inputs=LastStepInput(
-          sparse_inputs=pipeline_input.sparse_inputs,
-          dense_inputs=pipeline_input.dense_inputs,
-          embedding_activations=activations,
-          sc_fwd_aux=sc_fwd_aux,
-      ),
-      step_before_last_step_inputs=StepBeforeLastStepInput(
-          sparse_inputs=last.sparse_inputs,
-          embedding_gradients=gradients,
-          tc_aux=tc_aux,
-      ),
+    pipeline_step=pipeline_state.pipeline_step + 1,
+    last_step_inputs=LastStepInput(
+      sparse_inputs=pipeline_input.sparse_inputs,
+      dense_inputs=pipeline_input.dense_inputs,
+      embedding_activations=activations,
+      sc_fwd_aux=sc_fwd_aux,
+    ),
+    step_before_last_step_inputs=StepBeforeLastStepInput(
+      sparse_inputs=last.sparse_inputs,
+      embedding_gradients=gradients,
+      tc_aux=tc_aux,
+    ),
   )
   next_state = _conform(next_state, pipeline_state, "the pipeline state")
-  new_tc_train_state = _conform(
-      new_tc_train_state, tc_train_state, "the TC train state"
-  )
+  new_tc_train_state = _conform(new_tc_train_state, tc_train_state, "the TC train state")
   embedding_variables = _conform(
-      embedding_variables, old_embedding_variables, "the embedding variables"
+    embedding_variables, old_embedding_variables, "the embedding variables"
   )
   return output, sc_bwd_aux, new_tc_train_state, embedding_variables, next_state

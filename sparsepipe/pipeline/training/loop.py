@@ -109,8 +109,8 @@ def _start_step(pipeline_state: ps.PipelineState, num_batches: int, total: int) 
   start = int(jax.device_get(pipeline_state.pipeline_step))
   if not 0 <= start <= total:
     raise ValueError(
-        f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
-        f" num_batches={num_batches}"
+      f"pipeline_state is at pipeline step {start}, outside 0..{total} for"
+      f" num_batches={num_batches}"
     )
   return start
 
@@ -128,14 +128,14 @@ def _next_batch(data_iterator: Iterator[Any], i: int, num_batches: int) -> tuple
 
 
 def train(
-    trainer: PipelinedTrainer,
-    train_state: TrainState,
-    data_iterator: Iterator[Any],
-    num_batches: int,
-    *,
-    pipeline_state: ps.PipelineState | None = None,
-    max_pipeline_steps: int | None = None,
-    hooks: Sequence[StepHook] = (),
+  trainer: PipelinedTrainer,
+  train_state: TrainState,
+  data_iterator: Iterator[Any],
+  num_batches: int,
+  *,
+  pipeline_state: ps.PipelineState | None = None,
+  max_pipeline_steps: int | None = None,
+  hooks: Sequence[StepHook] = (),
 ) -> tuple[TrainState, ps.PipelineState, TrainMetrics]:
   """Runs (part of) a pipeline run of `num_batches` batches.
 
@@ -167,21 +167,24 @@ def train(
   while i < end:
     batch, waited = _next_batch(data_iterator, i, num_batches)
     train_state, pipeline_state, output = trainer.run_pipeline_step(
-        train_state, pipeline_state, batch, trainer.fake_tc_step(i, num_batches),
-        num_batches=num_batches,
+      train_state,
+      pipeline_state,
+      batch,
+      trainer.fake_tc_step(i, num_batches),
+      num_batches=num_batches,
     )
     batch_index = trainer.output_batch(i, num_batches)
     if batch_index is not None:
       outputs.append((batch_index, loss_of(output)))
     i += 1
     result = StepResult(
-        next_pipeline_step=i,
-        pipeline_steps=total,
-        batch_index=batch_index,
-        output=None if batch_index is None else output,
-        data_wait_seconds=waited,
-        train_state=train_state,
-        pipeline_state=pipeline_state,
+      next_pipeline_step=i,
+      pipeline_steps=total,
+      batch_index=batch_index,
+      output=None if batch_index is None else output,
+      data_wait_seconds=waited,
+      train_state=train_state,
+      pipeline_state=pipeline_state,
     )
     if any([bool(hook(result)) for hook in hooks]):
       break
@@ -190,13 +193,13 @@ def train(
   losses = jax.device_get([loss for _, loss in outputs])
   examples = len(outputs) * trainer.global_batch_size
   metrics = TrainMetrics(
-      batch_indices=tuple(b for b, _ in outputs),
-      losses=tuple(float(np.asarray(loss)) for loss in losses if loss is not None),
-      first_pipeline_step=start,
-      next_pipeline_step=i,
-      finished=i == total,
-      examples=examples,
-      seconds=seconds,
-      examples_per_second=examples / max(seconds, 1e-9),
+    batch_indices=tuple(b for b, _ in outputs),
+    losses=tuple(float(np.asarray(loss)) for loss in losses if loss is not None),
+    first_pipeline_step=start,
+    next_pipeline_step=i,
+    finished=i == total,
+    examples=examples,
+    seconds=seconds,
+    examples_per_second=examples / max(seconds, 1e-9),
   )
   return train_state, pipeline_state, metrics

@@ -50,20 +50,20 @@ def check_label_range(labels: np.ndarray, label_range: tuple[float, float], wher
   labels = np.asarray(labels)
   if labels.size and not (np.all(labels >= lo) and np.all(labels <= hi)):
     raise LabelRangeError(
-        f"labels outside [{lo:g}, {hi:g}] in {where}: a batch has labels from"
-        f" {np.nanmin(labels):g} to {np.nanmax(labels):g} (non-finite:"
-        f" {int(np.sum(~np.isfinite(labels)))}); the DLRM's sigmoid cross-entropy needs click"
-        " labels in [0, 1]: convert ratings with --label_threshold"
+      f"labels outside [{lo:g}, {hi:g}] in {where}: a batch has labels from"
+      f" {np.nanmin(labels):g} to {np.nanmax(labels):g} (non-finite:"
+      f" {int(np.sum(~np.isfinite(labels)))}); the DLRM's sigmoid cross-entropy needs click"
+      " labels in [0, 1]: convert ratings with --label_threshold"
     )
 
 
 def place_on_mesh(
-    ds: grain.IterDataset,
-    mesh: Mesh,
-    *,
-    prefetch: int = PREFETCH_BATCHES,
-    label_range: tuple[float, float] | None = None,
-    where: str = "the data",
+  ds: grain.IterDataset,
+  mesh: Mesh,
+  *,
+  prefetch: int = PREFETCH_BATCHES,
+  label_range: tuple[float, float] | None = None,
+  where: str = "the data",
 ) -> grain.IterDataset:
   """Host elements -> the same on the mesh as global jax.Arrays.
 
@@ -88,13 +88,13 @@ def place_on_mesh(
 
 
 def make_input_pipeline(
-    config: transforms.InputConfig | Any,
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    fdo_client: Any = None,
-    worker_init_fn: Callable[[int, int], None] | None = None,
-    label_range: tuple[float, float] | None = None,
+  config: transforms.InputConfig | Any,
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  fdo_client: Any = None,
+  worker_init_fn: Callable[[int, int], None] | None = None,
+  label_range: tuple[float, float] | None = None,
 ) -> transforms.InputPipelineIterator:
   """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
 
@@ -111,24 +111,24 @@ def make_input_pipeline(
   """
   where = f"dataset '{transforms.InputConfig.from_config(config).data_dir}'"
   return transforms.make_host_pipeline(
-      config,
-      feature_specs,
-      local_device_count=len(mesh.local_devices),
-      global_device_count=mesh.size,
-      process_index=jax.process_index(),
-      process_count=jax.process_count(),
-      fdo_client=fdo_client,
-      worker_init_fn=worker_init_fn,
-      placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
+    config,
+    feature_specs,
+    local_device_count=len(mesh.local_devices),
+    global_device_count=mesh.size,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+    fdo_client=fdo_client,
+    worker_init_fn=worker_init_fn,
+    placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
   )
 
 
 def make_eval_input_pipeline(
-    config: transforms.InputConfig | Any,
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    worker_init_fn: Callable[[int, int], None] | None = None,
+  config: transforms.InputConfig | Any,
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  worker_init_fn: Callable[[int, int], None] | None = None,
 ) -> grain.IterDataset:
   """One eval pass per iteration: EvalBatch of global jax.Arrays on the mesh.
 
@@ -140,24 +140,24 @@ def make_eval_input_pipeline(
     worker_init_fn: optional `(worker_index, worker_count)` run in each worker.
   """
   return transforms.make_eval_pipeline(
-      config,
-      feature_specs,
-      local_device_count=len(mesh.local_devices),
-      global_device_count=mesh.size,
-      process_index=jax.process_index(),
-      process_count=jax.process_count(),
-      worker_init_fn=worker_init_fn,
-      placement=lambda ds: place_on_mesh(ds, mesh),
+    config,
+    feature_specs,
+    local_device_count=len(mesh.local_devices),
+    global_device_count=mesh.size,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+    worker_init_fn=worker_init_fn,
+    placement=lambda ds: place_on_mesh(ds, mesh),
   )
 
 
 def abstract_train_batch(
-    feature_specs: Any,
-    mesh: Mesh,
-    *,
-    global_batch_size: int,
-    num_dense: int,
-    num_sc_per_device: int,
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  global_batch_size: int,
+  num_dense: int,
+  num_sc_per_device: int,
 ) -> TrainBatch:
   """The global TrainBatch as ShapeDtypeStructs sharded over the data axis.
 
@@ -172,16 +172,16 @@ def abstract_train_batch(
 
   row_pointers = transforms.compute_row_pointers_size_per_device(devices, num_sc_per_device)
   sizes = transforms.compute_coo_buffer_sizes(
-      transforms.get_stacked_table_specs(feature_specs), num_sc_per_device, devices
+    transforms.get_stacked_table_specs(feature_specs), num_sc_per_device, devices
   )
   sparse = SparseDenseMatmulInput(
-      lhs_row_pointers={s: struct((devices * row_pointers,), np.int32) for s in sizes},
-      lhs_embedding_ids={s: struct((devices * c,), np.int32) for s, c in sizes.items()},
-      lhs_sample_ids={s: struct((devices * c,), np.int32) for s, c in sizes.items()},
-      lhs_gains={s: struct((devices * c,), np.float32) for s, c in sizes.items()},
+    lhs_row_pointers={s: struct((devices * row_pointers,), np.int32) for s in sizes},
+    lhs_embedding_ids={s: struct((devices * c,), np.int32) for s, c in sizes.items()},
+    lhs_sample_ids={s: struct((devices * c,), np.int32) for s, c in sizes.items()},
+    lhs_gains={s: struct((devices * c,), np.float32) for s, c in sizes.items()},
   )
   return TrainBatch(
-      labels=struct((global_batch_size,), np.float32),
-      dense=struct((global_batch_size, num_dense), np.float32),
-      sparse=sparse,
+    labels=struct((global_batch_size,), np.float32),
+    dense=struct((global_batch_size, num_dense), np.float32),
+    sparse=sparse,
   )

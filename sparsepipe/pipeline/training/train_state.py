@@ -23,7 +23,6 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
-
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class TrainState:
@@ -50,25 +49,23 @@ def _replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def opt_state_sharding(
-    optimizer: optax.GradientTransformation, params: Any, mesh: Mesh
-) -> Any:
+def opt_state_sharding(optimizer: optax.GradientTransformation, params: Any, mesh: Mesh) -> Any:
   """Shardings of the dense optimizer state: what `optimizer.init` gives under jit.
 
   Params may be abstract; they are taken as replicated on `mesh`.
   """
   replicated = _replicated(mesh)
   abstract = jax.tree.map(
-      lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
+    lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
   )
   return jax.jit(optimizer.init).lower(abstract).compile().output_shardings
 
 
 def train_state_sharding(
-    optimizer: optax.GradientTransformation,
-    params: Any,
-    mesh: Mesh,
-    embedding_variables_sharding: Any,
+  optimizer: optax.GradientTransformation,
+  params: Any,
+  mesh: Mesh,
+  embedding_variables_sharding: Any,
 ) -> TrainState:
   """A TrainState of shardings (jit in/out_shardings, Orbax targets).
 
@@ -83,18 +80,18 @@ def train_state_sharding(
     A TrainState whose leaves are NamedShardings.
   """
   return TrainState(
-      step=_replicated(mesh),
-      params=jax.tree.map(lambda _: _replicated(mesh), params),
-      opt_state=opt_state_sharding(optimizer, params, mesh),
-      embedding_variables=embedding_variables_sharding,
+    step=_replicated(mesh),
+    params=jax.tree.map(lambda _: _replicated(mesh), params),
+    opt_state=opt_state_sharding(optimizer, params, mesh),
+    embedding_variables=embedding_variables_sharding,
   )
 
 
 def abstract_train_state(
-    optimizer: optax.GradientTransformation,
-    params: Any,
-    mesh: Mesh,
-    abstract_embedding_variables: Any,
+  optimizer: optax.GradientTransformation,
+  params: Any,
+  mesh: Mesh,
+  abstract_embedding_variables: Any,
 ) -> TrainState:
   """The TrainState as ShapeDtypeStructs with shardings (restore target).
 
@@ -112,25 +109,25 @@ def abstract_train_state(
   replicated = _replicated(mesh)
   as_struct = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
   opt_state = jax.tree.map(
-      as_struct,
-      jax.eval_shape(optimizer.init, params),
-      opt_state_sharding(optimizer, params, mesh),
+    as_struct,
+    jax.eval_shape(optimizer.init, params),
+    opt_state_sharding(optimizer, params, mesh),
   )
   return TrainState(
-      step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
-      params=jax.tree.map(lambda x: as_struct(x, replicated), params),
-      opt_state=opt_state,
-      embedding_variables=abstract_embedding_variables,
+    step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+    params=jax.tree.map(lambda x: as_struct(x, replicated), params),
+    opt_state=opt_state,
+    embedding_variables=abstract_embedding_variables,
   )
 
 
 def create_train_state(
-    optimizer: optax.GradientTransformation,
-    params: Any,
-    mesh: Mesh,
-    embedding_variables: Any,
-    *,
-    step: int = 0,
+  optimizer: optax.GradientTransformation,
+  params: Any,
+  mesh: Mesh,
+  embedding_variables: Any,
+  *,
+  step: int = 0,
 ) -> TrainState:
   """A fresh TrainState on the mesh: params replicated, optimizer initialised.
 
@@ -152,8 +149,8 @@ def create_train_state(
   params = jax.jit(strong, out_shardings=replicated)(params)
   opt_state = jax.jit(optimizer.init)(params)
   return TrainState(
-      step=jax.device_put(jnp.asarray(step, jnp.int32), replicated),
-      params=params,
-      opt_state=opt_state,
-      embedding_variables=embedding_variables,
+    step=jax.device_put(jnp.asarray(step, jnp.int32), replicated),
+    params=params,
+    opt_state=opt_state,
+    embedding_variables=embedding_variables,
   )

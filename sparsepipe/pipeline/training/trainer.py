@@ -24,11 +24,12 @@ from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.core.batch import TrainBatch
 
+
 def batch_to_pipeline_input(batch: TrainBatch) -> ps.CurrentStepInput:
   """TrainBatch -> CurrentStepInput(sparse COO buffers, DenseInputs)."""
   return ps.CurrentStepInput(
-      sparse_inputs=batch.sparse,
-      dense_inputs=DenseInputs(labels=batch.labels, dense=batch.dense),
+    sparse_inputs=batch.sparse,
+    dense_inputs=DenseInputs(labels=batch.labels, dense=batch.dense),
   )
 
 
@@ -37,8 +38,8 @@ def _sharding_of(tree: Any, what: str) -> Any:
     sharding = getattr(x, "sharding", None)
     if sharding is None:
       raise ValueError(
-          f"{what}{jax.tree_util.keystr(path)} has no sharding; pass jax.Arrays"
-          " or ShapeDtypeStructs with shardings"
+        f"{what}{jax.tree_util.keystr(path)} has no sharding; pass jax.Arrays"
+        " or ShapeDtypeStructs with shardings"
       )
     return sharding
 
@@ -46,7 +47,7 @@ def _sharding_of(tree: Any, what: str) -> Any:
 
 
 def _order(
-    pipeline_input: Any, train_state: Any, pipeline_state: ps.PipelineState
+  pipeline_input: Any, train_state: Any, pipeline_state: ps.PipelineState
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
   """Splits the step's arguments into (donated, kept), ordered for aliasing.
 
@@ -69,34 +70,43 @@ def _order(
   last = pipeline_state.last_step_inputs
   before = pipeline_state.step_before_last_step_inputs
   donated = (
-      train_state, pipeline_state.pipeline_step, pipeline_input,
-      before.embedding_gradients, last.sparse_inputs,
-      last.embedding_activations, last.sc_fwd_aux,
+    train_state,
+    pipeline_state.pipeline_step,
+    pipeline_input,
+    before.embedding_gradients,
+    last.sparse_inputs,
+    last.embedding_activations,
+    last.sc_fwd_aux,
   )
   kept = (before.sparse_inputs, last.dense_inputs, before.tc_aux)
   return donated, kept
 
 
-def _unorder(
-    donated: tuple[Any, ...], kept: tuple[Any, ...]
-) -> tuple[Any, Any, ps.PipelineState]:
+def _unorder(donated: tuple[Any, ...], kept: tuple[Any, ...]) -> tuple[Any, Any, ps.PipelineState]:
   """Inverse of `_order`: (pipeline_input, train_state, pipeline_state)."""
-  (train_state, pipeline_step, pipeline_input, before_gradients, last_sparse,
-   last_activations, last_sc_fwd_aux) = donated
+  (
+    train_state,
+    pipeline_step,
+    pipeline_input,
+    before_gradients,
+    last_sparse,
+    last_activations,
+    last_sc_fwd_aux,
+  ) = donated
   before_sparse, last_dense, before_tc_aux = kept
   pipeline_state = ps.PipelineState(
-      pipeline_step=pipeline_step,
-      last_step_inputs=ps.LastStepInput(
-          sparse_inputs=last_sparse,
-          dense_inputs=last_dense,
-          embedding_activations=last_activations,
-          sc_fwd_aux=last_sc_fwd_aux,
-      ),
-      step_before_last_step_inputs=ps.StepBeforeLastStepInput(
-          sparse_inputs=before_sparse,
-          embedding_gradients=before_gradients,
-          tc_aux=before_tc_aux,
-      ),
+    pipeline_step=pipeline_step,
+    last_step_inputs=ps.LastStepInput(
+      sparse_inputs=last_sparse,
+      dense_inputs=last_dense,
+      embedding_activations=last_activations,
+      sc_fwd_aux=last_sc_fwd_aux,
+    ),
+    step_before_last_step_inputs=ps.StepBeforeLastStepInput(
+      sparse_inputs=before_sparse,
+      embedding_gradients=before_gradients,
+      tc_aux=before_tc_aux,
+    ),
   )
   return pipeline_input, train_state, pipeline_state
 
@@ -134,7 +144,7 @@ class PipelinedTrainer:
   pipelining: bool = True
   trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
   num_batches_arrays: dict[int, jax.Array] = dataclasses.field(
-      default_factory=dict, repr=False, compare=False
+    default_factory=dict, repr=False, compare=False
   )
 
   @property
@@ -155,9 +165,7 @@ class PipelinedTrainer:
     """
     num = self.num_batches_arrays.get(num_batches)
     if num is None:
-      num = jax.device_put(
-          np.int32(num_batches), NamedSharding(self.mesh, PartitionSpec())
-      )
+      num = jax.device_put(np.int32(num_batches), NamedSharding(self.mesh, PartitionSpec()))
       self.num_batches_arrays[num_batches] = num
     return num
 
@@ -179,18 +187,16 @@ class PipelinedTrainer:
 
   def initial_pipeline_state(self) -> ps.PipelineState:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
-    return ps.zeros_from_abstract(
-        self.abstract_pipeline_state, self.pipeline_state_sharding
-    )
+    return ps.zeros_from_abstract(self.abstract_pipeline_state, self.pipeline_state_sharding)
 
   def run_pipeline_step(
-      self,
-      train_state: TrainState,
-      pipeline_state: ps.PipelineState,
-      batch: Any | None,
-      fake_tc_step: bool,
-      *,
-      num_batches: int | None = None,
+    self,
+    train_state: TrainState,
+    pipeline_state: ps.PipelineState,
+    batch: Any | None,
+    fake_tc_step: bool,
+    *,
+    num_batches: int | None = None,
   ) -> tuple[TrainState, ps.PipelineState, Any]:
     """Runs one pipeline step; donates `train_state` and `pipeline_state`.
 
@@ -211,48 +217,45 @@ class PipelinedTrainer:
     if self.gradient_multiplier:
       if fake_tc_step:
         raise ValueError(
-            "gradient-multiplier mode runs one program for every step:"
-            " fake_tc_step must be False"
+          "gradient-multiplier mode runs one program for every step: fake_tc_step must be False"
         )
       if num_batches is None:
         raise ValueError("gradient-multiplier mode needs num_batches")
     if batch is None:
-      pipeline_input = ps.get_dummy_input(
-          self.abstract_input, self.input_sharding
-      )
+      pipeline_input = ps.get_dummy_input(self.abstract_input, self.input_sharding)
     else:
       pipeline_input = self.input_fn(batch)
     num = self._num_batches_array(-1 if num_batches is None else num_batches)
     train_state, pipeline_state, output = self.jitted_step(
-        pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
+      pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
     )
     return train_state, pipeline_state, output
 
 
 def _default_sc_stages(
-    mesh: Mesh,
-    feature_specs: Any,
-    num_sc_per_device: int | None,
-    sc_fwd_function: ps.ScFwdStageFun | None,
-    sc_bwd_function: ps.ScBwdStageFun | None,
+  mesh: Mesh,
+  feature_specs: Any,
+  num_sc_per_device: int | None,
+  sc_fwd_function: ps.ScFwdStageFun | None,
+  sc_bwd_function: ps.ScBwdStageFun | None,
 ) -> tuple[ps.ScFwdStageFun, ps.ScBwdStageFun]:
   if sc_fwd_function is None or sc_bwd_function is None:
     if feature_specs is None or num_sc_per_device is None:
       raise ValueError("the default SC stages need feature_specs and num_sc_per_device")
   if sc_fwd_function is None:
     sc_fwd_function = get_default_sc_fwd_function(
-        feature_specs, mesh, num_sc_per_device=num_sc_per_device
+      feature_specs, mesh, num_sc_per_device=num_sc_per_device
     )
   if sc_bwd_function is None:
     sc_bwd_function = get_default_sc_bwd_function(
-        feature_specs, mesh, num_sc_per_device=num_sc_per_device
+      feature_specs, mesh, num_sc_per_device=num_sc_per_device
     )
   return sc_fwd_function, sc_bwd_function
 
 
 def _with_shardings(tree: Any, shardings: Any) -> Any:
   return jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+    lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
   )
 
 
@@ -268,37 +271,43 @@ class _Layout:
   output_sharding: Any
 
 
-def _layout(mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function,
-            output_sharding) -> _Layout:
+def _layout(
+  mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function, output_sharding
+) -> _Layout:
   ts_sharding = _sharding_of(train_state, "train_state")
   abstract_ts = _with_shardings(train_state, ts_sharding)
   abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(example_batch))
   tc_state = abstract_ts.replace(embedding_variables=None)
   abstract_state = ps.get_abstract_pipeline_state(
-      abstract_input, tc_state, abstract_ts.embedding_variables, sc_fwd_function, tc_function,
+    abstract_input,
+    tc_state,
+    abstract_ts.embedding_variables,
+    sc_fwd_function,
+    tc_function,
   )
   state_sharding = ps.get_pipeline_state_sharding(abstract_state, mesh)
   abstract_state = _with_shardings(abstract_state, state_sharding)
   last = abstract_state.last_step_inputs
   output_shapes = jax.eval_shape(
-      tc_function, last.embedding_activations, last.dense_inputs, tc_state, last.sc_fwd_aux
+    tc_function, last.embedding_activations, last.dense_inputs, tc_state, last.sc_fwd_aux
   )[1]
   if output_sharding is None:
     output_sharding = NamedSharding(mesh, PartitionSpec())
   if isinstance(output_sharding, jax.sharding.Sharding):
     output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
   return _Layout(
-      train_state_sharding=ts_sharding,
-      abstract_input=abstract_input,
-      abstract_state=abstract_state,
-      state_sharding=state_sharding,
-      input_sharding=ps.pipeline_input_sharding(state_sharding),
-      output_sharding=output_sharding,
+    train_state_sharding=ts_sharding,
+    abstract_input=abstract_input,
+    abstract_state=abstract_state,
+    state_sharding=state_sharding,
+    input_sharding=ps.pipeline_input_sharding(state_sharding),
+    output_sharding=output_sharding,
   )
 
 
-def _jit_pipelined_step(layout: _Layout, mesh: Mesh, stages: tuple, gradient_multiplier: bool,
-                        trace_log: list[bool]) -> Callable[..., Any]:
+def _jit_pipelined_step(
+  layout: _Layout, mesh: Mesh, stages: tuple, gradient_multiplier: bool, trace_log: list[bool]
+) -> Callable[..., Any]:
   """The pipelined step (pipelining/step.py), jitted with donation ordered by `_order`."""
   sc_fwd_function, tc_function, sc_bwd_function = stages
 
@@ -306,28 +315,28 @@ def _jit_pipelined_step(layout: _Layout, mesh: Mesh, stages: tuple, gradient_mul
     trace_log.append(fake_tc_step)
     pipeline_input, train_state, pipeline_state = _unorder(donated, kept)
     output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
-        pipeline_input,
-        train_state.replace(embedding_variables=None),
-        train_state.embedding_variables,
-        pipeline_state,
-        sc_fwd_function,
-        tc_function,
-        sc_bwd_function,
-        fake_tc_step=fake_tc_step,
-        num_steps=num_batches if gradient_multiplier else None,
+      pipeline_input,
+      train_state.replace(embedding_variables=None),
+      train_state.embedding_variables,
+      pipeline_state,
+      sc_fwd_function,
+      tc_function,
+      sc_bwd_function,
+      fake_tc_step=fake_tc_step,
+      num_steps=num_batches if gradient_multiplier else None,
     )
     train_state = tc_state.replace(embedding_variables=embedding_variables)
     return train_state, pipeline_state, output
 
   donated_sharding, kept_sharding = _order(
-      layout.input_sharding, layout.train_state_sharding, layout.state_sharding
+    layout.input_sharding, layout.train_state_sharding, layout.state_sharding
   )
   ordered = jax.jit(
-      ordered_step,
-      static_argnums=(3,),
-      donate_argnums=(0,),
-      in_shardings=(donated_sharding, kept_sharding, NamedSharding(mesh, PartitionSpec())),
-      out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
+    ordered_step,
+    static_argnums=(3,),
+    donate_argnums=(0,),
+    in_shardings=(donated_sharding, kept_sharding, NamedSharding(mesh, PartitionSpec())),
+    out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
   )
 
   def jitted(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
@@ -337,8 +346,9 @@ def _jit_pipelined_step(layout: _Layout, mesh: Mesh, stages: tuple, gradient_mul
   return jitted
 
 
-def _jit_sequential_step(layout: _Layout, mesh: Mesh, stages: tuple,
-                         trace_log: list[bool]) -> Callable[..., Any]:
+def _jit_sequential_step(
+  layout: _Layout, mesh: Mesh, stages: tuple, trace_log: list[bool]
+) -> Callable[..., Any]:
   """Lookup, dense step and embedding update of the same batch in one program."""
   sc_fwd_function, tc_function, sc_bwd_function = stages
 
@@ -348,39 +358,45 @@ def _jit_sequential_step(layout: _Layout, mesh: Mesh, stages: tuple,
     sparse, embeddings = pipeline_input.sparse_inputs, train_state.embedding_variables
     activations, sc_fwd_aux = sc_fwd_function(sparse, embeddings)
     gradients, output, tc_state, tc_aux = tc_function(
-        activations, pipeline_input.dense_inputs,
-        train_state.replace(embedding_variables=None), sc_fwd_aux,
+      activations,
+      pipeline_input.dense_inputs,
+      train_state.replace(embedding_variables=None),
+      sc_fwd_aux,
     )
     embeddings, _ = sc_bwd_function(sparse, gradients, embeddings, tc_aux)
     pipeline_state = dataclasses.replace(
-        pipeline_state, pipeline_step=pipeline_state.pipeline_step + 1
+      pipeline_state, pipeline_step=pipeline_state.pipeline_step + 1
     )
     return tc_state.replace(embedding_variables=embeddings), pipeline_state, output
 
   return jax.jit(
-      step,
-      static_argnums=(4,),
-      donate_argnums=(1, 2),
-      in_shardings=(layout.input_sharding, layout.train_state_sharding, layout.state_sharding,
-                    NamedSharding(mesh, PartitionSpec())),
-      out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
+    step,
+    static_argnums=(4,),
+    donate_argnums=(1, 2),
+    in_shardings=(
+      layout.input_sharding,
+      layout.train_state_sharding,
+      layout.state_sharding,
+      NamedSharding(mesh, PartitionSpec()),
+    ),
+    out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
   )
 
 
 def make_pipelined_trainer(
-    mesh: Mesh,
-    train_state: TrainState,
-    example_batch: Any,
-    tc_function: ps.TcStageFun,
-    *,
-    feature_specs: Any = None,
-    num_sc_per_device: int | None = None,
-    sc_fwd_function: ps.ScFwdStageFun | None = None,
-    sc_bwd_function: ps.ScBwdStageFun | None = None,
-    input_fn: Callable[[Any], ps.CurrentStepInput] = batch_to_pipeline_input,
-    gradient_multiplier: bool = False,
-    output_sharding: Any = None,
-    pipelining: bool = True,
+  mesh: Mesh,
+  train_state: TrainState,
+  example_batch: Any,
+  tc_function: ps.TcStageFun,
+  *,
+  feature_specs: Any = None,
+  num_sc_per_device: int | None = None,
+  sc_fwd_function: ps.ScFwdStageFun | None = None,
+  sc_bwd_function: ps.ScBwdStageFun | None = None,
+  input_fn: Callable[[Any], ps.CurrentStepInput] = batch_to_pipeline_input,
+  gradient_multiplier: bool = False,
+  output_sharding: Any = None,
+  pipelining: bool = True,
 ) -> PipelinedTrainer:
   """Builds the stages, shardings and the jitted step.
 
@@ -407,10 +423,11 @@ def make_pipelined_trainer(
   if gradient_multiplier and not pipelining:
     raise ValueError("gradient_multiplier is a pipelining mode: it needs pipelining=True")
   sc_fwd_function, sc_bwd_function = _default_sc_stages(
-      mesh, feature_specs, num_sc_per_device, sc_fwd_function, sc_bwd_function
+    mesh, feature_specs, num_sc_per_device, sc_fwd_function, sc_bwd_function
   )
-  layout = _layout(mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function,
-                   output_sharding)
+  layout = _layout(
+    mesh, train_state, example_batch, input_fn, sc_fwd_function, tc_function, output_sharding
+  )
   stages = (sc_fwd_function, tc_function, sc_bwd_function)
   trace_log: list[bool] = []
   if pipelining:
@@ -419,19 +436,19 @@ def make_pipelined_trainer(
     jitted = _jit_sequential_step(layout, mesh, stages, trace_log)
   labels = jax.tree.leaves(layout.abstract_input.dense_inputs)
   return PipelinedTrainer(
-      mesh=mesh,
-      sc_fwd_function=sc_fwd_function,
-      tc_function=tc_function,
-      sc_bwd_function=sc_bwd_function,
-      input_fn=input_fn,
-      train_state_sharding=layout.train_state_sharding,
-      pipeline_state_sharding=layout.state_sharding,
-      input_sharding=layout.input_sharding,
-      abstract_input=layout.abstract_input,
-      abstract_pipeline_state=layout.abstract_state,
-      global_batch_size=int(labels[0].shape[0]) if labels and labels[0].shape else 0,
-      gradient_multiplier=gradient_multiplier,
-      jitted_step=jitted,
-      trace_log=trace_log,
-      pipelining=pipelining,
+    mesh=mesh,
+    sc_fwd_function=sc_fwd_function,
+    tc_function=tc_function,
+    sc_bwd_function=sc_bwd_function,
+    input_fn=input_fn,
+    train_state_sharding=layout.train_state_sharding,
+    pipeline_state_sharding=layout.state_sharding,
+    input_sharding=layout.input_sharding,
+    abstract_input=layout.abstract_input,
+    abstract_pipeline_state=layout.abstract_state,
+    global_batch_size=int(labels[0].shape[0]) if labels and labels[0].shape else 0,
+    gradient_multiplier=gradient_multiplier,
+    jitted_step=jitted,
+    trace_log=trace_log,
+    pipelining=pipelining,
   )

@@ -76,9 +76,7 @@ class ZeroTransformation(optax.GradientTransformation):
 
 def _constrain(tree: Any, sharding: NamedSharding) -> Any:
   """Every leaf of `tree` constrained to the one `sharding` (under jit)."""
-  return jax.tree.map(
-      lambda x: jax.lax.with_sharding_constraint(x, sharding), tree
-  )
+  return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, sharding), tree)
 
 
 def _packed(tree: Any, collective: Any, split_axis: int = 0) -> Any:
@@ -165,8 +163,11 @@ def zero_sharded(optimizer: optax.GradientTransformation, mesh: Mesh) -> ZeroTra
       return jax.tree.map(lambda r: r.reshape(-1), rows)
 
     return jax.shard_map(
-        gather, mesh=mesh, in_specs=PartitionSpec(DATA_AXIS), out_specs=PartitionSpec(),
-        check_vma=False,
+      gather,
+      mesh=mesh,
+      in_specs=PartitionSpec(DATA_AXIS),
+      out_specs=PartitionSpec(),
+      check_vma=False,
     )(flat)
 
   def init_fn(params: Params) -> Any:
