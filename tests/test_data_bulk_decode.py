@@ -59,6 +59,17 @@ def test_bulk_equals_one_by_one(sizes):
   assert out.errors == []
 
 
+def test_bulk_decodes_examples_without_dense_features():
+  """Ratings data has no dense columns: dense is [n, 0], not a reshape error."""
+  schema = synthetic_schema(FEATURES, 0)
+  codec = RecordCodec(schema)
+  stream = concat_batches(list(generate_batches(FEATURES, 0, 7, seed=3)))
+  records = [codec.encode_batch(slice_batch(stream, i, i + 1)) for i in range(7)]
+  out = decode_records(codec, records)
+  assert out.examples.dense.shape == (7, 0)
+  _assert_same(out.examples, stream)
+
+
 def _truncate(r):
   return r[:-4]
 

@@ -146,7 +146,7 @@ def _try_decode(codec: RecordCodec, records: Sequence[bytes]):
 
   payload = starts + header_words
   labels = words[_segments(payload, b)].view("<f4")
-  dense = words[_segments(payload + b, b * d)].view("<f4").reshape(-1, d)
+  dense = words[_segments(payload + b, b * d)].view("<f4").reshape(int(b.sum()), d)
   # Row lengths, feature-major: feature i of record r at payload + b + b*d + i*b.
   len_starts = (payload + b + b * d)[None, :] + np.arange(f)[:, None] * b[None, :]
   lengths = words[_segments(len_starts.reshape(-1), np.tile(b, f))]
