@@ -504,3 +504,9 @@ def test_labels_outside_the_range_are_an_error_naming_the_dataset(tmp_path):
   # Without a range (a regression model's pipeline) the same data passes.
   batch = next(pipeline.make_input_pipeline(config(path, 16), make_specs(16, 8), mesh))
   assert sorted(np.asarray(batch.labels)) == sorted(np.arange(16) % 5 + 1)
+
+
+def test_decoded_batches_restore_at_every_step_with_grains_own_check(dataset):
+  """Grain's generic checkpoint test: restore at every state, same output."""
+  ds = T.make_example_dataset(config(dataset, 12, num_epochs=1), process_index=1, process_count=2)
+  grain.experimental.assert_equal_output_after_checkpoint(ds)
