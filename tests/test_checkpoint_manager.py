@@ -9,6 +9,8 @@ import shutil
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import pytest
 
 import checkpoint_toy as toy
@@ -559,3 +561,23 @@ def test_synchronous_save_is_fingerprinted_and_verified(tmp_path):
   with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
     with pytest.raises(CorruptCheckpointError, match="item 'embeddings' leaf '"):
       manager.restore(job.targets(), step=2)
+
+
+def test_zero_size_arrays_are_left_out_and_restored_as_zeros(tmp_path):
+  """Orbax cannot write an array with no elements (the dense features of data
+  that has none are [batch, 0]): saved as None, restored as zeros."""
+  job = Job()
+  job.advance()
+  mesh = job.mesh
+  empty = jax.device_put(np.zeros((16, 0), np.float32), NamedSharding(mesh, P("data")))
+  state = job.training_state()._replace(pipeline_state={"kept": job.state[2], "dense": empty})
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info()) as manager:
+    assert manager.save(1, state, Progress(1, 1), force=True)
+  targets = job.targets()._replace(
+    pipeline_state={"kept": job.abstract[2], "dense": abstract_of(empty)}
+  )
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info()) as manager:
+    restored = manager.restore(targets)
+  assert restored.pipeline_state["dense"].shape == (16, 0)
+  assert restored.pipeline_state["dense"].sharding == empty.sharding
+  toy.assert_same_trees(restored.pipeline_state["kept"], job.state[2])

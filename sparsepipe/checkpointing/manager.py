@@ -39,6 +39,7 @@ from absl import logging
 from etils import epath
 
 from sparsepipe.checkpointing import corrupt
+from sparsepipe.checkpointing import empty_arrays
 from sparsepipe.checkpointing import saving
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.handlers import array_handler
@@ -53,6 +54,7 @@ from sparsepipe.checkpointing.restoring import StepReader
 from sparsepipe.checkpointing.restoring import Targets
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
 from sparsepipe.checkpointing.state import RestoredState
+from sparsepipe.checkpointing.state import RestoreTargets
 from sparsepipe.checkpointing.state import TrainingState
 
 # Re-laid out by default when the device count changes (ZeRO padding only).
@@ -189,7 +191,7 @@ class TrainingCheckpointManager:
       return False
     saving.save_step(
       lambda args: self._mngr.save(step, args=args, force=True),
-      state,
+      empty_arrays.strip_items(state),
       self._run,
       progress,
       feature_limits=feature_limits,
@@ -247,11 +249,17 @@ class TrainingCheckpointManager:
     steps = [step] if step is not None else sorted(self.all_steps(), reverse=True)
     if not steps:
       return None
+    chosen: list[RestoreTargets] = []
+
+    def read_targets(meta: CheckpointMetadata) -> RestoreTargets:
+      chosen.append(targets(meta) if callable(targets) else targets)
+      return empty_arrays.strip_items(chosen[-1])
+
     skipped: list[tuple[int, str]] = []
     for candidate in steps:
       try:
         restored = corrupt.agree(
-          functools.partial(self._reader.restore, candidate, targets, relayouts)
+          functools.partial(self._reader.restore, candidate, read_targets, relayouts)
         )
       except CorruptCheckpointError as e:
         if step is not None:
@@ -262,7 +270,7 @@ class TrainingCheckpointManager:
       if skipped:
         corrupt.quarantine(self.directory, skipped)
         self._mngr.reload()
-      return restored
+      return empty_arrays.refill_items(restored, chosen[-1])
     raise CorruptCheckpointError(
       f"no restorable checkpoint in {self.directory}: " + "; ".join(reason for _, reason in skipped)
     )
