@@ -256,7 +256,8 @@ def test_command_writes_the_eval_split(tmp_path):
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   assert lines[0].startswith("wrote 180 examples")
-  assert lines[1] == f"eval split: 20 examples (train 180), seed 9: {tmp_path / 'e'}"
+  assert lines[1].startswith("wrote 20 examples") and lines[1].endswith(str(tmp_path / "e"))
+  assert len(lines) == 2
   features = criteo_like_features(2, 10)
   _assert_same(
     _all_examples(read_manifest(str(tmp_path / "e"))),

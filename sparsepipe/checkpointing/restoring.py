@@ -180,7 +180,7 @@ class StepReader:
       )
     except IteratorStateMismatchError as e:
       raise IncompatibleCheckpointError(
-        f"{where} was written by {meta.run.process_count} processes, this run has"
+        f"{where} was written by {meta.run.process_count} processes, current run has"
         f" {self._run.process_count}: {e}"
       ) from e
 
