@@ -207,7 +207,7 @@ def _sequential_step(trainer, same_work):
       trainer.train_state_sharding,
       (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
     ),
-    out_shardings=(trainer.train_state_sharding, {"loss": rep}),
+    out_shardings=(trainer.train_state_sharding, {"loss": rep, "finite": rep}),
   )
   return lambda inputs, state: jitted(state, inputs)[0]
 

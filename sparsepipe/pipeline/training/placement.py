@@ -87,6 +87,16 @@ def place_on_mesh(
   return ds
 
 
+def _this_host(mesh: Mesh) -> dict[str, int]:
+  """The host pipeline's device and process arguments for this process on `mesh`."""
+  return dict(
+    local_device_count=len(mesh.local_devices),
+    global_device_count=mesh.size,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+  )
+
+
 def make_input_pipeline(
   config: transforms.InputConfig | Any,
   feature_specs: Any,
@@ -113,10 +123,7 @@ def make_input_pipeline(
   return transforms.make_host_pipeline(
     config,
     feature_specs,
-    local_device_count=len(mesh.local_devices),
-    global_device_count=mesh.size,
-    process_index=jax.process_index(),
-    process_count=jax.process_count(),
+    **_this_host(mesh),
     fdo_client=fdo_client,
     worker_init_fn=worker_init_fn,
     placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
@@ -142,10 +149,7 @@ def make_eval_input_pipeline(
   return transforms.make_eval_pipeline(
     config,
     feature_specs,
-    local_device_count=len(mesh.local_devices),
-    global_device_count=mesh.size,
-    process_index=jax.process_index(),
-    process_count=jax.process_count(),
+    **_this_host(mesh),
     worker_init_fn=worker_init_fn,
     placement=lambda ds: place_on_mesh(ds, mesh),
   )
