@@ -198,3 +198,18 @@ def test_mesh_without_data_axis_is_an_error():
   mesh = Mesh(np.asarray(jax.devices()), ("model",))
   with pytest.raises(ValueError, match=r"ZeRO: mesh axes \('model',\) lack the 'data' axis"):
     pipeline.zero_sharded(optax.adam(0.1), mesh)
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_train_state_of_any_optimizer_has_its_shardings_on_the_whole_mesh(mesh, zero):
+  """A plain optax Adam's count (made from a constant in init) was left on one
+  device, and a jitted step with the state's shardings refused it."""
+  optimizer = optax.adam(0.1)
+  if zero:
+    optimizer = pipeline.zero_sharded(optimizer, mesh)
+  params = make_params(mesh)
+  state = pipeline.create_train_state(optimizer, params, mesh, None)
+  expected = pipeline.train_state_sharding(optimizer, params, mesh, None)
+  assert jax.tree.map(lambda x: x.sharding, state) == expected
+  for leaf in jax.tree.leaves(state.opt_state):
+    assert leaf.sharding.device_set == set(mesh.devices.flat)

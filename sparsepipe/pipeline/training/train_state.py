@@ -58,7 +58,10 @@ def opt_state_sharding(optimizer: optax.GradientTransformation, params: Any, mes
   abstract = jax.tree.map(
     lambda p: jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=replicated), params
   )
-  return jax.jit(optimizer.init).lower(abstract).compile().output_shardings
+  shardings = jax.jit(optimizer.init).lower(abstract).compile().output_shardings
+  # A leaf init makes from constants (Adam's count) comes out on one device:
+  # it belongs replicated on the mesh like the params.
+  return jax.tree.map(lambda s: s if isinstance(s, NamedSharding) else replicated, shardings)
 
 
 def train_state_sharding(
@@ -147,7 +150,9 @@ def create_train_state(
   replicated = _replicated(mesh)
   strong = lambda tree: jax.tree.map(lambda x: x.astype(x.dtype), tree)
   params = jax.jit(strong, out_shardings=replicated)(params)
-  opt_state = jax.jit(optimizer.init)(params)
+  opt_state = jax.jit(optimizer.init, out_shardings=opt_state_sharding(optimizer, params, mesh))(
+    params
+  )
   return TrainState(
     step=jax.device_put(jnp.asarray(step, jnp.int32), replicated),
     params=params,
