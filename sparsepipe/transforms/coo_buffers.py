@@ -107,18 +107,22 @@ def layout(
   )
   counts = counts.reshape(-1)
   kept_counts = _limit_counts(ent, counts, uniques, limits, who, geo, allow_id_dropping)
-  if kept_counts is not counts:
+  unlimited = kept_counts is counts
+  if not unlimited:
     padded = ((kept_counts + 7) & ~7).reshape(l_sc, n_sc)
     aligned_end = padded.cumsum(axis=1)
   aligned_start = aligned_end - padded
   kept_counts = kept_counts.reshape(l_sc, n_sc)
-  # Entries past the end of their SC's segment are dropped too (all of a
-  # partition that starts past it, the tail of the one that straddles it).
-  written = np.clip(seg - aligned_start, 0, kept_counts)
-  if not allow_id_dropping and not np.array_equal(written, kept_counts):
-    _raise_overflow(who, aligned_end[:, -1], seg, stacked_spec, geo)
   sample_ids, gains = ent.sample_ids, ent.gains
-  if not np.array_equal(written.reshape(-1), counts):
+  if unlimited and int(aligned_end[:, -1].max()) <= seg:
+    written = kept_counts  # the common case: every entry fits, nothing to cut
+  else:
+    # Entries past the end of their SC's segment are dropped too (all of a
+    # partition that starts past it, the tail of the one that straddles it).
+    written = np.clip(seg - aligned_start, 0, kept_counts)
+    if not allow_id_dropping and not np.array_equal(written, kept_counts):
+      _raise_overflow(who, aligned_end[:, -1], seg, stacked_spec, geo)
+  if written is not kept_counts and not np.array_equal(written.reshape(-1), counts):
     kept = _prefix_mask(written.reshape(-1), counts)
     result.id_drop_counter = _drops(kept, ent.dups)
     e, sample_ids, gains = e[kept], sample_ids[kept], gains[kept]
