@@ -26,6 +26,7 @@ Figures (each from full jobs run through `train_and_evaluate`, CPU):
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -43,7 +44,6 @@ from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-imp
 from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config_base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config_base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.configs import config_path  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 _STEPS = flags.DEFINE_integer("planted_steps", 600, "Batches of the planted-data runs.")
@@ -57,12 +57,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Keep the runs here (default: a 
 
 
 def _load(name):
-  import importlib.util  # pylint: disable=g-import-not-at-top
-
-  spec = importlib.util.spec_from_file_location(name, config_path(name))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
+  """A shipped config (they are modules of the package)."""
+  return importlib.import_module(f"sparsepipe.launch.configs.{name}").get_config()
 
 
 def _read_all(directory: str) -> data.ExampleBatch:

@@ -64,9 +64,7 @@ def evaluate_checkpoint(
   )
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
-  schedule = SegmentSchedule.create(
-    int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
-  )
+  schedule = SegmentSchedule.from_config(config)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
   with checkpointing.TrainingCheckpointManager(
     directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS

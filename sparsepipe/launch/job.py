@@ -84,9 +84,7 @@ class _Job:
     os.makedirs(self.workdir, exist_ok=True)
     is_chief = jax.process_index() == 0
     self.mesh = core.make_mesh()
-    self.schedule = SegmentSchedule.create(
-      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
-    )
+    self.schedule = SegmentSchedule.from_config(config)
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
     self.metrics = MetricsLog(os.path.join(self.workdir, "metrics.jsonl"), enabled=is_chief)
@@ -183,8 +181,7 @@ class _Job:
       ckpts.mngr,
       watcher,
       self.losses,
-      self.schedule.checkpoint_step,
-      self.schedule.batches_with_output,
+      self.schedule,
     )
     hook.last_saved = state.checkpoint_step
     try:

@@ -20,6 +20,7 @@ of n batches takes n steps and every step boundary is drained.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,13 @@ class SegmentSchedule:
     if fdo_every_steps < 0:
       raise ValueError(f"fdo.every_steps={fdo_every_steps} must be >= 0")
     return cls(num_steps, fdo_every_steps or num_steps, pipelined)
+
+  @classmethod
+  def from_config(cls, config: Any) -> "SegmentSchedule":
+    """The schedule of a job config (num_steps, fdo.every_steps, pipelining)."""
+    return cls.create(
+      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
+    )
 
   @property
   def fill_drain_steps(self) -> int:

@@ -20,6 +20,7 @@ from sparsepipe.launch.metrics import IntervalMeter
 from sparsepipe.launch.metrics import MetricsLog
 from sparsepipe.launch.metrics import ProgressLine
 from sparsepipe.launch.schedule import Position
+from sparsepipe.launch.schedule import SegmentSchedule
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -89,32 +90,30 @@ class CheckpointHook:
     mngr: checkpointing.TrainingCheckpointManager,
     watcher: checkpointing.PreemptionWatcher,
     losses: LossLog,
-    checkpoint_step: Callable[[Position], int],
-    batches_trained: Callable[[Position], int],
+    schedule: SegmentSchedule,
   ):
     self._save = save
     self._mngr = mngr
     self._watcher = watcher
     self._losses = losses
-    self._checkpoint_step = checkpoint_step
-    self._batches_trained = batches_trained
+    self._schedule = schedule
     self.last_saved: int | None = None
     self.preempted = False
 
   def save(self, position: Position, *, force: bool) -> None:
     """Flushes the losses (so metrics.jsonl covers the checkpoint) and saves."""
     self._losses.flush()
-    step = self._checkpoint_step(position)
+    step = self._schedule.checkpoint_step(position)
     if self._save(position, force):
       self.last_saved = step
-      trained = self._batches_trained(position)
+      trained = self._schedule.batches_with_output(position)
       self._losses.metrics.write({"event": "checkpoint", "step": step, "batches_trained": trained})
       self._losses.progress.message(f"checkpoint step {step} saving ({trained} batches trained)")
       self._losses.progress.event(f"ckpt @{trained}")
 
   def __call__(self, position: Position) -> bool:
     """After a pipeline step: save if due; True (stop) when preempted."""
-    step = self._checkpoint_step(position)
+    step = self._schedule.checkpoint_step(position)
     self.preempted = self._watcher.should_stop(step)
     if self.preempted or self._mngr.should_save(step):
       self.save(position, force=self.preempted)
@@ -123,6 +122,6 @@ class CheckpointHook:
       self._losses.metrics.write({"event": "preempted", "step": step})
       self._losses.progress.message(
         f"sparsepipe: preempted; checkpoint step {step} saved"
-        f" ({self._batches_trained(position)} batches trained), exiting"
+        f" ({self._schedule.batches_with_output(position)} batches trained), exiting"
       )
     return self.preempted

@@ -132,6 +132,20 @@ def _process_slice(process_index: int | None, process_count: int | None) -> tupl
   return int(process_index), int(process_count)
 
 
+def _resolve(
+  config: InputConfig | Any,
+  process_index: int | None,
+  process_count: int | None,
+  manifest: Manifest | None = None,
+) -> tuple[InputConfig, int, int, Manifest]:
+  """(config, this host's index, host count, the dataset's manifest) of an entry point."""
+  config = InputConfig.from_config(config)
+  index, count = _process_slice(process_index, process_count)
+  if manifest is None:
+    manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  return config, index, count, manifest
+
+
 def make_example_dataset(
   config: InputConfig | Any,
   *,
@@ -143,10 +157,7 @@ def make_example_dataset(
 
   process_index/process_count default to this JAX process (ShardByJaxProcess).
   """
-  config = InputConfig.from_config(config)
-  index, count = _process_slice(process_index, process_count)
-  if manifest is None:
-    manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  config, index, count, manifest = _resolve(config, process_index, process_count, manifest)
   source = manifest_source(
     manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
   )
@@ -230,10 +241,7 @@ def make_host_dataset(
   manifest: Manifest | None = None,
 ) -> grain.IterDataset:
   """The pipeline up to host batches: an IterDataset of PreprocessedBatch."""
-  config = InputConfig.from_config(config)
-  index, count = _process_slice(process_index, process_count)
-  if manifest is None:
-    manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  config, index, count, manifest = _resolve(config, process_index, process_count, manifest)
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = make_example_dataset(config, process_index=index, process_count=count, manifest=manifest)
   ds = ds.map(
@@ -396,9 +404,7 @@ def make_host_pipeline(
   `process_index/process_count` (default: this JAX process) tools and tests
   simulate other hosts.
   """
-  config = InputConfig.from_config(config)
-  index, count = _process_slice(process_index, process_count)
-  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  config, index, count, manifest = _resolve(config, process_index, process_count)
   ds = make_host_dataset(
     config,
     feature_specs,
@@ -442,9 +448,7 @@ def make_eval_pipeline(
   num_epochs do not apply, and corrupt records are errors whatever
   skip_corrupt says. The feature specs are the train step's (same limits).
   """
-  config = InputConfig.from_config(config)
-  index, count = _process_slice(process_index, process_count)
-  manifest = read_manifest(config.data_dir, verify_shards=config.verify_shards)
+  config, index, count, manifest = _resolve(config, process_index, process_count)
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = eval_positions(
     manifest.num_examples, config.per_host_batch_size, process_index=index, process_count=count
