@@ -91,7 +91,9 @@ def test_two_processes_to_one_mid_segment_and_back(shared):
     _two_processes(workdir, data_dir, 12),
     env=env4,
     timeout_s=400,
-    interruption=harness.Interruption(signal.SIGTERM, r"batch 5/12 .*", target=0),
+    # Early (mid-segment 0): JAX agrees on the preemption step ~0.5 s later
+    # (more on a loaded machine); the job must still be running then.
+    interruption=harness.Interruption(signal.SIGTERM, r"batch 1/12 .*", target=0),
   )
   assert [r.returncode for r in runs] == [42, 42], "\n".join(r.describe() for r in runs)
   final = harness.run(_command(workdir, data_dir, 12), env=env8, timeout_s=300)
