@@ -3,9 +3,9 @@
 Each fixture holds a case (JSON), its raw inputs and the reference's COO
 buffers and statistics (unwritten tails set to our fill). Our stacking and
 preprocessing must reproduce every array bitwise, without the reference.
-Each fixture also pins the coo_sort path it takes (uint32 / narrowed /
-uint64 keys, sorted per SparseCore, globally or by position), so that every
-path stays covered when the key packing changes.
+Each fixture also pins the coo_sort path it takes (uint32 / uint64 keys,
+sorted per SparseCore, globally or by position), so that every path stays
+covered when the key packing changes.
 """
 
 import glob
@@ -47,7 +47,7 @@ _SORT_PATHS = {
   "mixed_dims": ["position_uint32"],
   "sqrtn_dense_weighted": ["position_uint32"],
   "stack_rotation_multihost": ["position_uint32"],
-  "wide_narrow": ["per_sc_narrow"],
+  "wide_narrow": ["per_sc_uint32"],
   "wide_uint32_boundary": ["per_sc_uint32"],
   "wide_uint64_single": ["per_sc_uint64"],
   "wide_uint64_stacked": ["global_uint64"],

@@ -42,7 +42,7 @@ def test_random_case_matches_reference(seed):
 # of coo_sort (make_golden.py), here with fresh draws.
 _WIDE_PATHS = {
   "wide_uint32_boundary": "per_sc_uint32",
-  "wide_narrow": "per_sc_narrow",
+  "wide_narrow": "per_sc_uint32",
   "wide_uint64_single": "per_sc_uint64",
   "wide_uint64_stacked": "global_uint64",
   "wide_uint64_weighted_dropping": "position_uint64",

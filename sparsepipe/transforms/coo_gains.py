@@ -5,7 +5,7 @@ Per-sample sums are sequential float32 sums in input order (sqrtn
 accumulates float32(double(acc) + double(w)^2)), so they cannot use numpy's
 pairwise reductions: `sequential_row_sums` walks the rows column by column
 instead (one vectorised step per position, rows sorted by length). Merged
-duplicates sum their gains the same way (`repeated_sums`, `run_sums`).
+duplicates sum their gains the same way, in the compiled pass (coo_pass).
 """
 
 from __future__ import annotations
@@ -45,37 +45,6 @@ def sequential_row_sums(
       acc[:count] += v
   sums[order] = acc
   return sums
-
-
-def repeated_sums(gains: np.ndarray, entries: np.ndarray, counts: np.ndarray) -> np.ndarray:
-  """gains with g + g + ... (count times, left to right) at `entries`.
-
-  The gain of an entry merged from `count` equal ids (unweighted), summed
-  like the reference's float32 accumulation; in place.
-  """
-  v = gains[entries]
-  part = v.copy()
-  for j in range(1, int(counts.max())):
-    np.add(part, v, out=part, where=counts > j)
-  gains[entries] = part
-  return gains
-
-
-def run_sums(values: np.ndarray, starts: np.ndarray, run_lengths: np.ndarray) -> np.ndarray:
-  """float32 sums of values[s : s+len] per run, added left to right."""
-  acc = values[starts]
-  multi = np.flatnonzero(run_lengths > 1)
-  if multi.size:
-    order = np.argsort(-run_lengths[multi], kind="stable")
-    multi = multi[order]
-    lengths = run_lengths[multi]
-    multi_starts = starts[multi]
-    part = acc[multi]
-    active = np.searchsorted(-lengths, -np.arange(1, int(lengths[0])), "left")
-    for j, count in enumerate(active.tolist(), start=1):
-      part[:count] += values[multi_starts[:count] + j]
-    acc[multi] = part
-  return acc
 
 
 def id_gains(

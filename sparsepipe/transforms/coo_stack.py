@@ -121,7 +121,7 @@ def preprocess_stack(
   if not nonempty:
     return coo_buffers.empty_result(geo, coo_size)
   if any(f.x.weights is not None for f in nonempty):
-    entries = coo_sort.sort_by_position(nonempty, stacked_spec.combiner, geo, who)
+    ids = coo_sort.sort_by_position(nonempty, stacked_spec.combiner, geo, who)
   else:
-    entries = coo_sort.sort_by_sample(nonempty, stacked_spec.combiner, geo, who)
-  return coo_buffers.layout(entries, who, stacked_spec, limits, coo_size, geo, allow_id_dropping)
+    ids = coo_sort.sort_by_sample(nonempty, stacked_spec.combiner, geo, who)
+  return coo_buffers.layout(ids, who, stacked_spec, limits, coo_size, geo, allow_id_dropping)

@@ -293,13 +293,11 @@ def compare(case: dict, expected: dict, actual: dict) -> None:
 # Which sort path of coo_sort a case takes (white-box, for coverage pins).
 # ---------------------------------------------------------------------------
 
-# Unweighted one-feature stacks sort their keys SC by SC ("per_sc_*"):
-# uint32 keys, uint32 keys without q widened afterwards ("narrow"), or
-# full uint64 keys. Unweighted multi-feature stacks sort all keys at once
+# Unweighted one-feature stacks sort their keys (without q) SC by SC
+# ("per_sc_*"): uint32 or uint64 keys. Unweighted multi-feature stacks sort all keys at once
 # ("global_*"); weighted stacks sort position keys ("position_*").
 SORT_PATHS = (
   "per_sc_uint32",
-  "per_sc_narrow",
   "per_sc_uint64",
   "global_uint32",
   "global_uint64",
@@ -312,9 +310,8 @@ SORT_PATHS = (
 def record_sort_paths() -> Iterator[list[str]]:
   """Yields a list that collects the sort path (SORT_PATHS) of every stack.
 
-  Observes coo_sort from outside: the final key dtype, whether the keys were
-  sorted SC by SC (_sort_q_major) and whether the row keys were built
-  without q (_row_keys with q_shift None, the narrowed uint32 sort).
+  Observes coo_sort from outside: the key dtype and whether the keys were
+  sorted SC by SC (_sort_q_major).
   """
   from sparsepipe.transforms import coo_sort  # pylint: disable=g-import-not-at-top
 
@@ -322,12 +319,8 @@ def record_sort_paths() -> Iterator[list[str]]:
   calls: list[str] = []
   originals = {
     name: getattr(coo_sort, name)
-    for name in ("sort_by_sample", "sort_by_position", "_row_keys", "_sort_q_major")
+    for name in ("sort_by_sample", "sort_by_position", "_sort_q_major")
   }
-
-  def row_keys(l_sc, rows_per_sc, sid_base, q_shift, dtype):
-    calls.append("no_q" if q_shift is None else "q")
-    return originals["_row_keys"](l_sc, rows_per_sc, sid_base, q_shift, dtype)
 
   def sort_q_major(key, q_ends):
     calls.append("per_sc")
@@ -336,13 +329,8 @@ def record_sort_paths() -> Iterator[list[str]]:
   def by_sample(*args, **kwargs):
     calls.clear()
     entries = originals["sort_by_sample"](*args, **kwargs)
-    if "per_sc" not in calls:
-      paths.append(f"global_{entries.key.dtype.name}")
-    elif "no_q" in calls:
-      assert entries.key.dtype == np.uint64, entries.key.dtype
-      paths.append("per_sc_narrow")
-    else:
-      paths.append(f"per_sc_{entries.key.dtype.name}")
+    kind = "per_sc" if "per_sc" in calls else "global"
+    paths.append(f"{kind}_{entries.key.dtype.name}")
     return entries
 
   def by_position(*args, **kwargs):
@@ -353,7 +341,6 @@ def record_sort_paths() -> Iterator[list[str]]:
   patched = {
     "sort_by_sample": by_sample,
     "sort_by_position": by_position,
-    "_row_keys": row_keys,
     "_sort_q_major": sort_q_major,
   }
   for name, fn in patched.items():

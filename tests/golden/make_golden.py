@@ -210,8 +210,8 @@ CASES = {
     seed=13,
   ),
   # Path (2): N=4, L*S=4, 4 samples per SC: e 28 + sid 2 + p 2 = 32 bits
-  # without q (q_shift 32), 34 with it: the narrowed sort (uint32 keys
-  # without q, every bit used, q or-ed in as uint64 afterwards).
+  # without q (q_shift 32), 34 with it: one-feature keys leave q out, so
+  # they stay uint32 with every bit used.
   "wide_narrow": _case(
     2,
     2,
