@@ -1,7 +1,11 @@
 """The Grain transforms on their own: PackArrays/UnpackArrays, StatsTotals, Grain stats."""
 
+import copy as copy_lib
 import gc
 import json
+import subprocess
+import sys
+from multiprocessing import shared_memory
 import time
 
 import grain
@@ -12,6 +16,7 @@ import pytest
 from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
+from sparsepipe.transforms import grain_transfer
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +55,9 @@ def test_pack_unpack_round_trip():
     2,
   )
   packed = T.PackArrays().map(batch)
-  assert sorted(packed.buffers) == ["<f4", "<i4"]
-  assert packed.buffers["<i4"].size == 8 + 16 + 16 + 2 + 2 + 1
+  assert packed.block is None
+  # 9 arrays of at most 64 bytes, each at a 64-byte boundary.
+  assert packed.nbytes == packed.data.size == 64 * 9
   back = T.UnpackArrays().map(packed)
   assert type(back) is T.PreprocessedBatch and back.num_corrupt_records == 2
   assert back.stats.id_drop_counters == {"s": 5}
@@ -130,14 +136,99 @@ def test_custom_iterators_record_grain_stage_timing(dataset):
   assert "ParsedBatch" in decode.output_spec and "PreprocessedBatch" in record.output_spec
 
 
-def test_unpack_from_shared_memory_gives_plain_views_that_keep_the_buffer_alive():
+def _block_state(name: str) -> int:
+  block = shared_memory.SharedMemory(name=name)
+  try:
+    return block.buf[0]
+  finally:
+    block.close()
+
+
+def test_shared_blocks_are_plain_views_freed_when_the_last_view_goes_then_reused():
   element = {"ids": np.arange(10, dtype=np.int32).reshape(2, 5), "g": np.ones(3, np.float32)}
-  packed = T.PackArrays(shared_memory=True).map(element)
-  for buffer in packed.buffers.values():
-    buffer.unlink_on_del()
-  back = T.UnpackArrays().map(packed)
+  pack, unpack = T.PackArrays(shared_memory=True), T.UnpackArrays()
+  first = pack.map(element)
+  second = pack.map(element)  # the first block is in flight: a new one
+  assert first.block != second.block
+  worker_view = shared_memory.SharedMemory(name=first.block)  # the worker's mapping
+  back = unpack.map(first)
+  # The main process unlinked the name when it mapped the block.
+  with pytest.raises(FileNotFoundError):
+    shared_memory.SharedMemory(name=first.block)
   assert type(back["ids"]) is np.ndarray and type(back["g"]) is np.ndarray
-  del packed
+  ids = back["ids"]
+  del back
   gc.collect()
-  np.testing.assert_array_equal(back["ids"], np.arange(10).reshape(2, 5))
-  np.testing.assert_array_equal(back["g"], np.ones(3))
+  assert worker_view.buf[0] == 1  # a view of the batch is alive: still in use
+  np.testing.assert_array_equal(ids, np.arange(10).reshape(2, 5))
+  del ids
+  gc.collect()
+  assert worker_view.buf[0] == 0  # free: the worker takes it again
+  third = pack.map({"ids": np.full(4, 7, np.int32)})
+  assert third.block == first.block
+  np.testing.assert_array_equal(unpack.map(third)["ids"], [7, 7, 7, 7])
+  worker_view.close()
+  unpack.map(second)  # maps and unlinks the second block
+
+
+def test_pack_arrays_pickles_without_its_blocks():
+  pack = T.PackArrays(shared_memory=True)
+  pack.map({"x": np.zeros(3)})
+  copy = copy_lib.deepcopy(pack)  # reduced as when Grain sends it to a worker
+  assert copy.shared_memory and copy._pool._blocks == []  # pylint: disable=protected-access
+  T.UnpackArrays().map(copy.map({"x": np.ones(2)}))
+  T.UnpackArrays().map(pack.map({"x": np.ones(2)}))
+
+
+def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkeypatch):
+  table = core.TableSpec("a", 20, 4, max_ids_per_partition=64, max_unique_ids_per_partition=64)
+  specs = T.prepare_feature_specs_for_training(
+    {"a": core.FeatureSpec("a", table, (2, 2), (2, 4))}, 1, 2
+  )
+  names = []
+  unpack = grain_transfer.AttachedBlocks.unpack
+
+  def record(self, packed):
+    names.append(packed.block)
+    return unpack(self, packed)
+
+  monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
+  config = T.InputConfig(dataset.directory, 2, num_sc_per_device=2, num_workers=1)
+  it = T.make_host_pipeline(
+    config, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
+  )
+  for _ in range(12):
+    next(it)  # dropped at once: its block is free again
+  it.close()
+  # Each batch used to get fresh blocks; now the worker cycles through the
+  # few that are in flight (its buffer of 2, one being filled, one held here).
+  assert len(names) == 12 and len(set(names)) <= 4, names
+
+
+def test_workers_keep_freed_memory_for_the_next_batch():
+  """keep_freed_memory: a batch's arrays reuse the previous batch's pages."""
+  script = (
+    "import resource, sys\n"
+    "import numpy as np\n"
+    "from sparsepipe.core.memory import keep_freed_memory\n"
+    "if sys.argv[1] == 'keep' and not keep_freed_memory():\n"
+    "  print('unsupported'); sys.exit()\n"
+    "faults = []\n"
+    "for _ in range(3):\n"
+    "  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+    "  arrays = [np.ones(256 << 10, np.uint8) for _ in range(64)]  # a batch, 16 MiB\n"
+    "  del arrays\n"
+    "  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)\n"
+    "print(faults[1], faults[2])\n"
+  )
+  runs = {
+    mode: subprocess.run(
+      [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for mode in ("keep", "default")
+  }
+  if runs["keep"] == ["unsupported"]:
+    pytest.skip("the C library is not glibc")
+  # 16 MiB is 4096 pages: by default every batch faults them in again.
+  assert all(int(n) > 3000 for n in runs["default"]), runs
+  assert all(int(n) < 100 for n in runs["keep"]), runs

@@ -1,95 +1,205 @@
-"""Grain transforms: pack a batch's arrays into one buffer per dtype for mp_prefetch.
+"""Grain transforms: move a batch from a worker to the main process in one reused block.
 
-Grain moves every numpy array of an element from a worker to the main
-process through its own shared-memory block. A preprocessed batch has about
-four COO arrays per stack plus statistics (over a hundred arrays for 26
-tables), and creating, mapping and unlinking that many blocks per batch
-costs more than the preprocessing saves. `PackArrays` (last step in the
-worker) copies all arrays of one dtype into a single contiguous buffer;
-`UnpackArrays` (first step after mp_prefetch) gives back the same structure
-as zero-copy views of those buffers.
+A preprocessed batch is about 14 MB in some 200 arrays (four COO arrays per
+stack plus statistics). Grain would give every array its own fresh
+shared-memory block; creating, faulting in (the kernel zeroes every page on
+first touch, in the worker and again when the main process maps it) and
+unlinking them cost a worker more than half the preprocessing time.
+`PackArrays` (last step in the worker) copies all arrays of an element into
+one block of a per-worker pool and sends only the block's name and the
+layout; `UnpackArrays` (first step after mp_prefetch) gives back the same
+structure as zero-copy views of the block. A block is reused once every
+view of the batch it holds is gone: the main process marks it free in the
+block's header when the batch's buffer object is collected, and the worker
+takes free blocks before making new ones. The main process unlinks a
+block's name when it first maps it (and flags it claimed); a worker unlinks
+the blocks never claimed when it exits (batches dropped by a stop or a
+restore), so nothing is left in /dev/shm.
 """
 
 from __future__ import annotations
 
 import math
+from multiprocessing import shared_memory
+from multiprocessing import util as mp_util
 from typing import Any, NamedTuple
+import weakref
 
 import grain
 import jax
 import numpy as np
 
+_HEADER = 64  # bytes before the data: the block's state and its claimed flag
+_STATE, _CLAIMED = 0, 1
+_FREE, _IN_USE = 0, 1
+_ALIGN = 64
+_GROWTH = 1 << 20
+
 
 class PackedArrays(NamedTuple):
-  """An element with its arrays moved into per-dtype buffers.
+  """An element with its arrays moved into one byte buffer.
 
   Attributes:
-    buffers: {dtype name: 1-D array} holding the arrays back to back.
-    layout: per leaf, (dtype name, offset, shape) for an array, or
+    block: name of the shared-memory block holding the bytes, or None.
+    data: the bytes as a uint8 array when not in shared memory, else None.
+    nbytes: bytes used.
+    layout: per leaf, (dtype str, byte offset, shape) for an array, or
       (None, value) for any other leaf.
     treedef: the element's pytree structure.
   """
 
-  buffers: dict[str, np.ndarray]
+  block: str | None
+  data: np.ndarray | None
+  nbytes: int
   layout: tuple[tuple[Any, ...], ...]
   treedef: Any
 
 
-def pack_arrays(element: Any, *, shared_memory: bool = False) -> PackedArrays:
-  """Copies the element's arrays into per-dtype buffers (in shared memory if asked)."""
-  leaves, treedef = jax.tree_util.tree_flatten(element)
-  sizes: dict[str, int] = {}
-  layout = []
+def _plan(leaves: list[Any]) -> tuple[tuple[tuple[Any, ...], ...], int]:
+  """Byte offsets (64-byte aligned) of the array leaves; the total size."""
+  layout, end = [], 0
   for leaf in leaves:
-    if isinstance(leaf, np.ndarray) and not leaf.dtype.hasobject:
-      name = leaf.dtype.str
-      layout.append((name, sizes.get(name, 0), leaf.shape))
-      sizes[name] = sizes.get(name, 0) + leaf.size
+    if _is_array(leaf):
+      layout.append((leaf.dtype.str, end, leaf.shape))
+      end += -(-leaf.nbytes // _ALIGN) * _ALIGN
     else:
       layout.append((None, leaf))
-  alloc = grain.multiprocessing.SharedMemoryArray if shared_memory else np.empty
-  buffers = {name: alloc((size,), np.dtype(name)) for name, size in sizes.items()}
+  return tuple(layout), end
+
+
+def _is_array(leaf: Any) -> bool:
+  return isinstance(leaf, np.ndarray) and not leaf.dtype.hasobject
+
+
+def _copy_in(dest: np.ndarray, leaves: list[Any], layout: tuple[tuple[Any, ...], ...]) -> None:
   for leaf, entry in zip(leaves, layout):
     if entry[0] is not None:
-      _, offset, _ = entry
-      buffers[entry[0]][offset : offset + leaf.size] = leaf.reshape(-1)
-  return PackedArrays(buffers, tuple(layout), treedef)
+      offset = entry[1]
+      dest[offset : offset + leaf.nbytes] = np.ascontiguousarray(leaf).reshape(-1).view(np.uint8)
 
 
-def unpack_arrays(packed: PackedArrays) -> Any:
-  """The element back, its arrays as plain ndarray views of the buffers.
-
-  Views of a shared-memory buffer keep it alive through `.base`; taking them
-  from a plain-ndarray view of it skips the subclass's per-view hook (a
-  third of this stage's time with ~200 arrays per batch).
-  """
-  plain = {name: buffer.view(np.ndarray) for name, buffer in packed.buffers.items()}
+def _views(data: np.ndarray, layout: tuple[tuple[Any, ...], ...]) -> list[Any]:
   leaves = []
-  for entry in packed.layout:
+  for entry in layout:
     if entry[0] is None:
       leaves.append(entry[1])
     else:
-      name, offset, shape = entry
-      leaves.append(plain[name][offset : offset + math.prod(shape)].reshape(shape))
-  return jax.tree_util.tree_unflatten(packed.treedef, leaves)
+      dtype, offset, shape = np.dtype(entry[0]), entry[1], entry[2]
+      size = math.prod(shape) * dtype.itemsize
+      leaves.append(data[offset : offset + size].view(dtype).reshape(shape))
+  return leaves
+
+
+def pack_arrays(element: Any) -> PackedArrays:
+  """Copies the element's arrays into one plain byte buffer (no shared memory)."""
+  leaves, treedef = jax.tree_util.tree_flatten(element)
+  layout, nbytes = _plan(leaves)
+  data = np.empty(nbytes, np.uint8)
+  _copy_in(data, leaves, layout)
+  return PackedArrays(None, data, nbytes, layout, treedef)
+
+
+def unpack_arrays(packed: PackedArrays) -> Any:
+  """The element of a plain packed buffer back, its arrays as views of it."""
+  return jax.tree_util.tree_unflatten(packed.treedef, _views(packed.data, packed.layout))
+
+
+class SharedBlockPool:
+  """Worker side: shared-memory blocks, reused once the main process frees them."""
+
+  def __init__(self):
+    self._blocks: list[shared_memory.SharedMemory] = []
+    # Runs when the pool goes or its process exits (multiprocessing children
+    # skip atexit).
+    mp_util.Finalize(self, _unlink_unclaimed, args=(self._blocks,), exitpriority=0)
+
+  def pack(self, element: Any) -> PackedArrays:
+    """Copies the element's arrays into a free block (a new one if none fits)."""
+    leaves, treedef = jax.tree_util.tree_flatten(element)
+    layout, nbytes = _plan(leaves)
+    block = self._acquire(nbytes)
+    _copy_in(np.frombuffer(block.buf, np.uint8, nbytes, _HEADER), leaves, layout)
+    return PackedArrays(block.name, None, nbytes, layout, treedef)
+
+  def _acquire(self, nbytes: int) -> shared_memory.SharedMemory:
+    for block in self._blocks:
+      if block.buf[_STATE] == _FREE and block.size - _HEADER >= nbytes:
+        block.buf[_STATE] = _IN_USE
+        return block
+    size = -(-(nbytes + _HEADER) // _GROWTH) * _GROWTH
+    block = shared_memory.SharedMemory(create=True, size=size)
+    block.buf[_STATE] = _IN_USE
+    self._blocks.append(block)
+    return block
+
+  def __reduce__(self):  # a pool lives in one process: a copy starts empty
+    return SharedBlockPool, ()
+
+
+def _unlink_unclaimed(blocks: list[shared_memory.SharedMemory]) -> None:
+  for block in blocks:
+    if not block.buf[_CLAIMED]:
+      try:
+        block.unlink()
+      except FileNotFoundError:
+        pass
+
+
+class _AttachedBlock(shared_memory.SharedMemory):
+  """A block mapped in the main process. Never closed explicitly: the
+  mapping ends when the last view of it is gone (closing with views alive
+  would fail)."""
+
+  def __del__(self):
+    pass
+
+
+def _release(header: memoryview) -> None:
+  header[_STATE] = _FREE
+
+
+class AttachedBlocks:
+  """Main side: maps each block once (unlinking its name) and frees it per batch."""
+
+  def __init__(self):
+    self._blocks: dict[str, _AttachedBlock] = {}
+
+  def unpack(self, packed: PackedArrays) -> Any:
+    block = self._blocks.get(packed.block)
+    if block is None:
+      block = _AttachedBlock(name=packed.block)
+      block.buf[_CLAIMED] = 1
+      block.unlink()
+      self._blocks[packed.block] = block
+    # One array per batch, the .base of all its views: when it is collected,
+    # no view of the batch is left and the worker may reuse the block.
+    data = np.frombuffer(block.buf, np.uint8, packed.nbytes, _HEADER)
+    weakref.finalize(data, _release, block.buf[0:_HEADER])
+    return jax.tree_util.tree_unflatten(packed.treedef, _views(data, packed.layout))
+
+  def __reduce__(self):  # mappings belong to one process: a copy starts empty
+    return AttachedBlocks, ()
 
 
 class PackArrays(grain.transforms.Map):
-  """Worker side: element -> PackedArrays (one buffer per dtype).
-
-  With shared_memory=True the buffers are allocated in shared memory, so
-  mp_prefetch passes them on without another copy.
-  """
+  """Worker side: element -> PackedArrays (one block of a reused pool, or
+  with shared_memory=False one plain buffer)."""
 
   def __init__(self, shared_memory: bool = False):
     self.shared_memory = shared_memory
+    self._pool = SharedBlockPool()
 
   def map(self, element: Any) -> PackedArrays:
-    return pack_arrays(element, shared_memory=self.shared_memory)
+    return self._pool.pack(element) if self.shared_memory else pack_arrays(element)
 
 
 class UnpackArrays(grain.transforms.Map):
   """Main-process side: PackedArrays -> the original element (views)."""
 
+  def __init__(self):
+    self._attached = AttachedBlocks()
+
   def map(self, element: PackedArrays) -> Any:
-    return unpack_arrays(element)
+    if element.block is None:
+      return unpack_arrays(element)
+    return self._attached.unpack(element)

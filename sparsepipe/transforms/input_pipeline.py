@@ -8,7 +8,7 @@
                                        # batched ArrayRecord reads, bulk decode
       -> map(PreprocessSparse)         # COO buffers + stats for the local devices
       -> mp_prefetch(num_workers)      # everything above runs in the workers;
-                                       # arrays travel packed, one shm block per dtype
+                                       # a batch travels in one reused shm block
       -> RecordStatsIterDataset(fdo_client)   # main process
       -> placement (optional)          # e.g. pipeline.make_input_pipeline's
                                        # device_put onto the mesh
@@ -43,6 +43,7 @@ from absl import flags
 import grain
 import jax
 
+from sparsepipe.core.memory import keep_freed_memory
 from sparsepipe.core.signals import ignore_stop_signals_in_worker
 from sparsepipe.data.manifest import Manifest, RecordLocator, read_manifest
 from sparsepipe.data.source import manifest_source
@@ -189,8 +190,10 @@ def make_example_dataset(
 
 
 def _init_worker(worker_index: int, worker_count: int, user_fn: Callable | None = None) -> None:
-  """Data workers leave SIGTERM and Ctrl-C to the main process (it saves first)."""
+  """Data workers leave SIGTERM and Ctrl-C to the main process (it saves first)
+  and keep freed memory for the next batch (keep_freed_memory)."""
   ignore_stop_signals_in_worker(worker_index, worker_count)
+  keep_freed_memory()
   if user_fn is not None:
     user_fn(worker_index, worker_count)
 
@@ -244,11 +247,8 @@ def make_host_dataset(
   config, index, count, manifest = _resolve(config, process_index, process_count, manifest)
   _check_specs(feature_specs, manifest, config.per_host_batch_size * count)
   ds = make_example_dataset(config, process_index=index, process_count=count, manifest=manifest)
-  ds = ds.map(
-    PreprocessSparse(
-      feature_specs, **_preprocess_args(config, local_device_count, global_device_count)
-    )
-  )
+  args = _preprocess_args(config, local_device_count, global_device_count)
+  ds = ds.map(PreprocessSparse(feature_specs, **args))
   ds = prefetch_in_workers(
     ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
   )
@@ -264,8 +264,9 @@ def prefetch_in_workers(
 ) -> grain.IterDataset:
   """Runs `ds` in `num_workers` processes; elements come back unchanged.
 
-  Each element's arrays travel packed in one shared-memory buffer per dtype
-  (PackArrays / UnpackArrays). Workers ignore SIGTERM, then run
+  Each element's arrays travel in one reused shared-memory block
+  (PackArrays / UnpackArrays). Workers ignore SIGTERM, keep freed memory,
+  then run
   `worker_init_fn(worker_index, worker_count)`. 0 workers: `ds` itself.
   """
   if num_workers == 0:
@@ -458,11 +459,8 @@ def make_eval_pipeline(
       manifest, reader_options={"max_parallelism": str(config.reader_max_parallelism)}
     )
   )
-  ds = ds.map(
-    PreprocessEval(
-      feature_specs, **_preprocess_args(config, local_device_count, global_device_count)
-    )
-  ).to_iter_dataset(EVAL_READ_OPTIONS)
+  args = _preprocess_args(config, local_device_count, global_device_count)
+  ds = ds.map(PreprocessEval(feature_specs, **args)).to_iter_dataset(EVAL_READ_OPTIONS)
   ds = prefetch_in_workers(
     ds, config.num_workers, buffer_size=config.worker_buffer_size, worker_init_fn=worker_init_fn
   )
