@@ -7,6 +7,7 @@ from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.transforms import coo_inputs
+from sparsepipe.transforms import coo_rows
 
 IDS = [[0, 5, 5, 9], [], [3], [7, 1], [2, 2, 2], [11], [], [4, 8, 15]]
 WEIGHTS = [
@@ -197,3 +198,44 @@ def test_empty_batch_features_give_empty_buffers():
   np.testing.assert_array_equal(m.lhs_row_pointers["t"], np.zeros(16, np.int32))
   np.testing.assert_array_equal(stats.max_ids_per_partition["t"], [0, 0])
   np.testing.assert_array_equal(stats.required_buffer_size_per_sc["t"], [0, 0])
+
+
+def test_compiled_row_reader_reads_object_arrays_of_one_dtype():
+  for dtype in (np.int32, np.int64, np.uint16, np.float32):
+    values, lengths = coo_rows.flatten(_object_rows(IDS, dtype))
+    assert values.dtype == dtype and lengths.dtype == np.int64
+    np.testing.assert_array_equal(values, _flat(IDS, dtype))
+    np.testing.assert_array_equal(lengths, LENGTHS)
+  values, lengths = coo_rows.flatten(_object_rows([[], []], np.int32))
+  assert values.shape == (0,) and lengths.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(
+  "row",
+  [
+    np.array([7, 0, 1], np.int32)[::2],  # strided view
+    np.array([[7], [1]], np.int32),  # 2-D
+    np.array([7, 1], np.int64),  # another dtype than the first row's
+    np.array([7, 1], np.dtype(np.int32, metadata={"m": 1})),  # an equal dtype, another object
+    np.ma.masked_array([7, 1], dtype=np.int32),  # a subclass
+    [7, 1],
+    None,
+  ],
+  ids=["strided", "2d", "int64", "dtype_object", "subclass", "list", "none"],
+)
+def test_compiled_row_reader_leaves_every_other_row_to_the_python_path(row):
+  rows = _object_rows(IDS, np.int32)
+  rows[3] = row
+  assert coo_rows.flatten(rows) is None
+  assert coo_rows.flatten(_object_rows(IDS, np.int32)[::2]) is None  # a strided object array
+  if row is not None:  # the Python path reads the same ids (or names the bad row)
+    expect = coo_inputs.normalize_feature("f", _object_rows(IDS, np.int64))
+    got = coo_inputs.normalize_feature("f", rows)
+    np.testing.assert_array_equal(got.values, expect.values)
+    np.testing.assert_array_equal(got.row_lengths, expect.row_lengths)
+
+
+def test_compiled_row_reader_is_used_on_this_build():
+  """The struct offsets match here (CI's CPython 3.11 / numpy 2), so
+  object arrays do not silently take the slow path."""
+  assert coo_rows._layout_matches()  # pylint: disable=protected-access

@@ -9,8 +9,9 @@ Accepted per feature (docs/coo_format.md "Inputs"):
 Weights have the same structure (float32 or float64, converted to float32);
 None means all weights 1.0.
 
-The ragged path avoids per-row Python work beyond three C-level passes over
-the rows (bytes join, len, dtype), which is what makes it fast enough.
+Ragged object arrays are read in compiled code (coo_rows); other row
+containers take three C-level passes over the rows (bytes join, len, dtype)
+or, for odd rows, a checked Python loop.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sparsepipe.data import ragged as ragged_lib
+from sparsepipe.transforms import coo_rows
 from sparsepipe.transforms import errors
 
 _GET_DTYPE = operator.attrgetter("dtype")
@@ -152,10 +154,27 @@ def _rows_to_flat(
   """Flattens ragged rows; returns (flat values, row lengths int64)."""
   if len(rows) == 0:
     return np.zeros(0, dtype or np.int64), np.zeros(0, np.int64)
-  fast = _rows_fast(rows, kinds, dtype)
+  fast = _rows_compiled(rows, kinds, dtype) or _rows_fast(rows, kinds, dtype)
   if fast is not None:
     return fast
   return _rows_slow(name, what, rows, kinds, dtype)
+
+
+def _rows_compiled(rows: Any, kinds: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
+  """An object array of contiguous 1-D rows of one dtype, read in compiled
+  code (coo_rows); else None."""
+  if not (isinstance(rows, np.ndarray) and rows.dtype == object and rows.ndim == 1):
+    return None
+  first = rows[0]
+  if not isinstance(first, np.ndarray) or first.dtype.kind not in kinds:
+    return None
+  flat = coo_rows.flatten(rows)
+  if flat is None:
+    return None
+  values, lengths = flat
+  if dtype is not None and values.dtype != dtype:
+    values = values.astype(dtype)
+  return values, lengths
 
 
 def _as_float32(name: str, what: str, w: Any) -> np.ndarray:

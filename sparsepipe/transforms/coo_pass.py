@@ -10,8 +10,9 @@ padding and the tail of every SC's segment in place (docs/coo_format.md
 "Buffer layout").
 
 Both are compiled with numba on first use in a process (about a second
-each; not cached on disk): the same work as some 30 vectorised numpy
-passes, each in one pass with no temporaries (benchmarks/preprocess.py).
+each; not cached on disk, whose cache files would be pickles): the same
+work as some 30 vectorised numpy passes, each in one pass with no
+temporaries (benchmarks/preprocess.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-INT_MAX = 2**31 - 1
+from sparsepipe.transforms.coo_layout import INT_MAX
 
 
 @numba.njit(nogil=True)
