@@ -56,8 +56,9 @@ def _i32(address):
 
 
 @numba.njit
-def _lengths(pointers, array_type, descr, lengths):
-  """Row lengths; the first row that is not a contiguous 1-D array of `descr`, else -1."""
+def _lengths(pointers, array_type, descr, lengths, data):
+  """Row lengths and data addresses; the first row that is not a contiguous
+  1-D array of `descr`, else -1."""
   for r in range(pointers.shape[0]):
     p = pointers[r]
     if p == 0 or _u64(p + _TYPE) != array_type or _u64(p + _DESCR) != descr:
@@ -65,17 +66,19 @@ def _lengths(pointers, array_type, descr, lengths):
     if _i32(p + _ND) != 1 or not _i32(p + _FLAGS) & _C_CONTIGUOUS:
       return r
     lengths[r] = _u64(_u64(p + _DIMS))
+    data[r] = _u64(p + _DATA)
   return -1
 
 
 @numba.njit
-def _gather(pointers, lengths, itemsize, out):
-  """Copies every row's bytes into `out`, back to back."""
+def _gather(data, lengths, out):
+  """Copies every row's items into `out`, back to back."""
   start = 0
-  for r in range(pointers.shape[0]):
-    n = lengths[r] * itemsize
-    if n:
-      out[start : start + n] = numba.carray(_address(_u64(pointers[r] + _DATA)), n, np.uint8)
+  for r in range(data.shape[0]):
+    n = lengths[r]
+    row = numba.carray(_address(data[r]), n, out.dtype)
+    for i in range(n):
+      out[start + i] = row[i]
     start += n
 
 
@@ -90,20 +93,20 @@ def _layout_matches() -> bool:
   """Whether numpy arrays have the struct offsets used here, on this build."""
   rows = np.empty(3, object)
   rows[:] = [np.arange(5, dtype=np.int32), np.zeros(0, np.int32), np.arange(3, dtype=np.int32)]
-  lengths = np.zeros(3, np.int64)
+  lengths, data = np.zeros(3, np.int64), np.zeros(3, np.uint64)
   descr = id(rows[0].dtype)
-  if _lengths(_pointers(rows), id(np.ndarray), descr, lengths) != -1:
+  if _lengths(_pointers(rows), id(np.ndarray), descr, lengths, data) != -1:
     return False
   if lengths.tolist() != [5, 0, 3]:
     return False
-  out = np.zeros(8 * 4, np.uint8)
-  _gather(_pointers(rows), lengths, 4, out)
-  if out.view(np.int32).tolist() != [0, 1, 2, 3, 4, 0, 1, 2]:
+  out = np.zeros(8, np.int32)
+  _gather(data, lengths, out)
+  if out.tolist() != [0, 1, 2, 3, 4, 0, 1, 2]:
     return False
   odd = np.empty(4, object)
   odd[:] = [np.arange(6, dtype=np.int32)[::2], np.ones((2, 1), np.int32), [1], np.int64([1])]
   return all(
-    _lengths(_pointers(odd[i : i + 1]), id(np.ndarray), descr, lengths) == 0 for i in range(4)
+    _lengths(_pointers(odd[i : i + 1]), id(np.ndarray), descr, lengths, data) == 0 for i in range(4)
   )
 
 
@@ -117,10 +120,10 @@ def flatten(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
   first = rows[0]
   if type(first) is not np.ndarray or not first.dtype.isnative:
     return None
-  pointers = _pointers(rows)
   lengths = np.empty(rows.shape[0], np.int64)
-  if _lengths(pointers, id(np.ndarray), id(first.dtype), lengths) != -1:
+  data = np.empty(rows.shape[0], np.uint64)
+  if _lengths(_pointers(rows), id(np.ndarray), id(first.dtype), lengths, data) != -1:
     return None
-  out = np.empty(int(lengths.sum()) * first.dtype.itemsize, np.uint8)
-  _gather(pointers, lengths, first.dtype.itemsize, out)
-  return out.view(first.dtype), lengths
+  out = np.empty(int(lengths.sum()), first.dtype)
+  _gather(data, lengths, out)
+  return out, lengths
