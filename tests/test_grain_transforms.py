@@ -3,6 +3,7 @@
 import copy as copy_lib
 import gc
 import json
+import os
 import subprocess
 import sys
 from multiprocessing import shared_memory
@@ -232,3 +233,20 @@ def test_workers_keep_freed_memory_for_the_next_batch():
   # 16 MiB is 4096 pages: by default every batch faults them in again.
   assert all(int(n) > 3000 for n in runs["default"]), runs
   assert all(int(n) < 100 for n in runs["keep"]), runs
+
+
+def test_the_main_process_lets_go_of_blocks_with_their_last_view():
+  """One descriptor per mapped block (mmap's own), released with the batches."""
+  pack, unpack = T.PackArrays(shared_memory=True), T.UnpackArrays()
+  packed = [pack.map({"x": np.full(3, i)}) for i in range(20)]  # 20 blocks in flight
+
+  def open_fds():
+    return len(os.listdir("/proc/self/fd"))
+
+  before = open_fds()
+  batches = [unpack.map(p) for p in packed]
+  assert open_fds() - before == 20
+  assert [int(b["x"][0]) for b in batches] == list(range(20))
+  del unpack, batches
+  gc.collect()
+  assert open_fds() == before

@@ -20,6 +20,7 @@ restore), so nothing is left in /dev/shm.
 from __future__ import annotations
 
 import math
+import os
 from multiprocessing import shared_memory
 from multiprocessing import util as mp_util
 from typing import Any, NamedTuple
@@ -146,9 +147,18 @@ def _unlink_unclaimed(blocks: list[shared_memory.SharedMemory]) -> None:
 
 
 class _AttachedBlock(shared_memory.SharedMemory):
-  """A block mapped in the main process. Never closed explicitly: the
-  mapping ends when the last view of it is gone (closing with views alive
-  would fail)."""
+  """A block mapped in the main process, its name unlinked and its file
+  descriptor closed at once (the mapping stays). Never closed explicitly:
+  the mapping ends when the last view of it is gone (closing with views
+  alive would fail)."""
+
+  def __init__(self, name: str):
+    super().__init__(name=name)
+    self.buf[_CLAIMED] = 1
+    self.unlink()
+    if getattr(self, "_fd", -1) >= 0:  # POSIX: the fd is not needed once mapped
+      os.close(self._fd)
+      self._fd = -1
 
   def __del__(self):
     pass
@@ -167,9 +177,7 @@ class AttachedBlocks:
   def unpack(self, packed: PackedArrays) -> Any:
     block = self._blocks.get(packed.block)
     if block is None:
-      block = _AttachedBlock(name=packed.block)
-      block.buf[_CLAIMED] = 1
-      block.unlink()
+      block = _AttachedBlock(packed.block)
       self._blocks[packed.block] = block
     # One array per batch, the .base of all its views: when it is collected,
     # no view of the batch is left and the worker may reuse the block.
