@@ -1,7 +1,7 @@
-"""Sorting the ids of one stack into COO order (vectorised numpy).
+"""Sorting the ids of one stack into COO order: sort keys, then numpy's sort.
 
-All ids of a stack are packed into one unsigned key each and sorted with
-np.sort (much faster than argsort):
+All ids of a stack are packed into one unsigned key each (coo_pass.key_pass,
+compiled) and sorted with np.sort (much faster than argsort):
 
     unweighted:  key = [q] | p | e | sid   (q = d*S+s, p partition, e local
     weighted:    key =  q  | p | e | i      row, sid sample id on the SC, i
