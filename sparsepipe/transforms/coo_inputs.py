@@ -163,13 +163,8 @@ def _rows_to_flat(
 def _rows_compiled(rows: Any, kinds: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
   """An object array of contiguous 1-D rows of one dtype, read in compiled
   code (coo_rows); else None."""
-  if not (isinstance(rows, np.ndarray) and rows.dtype == object and rows.ndim == 1):
-    return None
-  first = rows[0]
-  if not isinstance(first, np.ndarray) or first.dtype.kind not in kinds:
-    return None
   flat = coo_rows.flatten(rows)
-  if flat is None:
+  if flat is None or flat[0].dtype.kind not in kinds:
     return None
   values, lengths = flat
   if dtype is not None and values.dtype != dtype:

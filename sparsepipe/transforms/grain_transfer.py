@@ -30,6 +30,8 @@ import grain
 import jax
 import numpy as np
 
+from sparsepipe.core.rounding import round_up
+
 _HEADER = 64  # bytes before the data: the block's state and its claimed flag
 _STATE, _CLAIMED = 0, 1
 _FREE, _IN_USE = 0, 1
@@ -62,7 +64,7 @@ def _plan(leaves: list[Any]) -> tuple[tuple[tuple[Any, ...], ...], int]:
   for leaf in leaves:
     if _is_array(leaf):
       layout.append((leaf.dtype.str, end, leaf.shape))
-      end += -(-leaf.nbytes // _ALIGN) * _ALIGN
+      end += round_up(leaf.nbytes, _ALIGN)
     else:
       layout.append((None, leaf))
   return tuple(layout), end
@@ -127,7 +129,7 @@ class SharedBlockPool:
       if block.buf[_STATE] == _FREE and block.size - _HEADER >= nbytes:
         block.buf[_STATE] = _IN_USE
         return block
-    size = -(-(nbytes + _HEADER) // _GROWTH) * _GROWTH
+    size = round_up(nbytes + _HEADER, _GROWTH)
     block = shared_memory.SharedMemory(create=True, size=size)
     block.buf[_STATE] = _IN_USE
     self._blocks.append(block)
