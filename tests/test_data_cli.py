@@ -108,6 +108,17 @@ def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
     2,
     "error: --config.data.dirr: the config has no field 'dirr'; did you mean dir?\n",
   )
+  # A config named on the command line applies the overrides while parsing.
+  out = _run(
+    "sparsepipe.launch",
+    "--config=dataset",
+    "--config.checkpoint_every_steps=2",
+    f"--workdir={tmp_path}",
+  )
+  assert (out.returncode, out.stderr) == (
+    2,
+    "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps'\n",
+  )
   assert os.listdir(tmp_path) == []
 
 

@@ -43,17 +43,26 @@ def _shipped_config_names(argv: list[str]) -> list[str]:
   return out
 
 
+def _config_overrides_checked(apply, *args, **kwargs):
+  """Runs `apply` (which applies the --config.* overrides); a field the
+  config lacks exits with one line instead of ml_collections' traceback."""
+  try:
+    return apply(*args, **kwargs)
+  except (AttributeError, KeyError) as e:
+    print(_unknown_config_field(e), file=sys.stderr)
+    sys.exit(2)
+
+
 sys.argv = _shipped_config_names(sys.argv)
-try:  # ml_collections applies the --config.* overrides while defining the flag
-  config_flags.DEFINE_config_file(
-    "config",
-    config_path("demo"),
-    "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
-    lock_config=True,
-  )
-except (AttributeError, KeyError) as e:
-  print(_unknown_config_field(e), file=sys.stderr)
-  sys.exit(2)
+# ml_collections applies the overrides while defining the flag (the default
+# config) or while parsing (a --config given), so both are checked.
+_config_overrides_checked(
+  config_flags.DEFINE_config_file,
+  "config",
+  config_path("demo"),
+  "ml_collections config: a file (configs/criteo.py) or a shipped config's name (criteo).",
+  lock_config=True,
+)
 
 _WORKDIR = flags.DEFINE_string("workdir", "workdir/demo", "Checkpoints, metrics, generated data.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0.")
@@ -92,4 +101,9 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(cli.reports_errors(main)))
+  sys.exit(
+    app.run(
+      cli.reports_errors(main),
+      flags_parser=lambda argv: _config_overrides_checked(app.parse_flags_with_usage, argv),
+    )
+  )
