@@ -208,6 +208,8 @@ def test_compiled_row_reader_reads_object_arrays_of_one_dtype():
     np.testing.assert_array_equal(lengths, LENGTHS)
   values, lengths = coo_rows.flatten(_object_rows([[], []], np.int32))
   assert values.shape == (0,) and lengths.tolist() == [0, 0]
+  # Rows of Python ints (object dtype) are the Python path's to convert.
+  assert coo_rows.flatten(_object_rows(IDS, object)) is None
 
 
 @pytest.mark.parametrize(

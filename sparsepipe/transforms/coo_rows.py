@@ -112,14 +112,15 @@ def _layout_matches() -> bool:
 
 def flatten(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
   """(flat values, int64 lengths) of a 1-D object array of contiguous 1-D
-  arrays of one dtype; None for anything else (the caller's Python path)."""
+  arrays of one integer or float dtype; None for anything else (the
+  caller's Python path)."""
   if not (isinstance(rows, np.ndarray) and rows.dtype == object and rows.ndim == 1):
     return None
   if not rows.flags.c_contiguous or not _layout_matches():
     return None
   first = rows[0]
-  if type(first) is not np.ndarray or not first.dtype.isnative:
-    return None
+  if type(first) is not np.ndarray or first.dtype.kind not in "iuf" or not first.dtype.isnative:
+    return None  # rows of Python objects, strings, ...: the Python path converts or names them
   lengths = np.empty(rows.shape[0], np.int64)
   data = np.empty(rows.shape[0], np.uint64)
   if _lengths(_pointers(rows), id(np.ndarray), id(first.dtype), lengths, data) != -1:
