@@ -23,6 +23,7 @@ from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import TrainingState
 from sparsepipe.checkpointing import abstract_of
+from sparsepipe.checkpointing import corrupt
 from sparsepipe.checkpointing import saving
 from sparsepipe.transforms import InputPipelineIterator
 
@@ -510,6 +511,23 @@ def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
     line,
   ), line
   assert "restored 5" in result.lines
+
+
+def test_unretrieved_failures_of_a_failed_reads_sibling_tasks_are_not_logged(caplog):
+  # Regression (seen on a loaded machine): besides the one warning line, asyncio
+  # logged "Task exception was never retrieved" with TensorStore's spec for a
+  # sibling read task of the failed read, whenever that task was collected.
+  with corrupt.quiet_reads():
+    pass
+  spec = ValueError("OUT_OF_RANGE: Error reading \"a/.zarray\" [tensorstore_spec='{}']")
+  other = ValueError("something else")
+  with caplog.at_level(logging.ERROR, logger="asyncio"):
+    for error in (spec, other):
+      try:
+        raise error
+      except ValueError as e:
+        logging.getLogger("asyncio").error("Task exception was never retrieved", exc_info=e)
+  assert [r.exc_info[1] for r in caplog.records] == [other]
 
 
 @pytest.mark.parametrize("fingerprint_arrays", [True, False])

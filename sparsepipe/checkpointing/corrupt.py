@@ -54,6 +54,19 @@ def _is_read_leftover(unraisable: Any) -> bool:
   return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
+class _FailedReadTasks(std_logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" for a TensorStore
+  read: a sibling of a failed read (reported as CorruptCheckpointError),
+  logged whenever its task is collected."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or not any(marker in str(error) for marker in _SPEC_DUMPS)
+
+
+_FAILED_READ_TASKS = _FailedReadTasks()
+
+
 @contextlib.contextmanager
 def quiet_reads() -> Iterator[None]:
   """Holds back Orbax's logs and the leftovers of a failed read.
@@ -63,8 +76,10 @@ def quiet_reads() -> Iterator[None]:
   TensorStore callbacks of a failed read may fire after Orbax closed its
   event loop, and its unfinished read coroutines fail when they are
   discarded; Python reports both as unraisable exceptions. They are dropped
-  (after a failed read, also later); anything else passes through.
+  (after a failed read, also later), and so are asyncio's reports of the
+  read tasks whose failure nobody retrieved; anything else passes through.
   """
+  std_logging.getLogger("asyncio").addFilter(_FAILED_READ_TASKS)  # once: same object
   logger = std_logging.getLogger("absl")
   level = logger.level
   logger.setLevel(max(level, std_logging.CRITICAL))
