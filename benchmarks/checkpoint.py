@@ -9,6 +9,8 @@ params, a small pipeline state, a Grain iterator, FDO JSON). Measured:
 - sync save: the whole save of the same state without the async thread;
 - the ratio async blocking / sync save (target <= 8%, fingerprints on);
 - the first save's blocking over a later one's (target <= 3x);
+- a save right after a fresh iterator's first batch, while Grain's read-ahead
+  threads run Python (every thread Orbax starts then waits for the GIL);
 - the fingerprint passes alone: on the devices (what restore verifies) and
   on the host copies (what a save computes in the background);
 - restore: reading and verifying the newest step into sharded targets;
@@ -98,9 +100,17 @@ def train_step(state):
   return jax.tree.map(lambda x: x * 0.999 if x.dtype == jnp.float32 else x + 1, state)
 
 
-def make_iterator() -> Any:
+def make_iterator(read_ahead: bool = False) -> Any:
+  """The saved Grain iterator; without read-ahead threads unless asked.
+
+  Grain's read-ahead threads fill their buffer after the first batch; while
+  they run Python, every thread Orbax starts in save() waits for the GIL.
+  The save figures are taken without them; `timed_busy_saves` measures that
+  case on its own.
+  """
   ds = grain.MapDataset.range(10**6).map(lambda i: np.int64(i) * 2).batch(64)
-  return iter(ds.to_iter_dataset())
+  options = None if read_ahead else grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+  return iter(ds.to_iter_dataset(options))
 
 
 def run_info(mesh: Mesh) -> ckpt.RunInfo:
@@ -148,6 +158,23 @@ def timed_saves(
     background.append(t2 - t1)
   manager.close()
   return blocking[0], blocking[1:], background[1:], state
+
+
+def timed_busy_saves(directory: str, mesh: Mesh, state: Any, repeats: int) -> list[float]:
+  """Async save blocking right after a fresh iterator's first batch, while
+  its read-ahead threads fill their buffer (Python busy in the background)."""
+  blocking = []
+  with ckpt.TrainingCheckpointManager(directory, run_info(mesh), keep_latest=2) as manager:
+    for i in range(repeats):
+      iterator = make_iterator(read_ahead=True)
+      next(iterator)
+      t0 = time.perf_counter()
+      manager.save(
+        i + 1, ckpt.TrainingState(*state, iterator, {}), ckpt.Progress(i + 1, i + 1), force=True
+      )
+      blocking.append(time.perf_counter() - t0)
+      manager.wait_until_finished()
+  return blocking
 
 
 def timed_restore(directory: str, mesh: Mesh, abstract: Any, repeats: int):
@@ -260,6 +287,7 @@ def main() -> None:
           async_save=mode == "async",
           fingerprint_arrays=verify,
         )
+    busy = timed_busy_saves(os.path.join(root, "busy"), mesh, state, args.repeats)
     restore = timed_restore(os.path.join(root, "async"), mesh, abstract, 3)
     restore_nofp = timed_restore(os.path.join(root, "async_nofp"), mesh, abstract, 3)
     fingerprints = timed_fingerprints(state, 3)
@@ -267,12 +295,14 @@ def main() -> None:
     restart = restart_to_first_step(args, os.path.join(root, "async"))
   finally:
     shutil.rmtree(root, ignore_errors=True)
-  report(args, state, saves, restore, restore_nofp, fingerprints, host_fingerprints, restart)
+  timings = (busy, restore, restore_nofp, fingerprints, host_fingerprints)
+  report(args, state, saves, timings, restart)
 
 
-def report(args, state, saves, restore, restore_nofp, fingerprints, host_fingerprints, restart):
+def report(args, state, saves, timings, restart):
   """Prints the table and writes the --json figures."""
   med = statistics.median
+  busy, restore, restore_nofp, fingerprints, host_fingerprints = timings
   block = {name: med(v[1]) for name, v in saves.items()}
   figures = {
     "device": f"{jax.devices()[0].platform} x{len(jax.devices())}",
@@ -281,6 +311,8 @@ def report(args, state, saves, restore, restore_nofp, fingerprints, host_fingerp
     "async_save_first_blocking_s": saves["async"][0],
     "first_over_later_async_blocking": saves["async"][0] / block["async"],
     "async_background_write_s": med(saves["async"][2]),
+    "async_save_blocking_input_busy_s": med(busy),
+    "input_busy_over_idle_async_blocking": med(busy) / block["async"],
     "sync_save_s": block["sync"],
     "async_blocking_over_sync": block["async"] / block["sync"],
     "no_fingerprints_async_save_blocking_s": block["async_nofp"],
@@ -311,6 +343,10 @@ def report(args, state, saves, restore, restore_nofp, fingerprints, host_fingerp
       f"{ms(saves['async'][0])} ({figures['first_over_later_async_blocking']:.1f}x a later save)",
     ),
     ("async save: background write", ms(med(saves["async"][2]))),
+    (
+      "async save blocked, input threads busy",
+      f"{ms(med(busy))} ({figures['input_busy_over_idle_async_blocking']:.1f}x an idle-input save)",
+    ),
     ("fingerprint pass alone: devices", ms(med(fingerprints))),
     ("fingerprint pass alone: host copies", ms(med(host_fingerprints))),
     ("restart to first resumed step", f"{restart['total_s']:.2f} s"),

@@ -84,17 +84,17 @@ def events(workdir: str, kind: str) -> list[dict[str, Any]]:
 
 def checkpoint_arrays(workdir: str, step: int) -> dict[str, np.ndarray]:
   """Every array of a step's train_state and embeddings items, by path."""
+  path = os.path.join(workdir, "checkpoints", str(step), "arrays")
+  with ocp.PyTreeCheckpointer() as checkpointer:
+    # As numpy: the saving devices (other processes) need not exist here.
+    metadata = checkpointer.metadata(path)
+    metadata = getattr(metadata, "item_metadata", metadata)
+    metadata = getattr(metadata, "tree", metadata)
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
+    tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
   out = {}
   for item in ("train_state", "embeddings"):
-    path = os.path.join(workdir, "checkpoints", str(step), item)
-    with ocp.PyTreeCheckpointer() as checkpointer:
-      # As numpy: the saving devices (other processes) need not exist here.
-      metadata = checkpointer.metadata(path)
-      metadata = getattr(metadata, "item_metadata", metadata)
-      metadata = getattr(metadata, "tree", metadata)
-      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-      tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
-    for keypath, leaf in _flatten(tree, item):
+    for keypath, leaf in _flatten(tree[item], item):
       out[keypath] = np.asarray(leaf)
   return out
 

@@ -16,6 +16,7 @@ import pytest
 import checkpoint_toy as toy
 import subprocess_harness as harness
 from sparsepipe.checkpointing import CorruptCheckpointError
+from sparsepipe.checkpointing import FORMAT_VERSION
 from sparsepipe.checkpointing import IncompatibleCheckpointError
 from sparsepipe.checkpointing import Progress
 from sparsepipe.checkpointing import RestoreTargets
@@ -235,15 +236,15 @@ def test_target_without_sharding_is_an_error(saved):
       manager.restore(targets._replace(embeddings=bare))
 
 
-def _data_file(step_dir, item):
-  """The largest value file of an item (chunks over 1 KiB live there)."""
-  files = sorted((step_dir / item).rglob("ocdbt.process_0/d/*"))
+def _table_file(step_dir):
+  """The largest value file of the arrays: the embedding table's chunks."""
+  files = sorted((step_dir / "arrays").rglob("ocdbt.process_0/d/*"))
   return max(files, key=lambda f: f.stat().st_size)
 
 
-def _data_files(step_dir, item):
-  """Every OCDBT node and value file of an item (small values are inline)."""
-  return sorted((step_dir / item).rglob("d/*"))
+def _array_files(step_dir):
+  """Every OCDBT node and value file of the arrays (small values are inline)."""
+  return sorted((step_dir / "arrays").rglob("d/*"))
 
 
 def _garble(path, offset=None):
@@ -272,11 +273,11 @@ def _replace_json(path, old, new):
 
 CORRUPTIONS = {
   "garbled table data": (
-    lambda d: _garble(_data_file(d, "embeddings")),
+    lambda d: _garble(_table_file(d)),
     "item 'embeddings' leaf '",
   ),
-  "truncated train_state data": (
-    lambda d: [_truncate(f) for f in _data_files(d, "train_state")],
+  "truncated array data": (
+    lambda d: [_truncate(f) for f in _array_files(d)],
     "array metadata is unreadable (ValueError: OUT_OF_RANGE",
   ),
   "missing item": (
@@ -312,7 +313,7 @@ CORRUPTIONS = {
     "item 'metadata' file fingerprints.process_0.json is unreadable (FileNotFoundError",
   ),
   "truncated array metadata": (
-    lambda d: _truncate(d / "pipeline_state" / "_METADATA"),
+    lambda d: _truncate(d / "arrays" / "_METADATA"),
     "is unreadable",
   ),
 }
@@ -347,8 +348,8 @@ def test_corrupt_latest_step_falls_back_to_previous(saved, kind, caplog):
 def test_interrupted_save_directory_is_ignored(saved):
   directory, _ = saved
   tmp = directory / "6.orbax-checkpoint-tmp"
-  (tmp / "train_state").mkdir(parents=True)
-  (tmp / "train_state" / "junk").write_bytes(b"\x00" * 10)
+  (tmp / "arrays").mkdir(parents=True)
+  (tmp / "arrays" / "junk").write_bytes(b"\x00" * 10)
   with TrainingCheckpointManager(directory, run_info()) as manager:
     assert manager.all_steps() == [2, 4]
     assert manager.restore(Job().targets()).step == 4
@@ -357,7 +358,7 @@ def test_interrupted_save_directory_is_ignored(saved):
 def test_every_step_corrupt_raises_and_moves_nothing(saved):
   directory, _ = saved
   for step in ("2", "4"):
-    for path in _data_files(directory / step, "train_state"):
+    for path in _array_files(directory / step):
       _garble(path)
   with TrainingCheckpointManager(directory, run_info()) as manager:
     with pytest.raises(CorruptCheckpointError, match=f"no restorable checkpoint in {directory}: "):
@@ -367,7 +368,7 @@ def test_every_step_corrupt_raises_and_moves_nothing(saved):
 
 def test_explicit_corrupt_step_raises(saved):
   directory, _ = saved
-  _garble(_data_file(directory / "2", "embeddings"))
+  _garble(_table_file(directory / "2"))
   with TrainingCheckpointManager(directory, run_info()) as manager:
     with pytest.raises(
       CorruptCheckpointError, match=f"checkpoint at {directory} step 2: item 'embeddings'"
@@ -381,7 +382,7 @@ def test_unreadable_item_is_named_when_reading_fails(saved):
   # reported as "reading failed" without the item, so the message depended
   # on whether garbled bytes broke decoding or only the values.
   directory, _ = saved
-  _truncate(_data_file(directory / "2", "embeddings"))
+  _truncate(_table_file(directory / "2"))
   with TrainingCheckpointManager(directory, run_info()) as manager:
     with pytest.raises(
       CorruptCheckpointError,
@@ -392,7 +393,7 @@ def test_unreadable_item_is_named_when_reading_fails(saved):
 
 def test_saving_after_fallback_reuses_the_step_number(saved):
   directory, _ = saved
-  _garble(_data_file(directory / "4", "embeddings"))
+  _garble(_table_file(directory / "4"))
   job = Job()
   with TrainingCheckpointManager(directory, run_info(), save_interval_steps=2) as manager:
     restored = manager.restore(job.targets(job.iterator))
@@ -412,6 +413,54 @@ def test_read_metadata(saved):
     meta = manager.read_metadata(2)
   assert meta.progress == Progress(2, 2, False)
   assert meta.run == run_info()
+
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def _leaves_by_keystr(tree):
+  return {
+    jax.tree_util.keystr(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+  }
+
+
+def test_format2_steps_still_restore_exactly(tmp_path):
+  # Step 4 of the `pristine` job as sparsepipe 0.2.0 wrote it (format 2: one
+  # Orbax item per array item), with its arrays and next batch as numpy.
+  directory = tmp_path / "ckpt"
+  shutil.copytree(GOLDEN / "checkpoint_format2", directory)
+  expected = dict(np.load(GOLDEN / "checkpoint_format2_expected.npz"))
+  next_batch_index = expected.pop("next_batch_index")
+  job = Job()
+  with TrainingCheckpointManager(directory, run_info(), save_interval_steps=2) as manager:
+    restored = manager.restore(job.targets(job.iterator))
+    assert (restored.step, restored.metadata.format_version) == (4, 2)
+    got = _leaves_by_keystr((restored.train_state, restored.embeddings, restored.pipeline_state))
+    assert sorted(got) == sorted(expected)
+    for path, value in got.items():
+      np.testing.assert_array_equal(value, expected[path], err_msg=path)
+    assert restored.fdo == {
+      "limits": {"toy_stack": {"max_ids_per_partition": 64}},
+      "stats": {"max_id": 255, "ids_seen": 128},
+    }
+    # Training on saves the current format beside the old step.
+    job.iterator = restored.data_iter
+    job.state = (restored.train_state, restored.embeddings, restored.pipeline_state)
+    job.fdo, job.step = restored.fdo, restored.step
+    job.advance(2)
+    assert save(manager, job)
+  with TrainingCheckpointManager(directory, run_info()) as manager:
+    assert manager.all_steps() == [4, 6]
+    assert manager.read_metadata(6).format_version == FORMAT_VERSION
+    items = sorted(p.name for p in (directory / "6").iterdir() if p.is_dir())
+    assert items == ["arrays", "data_iter", "fdo", "metadata"]
+    old = manager.restore(Job().targets(), step=4)
+    np.testing.assert_array_equal(next(old.data_iter)["index"], next_batch_index)
+    restored = manager.restore(Job().targets())
+  assert restored.step == 6
+  toy.assert_same_trees(
+    (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
+  )
 
 
 def test_saving_without_fingerprints_restores_unverified(tmp_path):
@@ -496,7 +545,7 @@ def test_corrupt_step_prints_one_warning_line_and_nothing_else(tmp_path):
   )
   env = harness.cpu_env()
   assert harness.run(command, env=env).returncode == 0
-  _truncate(_data_file(workdir / "10", "embeddings"))
+  _truncate(_table_file(workdir / "10"))
   result = harness.run(command, env=env)
   assert result.returncode == 0, result.describe()
   (line,) = result.stderr.splitlines()
@@ -575,7 +624,7 @@ def test_synchronous_save_is_fingerprinted_and_verified(tmp_path):
   step_dir = tmp_path / "c" / "2"
   body = json.loads((step_dir / "metadata" / "metadata.json").read_text())
   assert body["integrity"]["fingerprints"] == "partial_sums"
-  _garble(_data_file(step_dir, "embeddings"))
+  _garble(_table_file(step_dir))
   with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
     with pytest.raises(CorruptCheckpointError, match="item 'embeddings' leaf '"):
       manager.restore(job.targets(), step=2)

@@ -5,8 +5,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 
 import pytest
+
+import sparsepipe
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "sparsepipe")
@@ -76,3 +79,9 @@ def test_ruff_is_clean(command):
     check=False,
   )
   assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_version_is_the_pyprojects():
+  # Regression: sparsepipe.__version__ still said 0.1.0 in 0.2.0.
+  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    assert sparsepipe.__version__ == tomllib.load(f)["project"]["version"]

@@ -46,10 +46,13 @@ def array_save(tree: Any) -> ocp.args.PyTreeSave:
   return ocp.args.PyTreeSave(tree)
 
 
-def array_restore(target: Any) -> ocp.args.PyTreeRestore:
-  """Reads into `target`'s shapes, dtypes and shardings."""
+def array_restore(target: Any, partial: bool = False) -> ocp.args.PyTreeRestore:
+  """Reads into `target`'s shapes, dtypes and shardings (`partial`: only
+  the subtrees `target` has)."""
   return ocp.args.PyTreeRestore(
-    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)
+    item=target,
+    restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+    partial_restore=partial,
   )
 
 

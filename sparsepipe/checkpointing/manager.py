@@ -1,15 +1,19 @@
 """One Orbax CheckpointManager for the whole training state.
 
-Each step directory holds six items, each bound to one handler type:
+Each step directory holds four items, each bound to one handler type:
 
-  train_state     PyTree     dense params, ZeRO optimizer shards, step
-  embeddings      PyTree     stacked tables and optimizer slots
-  pipeline_state  PyTree     the PipelineState (buffered inputs, ...)
+  arrays          PyTree     {"train_state": dense params, ZeRO optimizer
+                             shards, step; "embeddings": stacked tables and
+                             optimizer slots; "pipeline_state": the
+                             PipelineState} (step_items.py: one item, so a
+                             save starts Orbax's per-item work once)
   data_iter       Grain      one JSON iterator state per process
   fdo             JsonSave   FDO limits per stack and statistics
   metadata        MetadataHandler  JSON: RunInfo, Progress, feature limits,
                                    digests of the JSON items, and one file of
                                    partial array fingerprints per process
+
+Steps of format 2 (one Orbax item per array part) are still restored.
 
 Saves are asynchronous: the loop blocks only while Orbax copies the arrays
 to the host (saving.py); the files are written and the fingerprints summed
@@ -53,6 +57,7 @@ from sparsepipe.checkpointing.relayout import resize_zero_padded
 from sparsepipe.checkpointing.restoring import StepReader
 from sparsepipe.checkpointing.restoring import Targets
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import ARRAYS
 from sparsepipe.checkpointing.state import RestoredState
 from sparsepipe.checkpointing.state import RestoreTargets
 from sparsepipe.checkpointing.state import TrainingState
@@ -122,7 +127,8 @@ class TrainingCheckpointManager:
     self._run = run
     self._async = bool(async_save)
     self._fingerprint_arrays = bool(fingerprint_arrays)
-    handlers = {name: array_handler() for name in ARRAY_ITEMS}
+    # The array items' own Orbax items: format 2 and older (read only).
+    handlers = {name: array_handler() for name in (ARRAYS,) + ARRAY_ITEMS}
     handlers.update(
       data_iter=grain.checkpoint.CheckpointHandler(),
       fdo=ocp.JsonCheckpointHandler(),

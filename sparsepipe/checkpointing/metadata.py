@@ -28,7 +28,9 @@ from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 
 # Version of the step layout written by this module; bump on any change that
 # an older reader would misread.
-FORMAT_VERSION = 2  # 2: array fingerprints as per-process partial sums
+# 2: array fingerprints as per-process partial sums; 3: the array items in
+# one Orbax item (step_items.py).
+FORMAT_VERSION = 3
 
 # {stack name: {limit name: value}}, e.g. transforms.get_stack_limits(specs).
 FeatureLimits = Mapping[str, Mapping[str, Any]]

@@ -23,6 +23,7 @@ from etils import epath
 from sparsepipe.checkpointing import fingerprint
 from sparsepipe.checkpointing import host_fingerprint
 from sparsepipe.checkpointing import integrity
+from sparsepipe.checkpointing import step_items
 from sparsepipe.checkpointing.corrupt import first_line
 from sparsepipe.checkpointing.corrupt import quiet_reads
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
@@ -40,7 +41,6 @@ from sparsepipe.checkpointing.relayout import Relayout
 from sparsepipe.checkpointing.relayout import RelayoutContext
 from sparsepipe.checkpointing.saving import PARTIAL_SUMS
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import ITEM_NAMES
 from sparsepipe.checkpointing.state import RestoredState
 from sparsepipe.checkpointing.state import RestoreTargets
 from sparsepipe.checkpointing.targets import check_against_saved
@@ -103,13 +103,17 @@ class StepReader:
       ) from e
     return integrity.unseal(raw["metadata"], what="item 'metadata'", where=where)
 
+  def _require_items(self, step: int, names: tuple[str, ...]) -> None:
+    missing = [name for name in names if not (self.step_path(step) / name).is_dir()]
+    if missing:
+      raise CorruptCheckpointError(f"{self.where(step)}: item(s) {missing} missing")
+
   def _checked_metadata(self, step: int) -> tuple[CheckpointMetadata, dict[str, Any]]:
     where = self.where(step)
-    missing = [name for name in ITEM_NAMES if not (self.step_path(step) / name).is_dir()]
-    if missing:
-      raise CorruptCheckpointError(f"{where}: item(s) {missing} missing")
+    self._require_items(step, ("metadata",))
     body = self.sealed_metadata(step)
     meta = CheckpointMetadata.from_json(body, where)
+    self._require_items(step, step_items.orbax_items(meta.format_version))
     check_compatible(meta, self._run, where=where, mutable_config_keys=self._mutable)
     checks = body.get("integrity")
     if not isinstance(checks, dict) or not {
@@ -137,9 +141,12 @@ class StepReader:
         )
     return items
 
-  def _read_targets(self, step: int, targets: RestoreTargets, items: list[str], relaid: bool):
+  def _read_targets(
+    self, step: int, targets: RestoreTargets, items: list[str], meta: CheckpointMetadata
+  ):
     """{item: target to read into}, checked against the saved array metadata."""
     where = self.where(step)
+    relaid = meta.run.device_count != self._run.device_count
     try:
       with quiet_reads():
         saved_trees = self._mngr.item_metadata(step)
@@ -147,6 +154,7 @@ class StepReader:
       raise CorruptCheckpointError(
         f"{where}: array metadata is unreadable ({first_line(e)})"
       ) from e
+    saved_trees = step_items.array_trees(saved_trees, items, meta.format_version)
     out = {}
     for item in items:
       target, saved_tree = getattr(targets, item), saved_trees[item]
@@ -189,33 +197,39 @@ class StepReader:
     step: int,
     targets: RestoreTargets,
     read_targets: Mapping[str, Any],
+    format_version: int,
     *,
     data_iter: bool = True,
-  ):
-    args = {item: array_restore(target) for item, target in read_targets.items()}
-    args.update(fdo=ocp.args.JsonRestore())
+  ) -> dict[str, Any]:
+    """{array item: tree, "fdo": JSON}, and the iterator's state set (if `data_iter`)."""
+    arrays = step_items.array_args(read_targets, format_version, array_restore)
+    args = dict(arrays, fdo=ocp.args.JsonRestore())
     if data_iter:
       args.update(data_iter=grain.checkpoint.CheckpointRestore(targets.data_iter))
     try:
       with quiet_reads():
-        return self._mngr.restore(step, args=ocp.args.Composite(**args))
+        out = self._mngr.restore(step, args=ocp.args.Composite(**args))
     except IteratorStateMismatchError as e:
       raise IncompatibleCheckpointError(f"{self.where(step)}: {e}") from e
     except Exception as e:  # pylint: disable=broad-except
-      item = self._unreadable_item(step, {i: args[i] for i in read_targets})
+      item = self._unreadable_item(step, read_targets, format_version)
       raise CorruptCheckpointError(
         f"{self.where(step)}: {item}reading failed ({first_line(e)})"
       ) from e
+    return dict(step_items.array_trees(out, list(read_targets), format_version), fdo=out["fdo"])
 
-  def _unreadable_item(self, step: int, args: Mapping[str, Any]) -> str:
+  def _unreadable_item(
+    self, step: int, read_targets: Mapping[str, Any], format_version: int
+  ) -> str:
     """ "item 'X': " for the first array item that fails to read alone, else "".
 
     Only called after a failed restore, to name what is broken.
     """
-    for item, arg in args.items():
+    for item, target in read_targets.items():
+      args = step_items.array_args({item: target}, format_version, array_restore)
       try:
         with quiet_reads():
-          self._mngr.restore(step, args=ocp.args.Composite(**{item: arg}))
+          self._mngr.restore(step, args=ocp.args.Composite(**args))
       except Exception:  # pylint: disable=broad-except
         return f"item '{item}': "
     return ""
@@ -264,13 +278,13 @@ class StepReader:
       targets = targets(meta)
     for item in items:
       require_shardings(getattr(targets, item), item=item)
-    read_targets = self._read_targets(step, targets, items, relaid)
+    read_targets = self._read_targets(step, targets, items, meta)
     same_processes = meta.run.process_count == self._run.process_count
     if same_processes:
       self._check_data_iter(step, checks["data_iter_sha256"], targets.data_iter)
     else:
       self._restore_resized_iterator(step, meta, checks["data_iter_sha256"], targets.data_iter)
-    out = self._read(step, targets, read_targets, data_iter=same_processes)
+    out = self._read(step, targets, read_targets, meta.format_version, data_iter=same_processes)
     self._verify(step, out, checks, meta, items)
     trees = {}
     for item in items:

@@ -20,11 +20,13 @@ from jax.experimental import multihost_utils
 
 from sparsepipe.checkpointing import host_fingerprint
 from sparsepipe.checkpointing import integrity
+from sparsepipe.checkpointing import step_items
 from sparsepipe.checkpointing.handlers import array_save
 from sparsepipe.checkpointing.handlers import MetadataSave
 from sparsepipe.checkpointing.handlers import PendingShards
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FeatureLimits
+from sparsepipe.checkpointing.metadata import FORMAT_VERSION
 from sparsepipe.checkpointing.metadata import Progress
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.metadata import to_json_value
@@ -109,7 +111,8 @@ def save_step(
   fdo = to_json_value(state.fdo, "fdo")
   meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
   pending = PendingShards() if fingerprints else None
-  args = {item: array_save(getattr(state, item)) for item in ARRAY_ITEMS}
+  trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
+  args = step_items.array_args(trees, FORMAT_VERSION, lambda tree, _: array_save(tree))
   args.update(
     data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
     fdo=ocp.args.JsonSave(fdo),

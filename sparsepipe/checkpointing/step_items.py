@@ -1,0 +1,56 @@
+"""Which Orbax items (directories) of a step hold the array items, by format.
+
+Format 3 (written now) keeps the three array items in one Orbax item,
+"arrays", as {item: tree}: Orbax starts its commit threads and copies to
+the host per item, and while the loop waits on an async save that per-item
+work was most of the wait (one item instead of three: about 3x shorter,
+benchmarks/checkpoint.py). Formats 1 and 2 have one Orbax item per array
+item; they are still read. Messages, fingerprints and relayouts name the
+array items ("embeddings", ...) in every format.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from sparsepipe.checkpointing.state import ARRAY_ITEMS
+
+ARRAYS = "arrays"  # the Orbax item of format 3
+JSON_ITEMS = ("data_iter", "fdo", "metadata")
+FIRST_ONE_ITEM_FORMAT = 3
+
+
+def _one_item(format_version: int) -> bool:
+  return format_version >= FIRST_ONE_ITEM_FORMAT
+
+
+def orbax_items(format_version: int) -> tuple[str, ...]:
+  """Every Orbax item a complete step of `format_version` has."""
+  arrays = (ARRAYS,) if _one_item(format_version) else ARRAY_ITEMS
+  return arrays + JSON_ITEMS
+
+
+def array_args(
+  trees: Mapping[str, Any],
+  format_version: int,
+  make_arg: Callable[[Any, bool], Any],
+) -> dict[str, Any]:
+  """{Orbax item: make_arg(tree, partial)} for the array items in `trees`.
+
+  `partial` is True when the Orbax item holds more array items than `trees`
+  gives (a restore that leaves some out).
+  """
+  if _one_item(format_version):
+    return {ARRAYS: make_arg(dict(trees), set(trees) != set(ARRAY_ITEMS))}
+  return {item: make_arg(tree, False) for item, tree in trees.items()}
+
+
+def array_trees(out: Mapping[str, Any], items: Sequence[str], format_version: int) -> dict:
+  """{array item: tree} from Orbax's per-item results (restored trees or metadata)."""
+  if _one_item(format_version):
+    arrays = out[ARRAYS]
+    arrays = getattr(arrays, "tree", arrays)  # item metadata wraps the tree
+    if not isinstance(arrays, Mapping):
+      return {item: None for item in items}
+    return {item: arrays.get(item) for item in items}
+  return {item: out[item] for item in items}
