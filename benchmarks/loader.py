@@ -13,6 +13,10 @@ count. The dataset has 13 dense and 26 sparse features of 1..20 ids
 batches (ids above them are dropped and counted, as in training with
 allow_id_dropping). Worker start-up is excluded (the clock starts after the
 first batch). The machine may be shared: compare figures from one run.
+"(c) cores busy" is CPU-seconds per wall second of (c), workers included:
+the in-process pipeline already keeps more than one core busy (its read-ahead
+threads run the compiled passes without the GIL), so on C cores the wall
+speed-up of workers is at most C / that figure.
 """
 
 from __future__ import annotations
@@ -205,6 +209,8 @@ def main(argv):
         "raw_reads_per_cpu_s": a[1],
         "decode_batch_per_cpu_s": b[1],
         "full_pipeline_per_cpu_s": c[1],
+        # CPU-seconds per wall second: the cores (c) kept busy, workers included.
+        "full_pipeline_cores_busy": c[0] / c[1],
         "ids_dropped": drops,
       }
     )
@@ -215,13 +221,14 @@ def main(argv):
   print(
     f"{'workers':>8} {'(a) raw reads':>15} {'(b) decode+batch':>17} {'(c) full':>12}"
     f" {'(c)/(a)':>8}   per CPU-second: {'(a)':>9} {'(b)':>9} {'(c)':>9}"
+    f"   (c) cores busy"
   )
   for r in rows:
     print(
       f"{r['workers']:>8} {r['raw_reads']:>15,.0f} {r['decode_batch']:>17,.0f}"
       f" {r['full_pipeline']:>12,.0f} {r['full_over_raw']:>8.3f}"
       f"   {'':>15} {r['raw_reads_per_cpu_s']:>9,.0f} {r['decode_batch_per_cpu_s']:>9,.0f}"
-      f" {r['full_pipeline_per_cpu_s']:>9,.0f}"
+      f" {r['full_pipeline_per_cpu_s']:>9,.0f}   {r['full_pipeline_cores_busy']:>14.2f}"
     )
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   print(
