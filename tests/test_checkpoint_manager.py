@@ -58,6 +58,12 @@ class Job:
       self.state = tuple(out[:3])
       self.step += 1
 
+  def resume(self, restored):
+    """Continue from a RestoredState (its iterator becomes this job's)."""
+    self.iterator = restored.data_iter
+    self.state = (restored.train_state, restored.embeddings, restored.pipeline_state)
+    self.fdo, self.step = restored.fdo, restored.step
+
   def training_state(self):
     return TrainingState(*self.state, self.iterator, self.fdo)
 
@@ -396,9 +402,7 @@ def test_saving_after_fallback_reuses_the_step_number(saved):
   _garble(_table_file(directory / "4"))
   job = Job()
   with TrainingCheckpointManager(directory, run_info(), save_interval_steps=2) as manager:
-    restored = manager.restore(job.targets(job.iterator))
-    job.state = (restored.train_state, restored.embeddings, restored.pipeline_state)
-    job.fdo, job.step = restored.fdo, restored.step
+    job.resume(manager.restore(job.targets(job.iterator)))
     job.advance(2)
     assert save(manager, job)
   with TrainingCheckpointManager(directory, run_info()) as manager:
@@ -444,9 +448,7 @@ def test_format2_steps_still_restore_exactly(tmp_path):
       "stats": {"max_id": 255, "ids_seen": 128},
     }
     # Training on saves the current format beside the old step.
-    job.iterator = restored.data_iter
-    job.state = (restored.train_state, restored.embeddings, restored.pipeline_state)
-    job.fdo, job.step = restored.fdo, restored.step
+    job.resume(restored)
     job.advance(2)
     assert save(manager, job)
   with TrainingCheckpointManager(directory, run_info()) as manager:
