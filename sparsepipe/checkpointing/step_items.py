@@ -3,7 +3,7 @@
 Format 3 (written now) keeps the three array items in one Orbax item,
 "arrays", as {item: tree}: Orbax starts its commit threads and copies to
 the host per item, and while the loop waits on an async save that per-item
-work was most of the wait (one item instead of three: about 3x shorter,
+work was most of the wait (one item instead of three: about half the wait,
 benchmarks/checkpoint.py). Formats 1 and 2 have one Orbax item per array
 item; they are still read. Messages, fingerprints and relayouts name the
 array items ("embeddings", ...) in every format.
