@@ -57,10 +57,10 @@ from sparsepipe.checkpointing.relayout import resize_zero_padded
 from sparsepipe.checkpointing.restoring import StepReader
 from sparsepipe.checkpointing.restoring import Targets
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.step_items import ARRAYS
 from sparsepipe.checkpointing.state import RestoredState
 from sparsepipe.checkpointing.state import RestoreTargets
 from sparsepipe.checkpointing.state import TrainingState
+from sparsepipe.checkpointing.step_items import ARRAYS
 
 # Re-laid out by default when the device count changes (ZeRO padding only).
 DEFAULT_RELAYOUTS: Mapping[str, Relayout] = {"train_state": resize_zero_padded}
