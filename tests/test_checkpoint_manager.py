@@ -411,6 +411,41 @@ def test_saving_after_fallback_reuses_the_step_number(saved):
   assert sorted(os.listdir(directory)) == ["2", "4", "4.corrupt"]
 
 
+def test_a_read_only_manager_changes_nothing(saved, caplog):
+  directory, job = saved
+  _garble(_table_file(directory / "4"))
+  (directory / "6.orbax-checkpoint-tmp" / "arrays").mkdir(parents=True)
+  with TrainingCheckpointManager(directory, run_info(), read_only=True) as manager:
+    with caplog.at_level(logging.WARNING):
+      assert manager.restore(Job().targets()).step == 2
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(f"Skipped checkpoint at {directory} step 4: item 'embeddings' ")
+    assert "moved" not in warning
+    with pytest.raises(ValueError, match=f"^{directory} was opened read-only; step 4 not saved$"):
+      save(manager, job, force=True)
+  assert sorted(os.listdir(directory)) == ["2", "4", "6.orbax-checkpoint-tmp"]
+
+
+def test_a_step_deleted_while_it_is_read_is_named_so(saved, caplog):
+  # A running job deletes its old steps while a reader (launch.evaluate)
+  # reads them: that is not corruption.
+  directory, _ = saved
+
+  def targets(meta):
+    if meta.progress.pipeline_step == 4:
+      shutil.rmtree(directory / "4")
+    return Job().targets()
+
+  with TrainingCheckpointManager(directory, run_info(), read_only=True) as manager:
+    with caplog.at_level(logging.WARNING):
+      assert manager.restore(targets).step == 2
+  (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert warning == (
+    f"Skipped checkpoint at {directory} step 4 was deleted while it was read (a job"
+    " writing this directory keeps only its newest steps)"
+  )
+
+
 def test_read_metadata(saved):
   directory, _ = saved
   with TrainingCheckpointManager(directory, run_info()) as manager:

@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -88,6 +89,21 @@ def test_a_saved_checkpoint_evaluates_like_the_job_did(run_with_eval):
     ValueError, match=r"^no checkpoints in '/nonexistent' \(no '/nonexistent/checkpoints'\)$"
   ):
     evaluate_checkpoint("/nonexistent")
+
+
+def test_evaluating_leaves_a_running_jobs_save_alone(run_with_eval, tmp_path):
+  # Regression: evaluate opened the checkpoints writable, and a writable Orbax
+  # manager deletes `*.orbax-checkpoint-tmp` directories when it opens: the
+  # running job's save in progress was deleted and the job failed.
+  workdir = str(tmp_path / "job")
+  shutil.copytree(run_with_eval[0], workdir)
+  in_progress = os.path.join(workdir, "checkpoints", "15.orbax-checkpoint-tmp", "arrays")
+  os.makedirs(in_progress)
+  with open(os.path.join(in_progress, "part"), "w") as f:
+    f.write("written by the job")
+  assert evaluate_checkpoint(workdir)[:2] == (12, 8)
+  with open(os.path.join(in_progress, "part")) as f:
+    assert f.read() == "written by the job"
 
 
 def test_eval_does_not_change_training(first_run, run_with_eval):

@@ -129,16 +129,17 @@ def agree(attempt: Callable[[], Any]) -> Any:
   return result
 
 
-def quarantine(directory: epath.Path, skipped: list[tuple[int, str]]) -> None:
+def quarantine(directory: epath.Path, skipped: list[tuple[int, str]], *, rename: bool) -> None:
   """Renames skipped corrupt steps to `<step>.corrupt[.k]` (kept on disk).
 
   `skipped`: (step, reason) pairs; each gets one warning line (process 0).
+  With `rename` False (a read-only reader) they only get the warning.
   """
   if jax.process_index() == 0:
     name_format = ocp.path.step.standard_name_format()
     for step, reason in skipped:
       source = ocp.path.step.build_step_path(directory, name_format, step)
-      if not source.exists():
+      if not rename or not source.exists():
         logging.warning("Skipped %s", reason)
         continue
       target = source.parent / f"{source.name}{CORRUPT_SUFFIX}"

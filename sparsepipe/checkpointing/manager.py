@@ -34,6 +34,7 @@ A step written by an incompatible run, or for another dataset, is refused
 from __future__ import annotations
 
 import functools
+import logging as std_logging
 import os
 from typing import Any, Iterable, Mapping
 
@@ -66,8 +67,24 @@ from sparsepipe.checkpointing.step_items import ARRAYS
 DEFAULT_RELAYOUTS: Mapping[str, Relayout] = {"train_state": resize_zero_padded}
 
 
-def _options(interval: int, keep_latest: int, async_save: bool):
+class _ReadOnlyNotice(std_logging.Filter):
+  """Drops Orbax's warning that a read-only manager's directory is read-only."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Given directory is read only")
+
+
+_READ_ONLY_NOTICE = _ReadOnlyNotice()
+
+
+def _options(interval: int, keep_latest: int, async_save: bool, read_only: bool):
   policies = ocp.checkpoint_managers
+  if read_only:
+    # Nothing created, saved, deleted or cleaned up: another process (the
+    # training job) may be writing this directory.
+    return ocp.CheckpointManagerOptions(
+      read_only=True, save_interval_steps=0, max_to_keep=None, create=False
+    )
   return ocp.CheckpointManagerOptions(
     # Every `interval` steps, and at JAX's preemption sync point; unlike
     # Orbax's default policy, no extra save of a fresh run's first step.
@@ -101,6 +118,7 @@ class TrainingCheckpointManager:
     async_save: bool = True,
     mutable_config_keys: Iterable[str] = (),
     fingerprint_arrays: bool = True,
+    read_only: bool = False,
   ):
     """Opens (or creates) the checkpoint directory.
 
@@ -119,6 +137,11 @@ class TrainingCheckpointManager:
         them silently). Summed from Orbax's host copies in the background:
         one extra read of the state on the host per save, none while the
         loop waits. Steps saved without are restored unverified.
+      read_only: only read: save() raises, a corrupt step is skipped but not
+        renamed, and the `*.orbax-checkpoint-tmp` directories of saves in
+        progress are left alone (a writable manager deletes them when it
+        opens). For readers of a directory a running job writes to, e.g.
+        launch.evaluate.
     """
     if save_interval_steps < 1:
       raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
@@ -127,8 +150,11 @@ class TrainingCheckpointManager:
     self._run = run
     self._async = bool(async_save)
     self._fingerprint_arrays = bool(fingerprint_arrays)
+    self._read_only = bool(read_only)
     # The array items' own Orbax items: format 2 and older (read only).
     handlers = {name: array_handler() for name in (ARRAYS,) + ARRAY_ITEMS}
+    if self._read_only:
+      std_logging.getLogger("absl").addFilter(_READ_ONLY_NOTICE)  # once: same object
     handlers.update(
       data_iter=grain.checkpoint.CheckpointHandler(),
       fdo=ocp.JsonCheckpointHandler(),
@@ -136,7 +162,7 @@ class TrainingCheckpointManager:
     )
     self._mngr = ocp.CheckpointManager(
       epath.Path(os.path.abspath(os.fspath(directory))),
-      options=_options(int(save_interval_steps), int(keep_latest), self._async),
+      options=_options(int(save_interval_steps), int(keep_latest), self._async, self._read_only),
       item_handlers=handlers,
     )
     self._reader = StepReader(self._mngr, run, tuple(mutable_config_keys))
@@ -190,6 +216,8 @@ class TrainingCheckpointManager:
     already exists is never overwritten (returns False): e.g. a preemption
     save right after a regular save of that step.
     """
+    if self._read_only:
+      raise ValueError(f"{self.directory} was opened read-only; step {step} not saved")
     if step in self._mngr.all_steps():
       logging.info("%s already exists; not saved again", self.where(step))
       return False
@@ -225,6 +253,15 @@ class TrainingCheckpointManager:
     self.close()
 
   # -- restoring --------------------------------------------------------------
+
+  def _unless_deleted(self, step: int, error: CorruptCheckpointError) -> CorruptCheckpointError:
+    """`error`, or that `step` was deleted while it was read (not corruption)."""
+    if self._reader.step_path(step).exists():
+      return error
+    return CorruptCheckpointError(
+      f"{self.where(step)} was deleted while it was read (a job writing this"
+      " directory keeps only its newest steps)"
+    )
 
   def restore(
     self,
@@ -268,13 +305,14 @@ class TrainingCheckpointManager:
           functools.partial(self._reader.restore, candidate, read_targets, relayouts)
         )
       except CorruptCheckpointError as e:
+        error = self._unless_deleted(candidate, e)
         if step is not None:
-          raise
-        skipped.append((candidate, str(e)))
+          raise error
+        skipped.append((candidate, str(error)))
         logging.info("Cannot restore %s", e)
         continue
       if skipped:
-        corrupt.quarantine(self.directory, skipped)
+        corrupt.quarantine(self.directory, skipped, rename=not self._read_only)
         self._mngr.reload()
       return empty_arrays.refill_items(restored, chosen[-1])
     raise CorruptCheckpointError(

@@ -51,11 +51,13 @@ def evaluate_checkpoint(
   directory = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(directory):
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
-  with checkpointing.TrainingCheckpointManager(directory, None) as reader:
-    step = reader.latest_step() if step is None else step
-    if step is None:
+  # Read-only: the job may be running and writing here (a writable manager
+  # would delete its save in progress).
+  with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
+    newest = reader.latest_step() if step is None else step
+    if newest is None:
       raise ValueError(f"no checkpoint in '{directory}'")
-    saved = reader.read_metadata(step)
+    saved = reader.read_metadata(newest)
   config = ml_collections.ConfigDict(saved.run.config)
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
@@ -67,9 +69,13 @@ def evaluate_checkpoint(
   schedule = SegmentSchedule.from_config(config)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
   with checkpointing.TrainingCheckpointManager(
-    directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS
+    directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS, read_only=True
   ) as mngr:
+    # Without `step`, the newest intact step as of now: a running job may
+    # have deleted `newest` meanwhile (it keeps only its newest steps).
     restored = JobCheckpoints(mngr, model, schedule).restore(step)
+  if restored is None:
+    raise ValueError(f"no checkpoint in '{directory}'")
   restored.setup.close()
   trained = schedule.batches_with_output(restored.position)
   quiet = ProgressLine(schedule.num_steps, enabled=False)
@@ -81,7 +87,7 @@ def evaluate_checkpoint(
     data_dir=eval_dir,
     num_steps=schedule.num_steps,
   )
-  return step, trained, evaluation.run(restored.train_state, trained)
+  return restored.checkpoint_step, trained, evaluation.run(restored.train_state, trained)
 
 
 def main(argv) -> int:
