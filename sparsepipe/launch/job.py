@@ -38,6 +38,7 @@ from sparsepipe.launch.schedule import SegmentSchedule
 from sparsepipe.launch.step_hooks import CheckpointHook
 from sparsepipe.launch.step_hooks import LossLog
 from sparsepipe.launch.tensorboard import TensorBoardWriter
+from sparsepipe.launch.workdir_lock import exclusive_workdir
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
@@ -293,5 +294,9 @@ def train_and_evaluate(config: Any, workdir: str) -> JobResult:
   Returns:
     A JobResult; `preempted` tells the caller to exit with
     checkpointing.PREEMPTED_EXIT_CODE.
+
+  Raises:
+    WorkdirInUseError: another job is running in `workdir` (workdir_lock.py).
   """
-  return _Job(config, workdir).run()
+  with exclusive_workdir(os.path.abspath(workdir)):
+    return _Job(config, workdir).run()

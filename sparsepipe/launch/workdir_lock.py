@@ -1,0 +1,99 @@
+"""One job per workdir: process 0 holds a lock on `<workdir>/job.lock`.
+
+Two jobs in one workdir (a relaunch while the first still runs, a wrapper
+killed without its job) write the same checkpoints, FDO statistics and
+metrics.jsonl: the second resumes from the first's checkpoints, and each
+one's Orbax manager deletes the other's saves in progress. So a job takes
+an exclusive lock before it touches its workdir, and a second job stops
+with an error naming the first (pid, host, start time). The lock is the
+kernel's (flock): it goes with the process that holds it, also when that
+one is killed, so no stale lock is left behind. Where the file system has
+no locks (some network or FUSE mounts) the job warns and runs unguarded.
+Readers (launch.evaluate) take no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from typing import IO, Iterator
+
+import jax
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+LOCK_FILENAME = "job.lock"
+
+
+class WorkdirInUseError(OSError):
+  """Another job holds the workdir's lock."""
+
+
+def _owner() -> str:
+  started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+  return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started})
+
+
+def _in_use(workdir: str, owner_text: str) -> str:
+  try:
+    owner = json.loads(owner_text)
+    who = f"pid {owner['pid']} on {owner['host']}, started {owner['started']}"
+  except (ValueError, KeyError, TypeError):
+    who = "its pid not written yet"
+  return (
+    f"workdir {workdir} is in use by another job ({who}); two jobs in one workdir"
+    " overwrite each other's checkpoints and metrics: stop that job first, or give"
+    " this one another workdir"
+  )
+
+
+def _acquire(workdir: str) -> tuple[IO[str] | None, str]:
+  """(the open, locked lock file, "") or (None, why the workdir is taken)."""
+  path = os.path.join(workdir, LOCK_FILENAME)
+  try:
+    import fcntl  # pylint: disable=g-import-not-at-top
+  except ImportError:  # not POSIX
+    logging.warning("cannot lock %s here: a second job in it would not be detected", path)
+    return None, ""
+  handle = open(path, "a+", encoding="utf-8")  # not truncated before it is ours
+  try:
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    handle.seek(0)
+    owner = handle.read()
+    handle.close()
+    return None, _in_use(workdir, owner)
+  except OSError as e:  # a file system without locks
+    handle.close()
+    logging.warning("cannot lock %s (%s): a second job in it would not be detected", path, e)
+    return None, ""
+  handle.truncate(0)
+  handle.write(_owner())
+  handle.flush()
+  return handle, ""
+
+
+@contextlib.contextmanager
+def exclusive_workdir(workdir: str) -> Iterator[None]:
+  """Holds `workdir` for this job (made if missing) while the block runs.
+
+  Call on every process: process 0 takes the lock, and every process raises
+  WorkdirInUseError when another job holds it.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  handle, problem = _acquire(workdir) if jax.process_index() == 0 else (None, "")
+  if jax.process_count() > 1:
+    taken = multihost_utils.broadcast_one_to_all(np.int32(bool(problem)))
+    if int(taken) and not problem:
+      problem = f"workdir {workdir} is in use by another job (process 0 says which)"
+  try:
+    if problem:
+      raise WorkdirInUseError(problem)
+    yield
+  finally:
+    if handle is not None:
+      handle.close()

@@ -1,0 +1,116 @@
+"""One job per workdir: a second job is refused, naming the first; the lock
+goes with the process that held it."""
+
+import errno
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparsepipe.launch import LOCK_FILENAME
+from sparsepipe.launch import WorkdirInUseError
+from sparsepipe.launch import exclusive_workdir
+from sparsepipe.launch import train_and_evaluate
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+
+def _in_use(workdir, pid):
+  """The refusal, as a regex (the start time varies)."""
+  who = f"pid {pid} on {socket.gethostname()}, started "
+  return (
+    re.escape(f"workdir {workdir} is in use by another job ({who}")
+    + r"[^)]+"
+    + re.escape(
+      "); two jobs in one workdir overwrite each other's checkpoints and metrics: stop that"
+      " job first, or give this one another workdir"
+    )
+  )
+
+
+def test_a_second_job_is_refused_before_it_touches_the_workdir(tmp_path):
+  workdir = str(tmp_path / "job")
+  with exclusive_workdir(workdir):
+    with open(os.path.join(workdir, LOCK_FILENAME)) as f:
+      owner = json.load(f)
+    assert (owner["pid"], owner["host"]) == (os.getpid(), socket.gethostname())
+    with pytest.raises(WorkdirInUseError, match=f"^{_in_use(workdir, os.getpid())}$"):
+      train_and_evaluate(launch_testing.tiny_config(), workdir)
+    assert os.listdir(workdir) == [LOCK_FILENAME]
+  with exclusive_workdir(workdir):  # released at the end of the block
+    pass
+
+
+def test_the_launcher_reports_a_held_workdir_in_one_line(tmp_path):
+  workdir = str(tmp_path / "job")
+  command = [
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={launch_testing.DEMO_CONFIG}",
+    *launch_testing.flag_overrides(),
+  ]
+  with exclusive_workdir(workdir):
+    out = subprocess.run(
+      command, env=harness.cpu_env(8), capture_output=True, text=True, timeout=300
+    )
+  assert out.returncode == 1, out.stderr
+  assert re.fullmatch(f"error: {_in_use(workdir, os.getpid())}\n", out.stderr), out.stderr
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+  workdir = str(tmp_path / "job")
+  holder = subprocess.Popen(
+    [
+      sys.executable,
+      "-c",
+      "import sys, time; from sparsepipe.launch import exclusive_workdir\n"
+      "with exclusive_workdir(sys.argv[1]):\n"
+      "  print('held', flush=True); time.sleep(600)",
+      workdir,
+    ],
+    env=harness.cpu_env(1),
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(WorkdirInUseError, match=f"^{_in_use(workdir, holder.pid)}$"):
+      with exclusive_workdir(workdir):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
+  deadline = time.monotonic() + 30
+  while True:  # the kernel drops the lock when the killed process is reaped
+    try:
+      with exclusive_workdir(workdir):
+        break
+    except WorkdirInUseError:
+      assert time.monotonic() < deadline, "the lock outlived its killed holder"
+      time.sleep(0.1)
+
+
+def test_a_file_system_without_locks_runs_unguarded_with_a_warning(tmp_path, monkeypatch, caplog):
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  def no_locks(fd, operation):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+  monkeypatch.setattr(fcntl, "flock", no_locks)
+  workdir = str(tmp_path / "job")
+  with caplog.at_level("WARNING"):
+    with exclusive_workdir(workdir):
+      pass
+  path = os.path.join(workdir, LOCK_FILENAME)
+  assert [r.getMessage() for r in caplog.records] == [
+    f"cannot lock {path} ([Errno {errno.ENOLCK}] No locks available): a second job in it"
+    " would not be detected"
+  ]
