@@ -26,9 +26,12 @@ Restore (restoring.py) takes the newest intact step: a step with a missing
 item or an unreadable or garbled file is skipped, and once an older step is
 restored it is renamed `<step>.corrupt`, with one warning line naming the
 step, the item and the reason (corrupt.py).
-`<step>.orbax-checkpoint-tmp` directories of interrupted saves are ignored.
-A step written by an incompatible run, or for another dataset, is refused
-(IncompatibleCheckpointError), never skipped or renamed.
+`<step>.orbax-checkpoint-tmp` directories of interrupted saves are ignored
+(and deleted when a writable manager opens). A step written by an
+incompatible run, or for another dataset, is refused
+(IncompatibleCheckpointError), never skipped or renamed. A read-only
+manager (`read_only=True`, for readers beside a running job) saves,
+renames and deletes nothing.
 """
 
 from __future__ import annotations
@@ -151,15 +154,15 @@ class TrainingCheckpointManager:
     self._async = bool(async_save)
     self._fingerprint_arrays = bool(fingerprint_arrays)
     self._read_only = bool(read_only)
-    # The array items' own Orbax items: format 2 and older (read only).
+    # ARRAY_ITEMS: the Orbax items of format 2 and older, to read those steps.
     handlers = {name: array_handler() for name in (ARRAYS,) + ARRAY_ITEMS}
-    if self._read_only:
-      std_logging.getLogger("absl").addFilter(_READ_ONLY_NOTICE)  # once: same object
     handlers.update(
       data_iter=grain.checkpoint.CheckpointHandler(),
       fdo=ocp.JsonCheckpointHandler(),
       metadata=MetadataHandler(),
     )
+    if self._read_only:
+      std_logging.getLogger("absl").addFilter(_READ_ONLY_NOTICE)  # once: same object
     self._mngr = ocp.CheckpointManager(
       epath.Path(os.path.abspath(os.fspath(directory))),
       options=_options(int(save_interval_steps), int(keep_latest), self._async, self._read_only),
