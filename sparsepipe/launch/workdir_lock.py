@@ -82,15 +82,23 @@ def exclusive_workdir(workdir: str) -> Iterator[None]:
   """Holds `workdir` for this job (made if missing) while the block runs.
 
   Call on every process: process 0 takes the lock, and every process raises
-  WorkdirInUseError when another job holds it.
+  WorkdirInUseError when another job holds it (or process 0's error when it
+  could not open the lock file, e.g. in an unwritable workdir).
   """
   os.makedirs(workdir, exist_ok=True)
-  handle, problem = _acquire(workdir) if jax.process_index() == 0 else (None, "")
+  handle, problem, error = None, "", None
+  if jax.process_index() == 0:
+    try:
+      handle, problem = _acquire(workdir)
+    except OSError as e:  # raised below, once the other processes know
+      error = e
   if jax.process_count() > 1:
-    taken = multihost_utils.broadcast_one_to_all(np.int32(bool(problem)))
-    if int(taken) and not problem:
-      problem = f"workdir {workdir} is in use by another job (process 0 says which)"
+    failed = multihost_utils.broadcast_one_to_all(np.int32(bool(problem or error)))
+    if int(failed) and not (problem or error):
+      problem = f"workdir {workdir}: process 0 could not take it (see its error)"
   try:
+    if error is not None:
+      raise error
     if problem:
       raise WorkdirInUseError(problem)
     yield
