@@ -54,10 +54,10 @@ def evaluate_checkpoint(
   # Read-only: the job may be running and writing here (a writable manager
   # would delete its save in progress).
   with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
-    newest = reader.latest_step() if step is None else step
-    if newest is None:
+    config_step = reader.latest_step() if step is None else step
+    if config_step is None:
       raise ValueError(f"no checkpoint in '{directory}'")
-    saved = reader.read_metadata(newest)
+    saved = reader.read_metadata(config_step)
   config = ml_collections.ConfigDict(saved.run.config)
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
@@ -72,7 +72,7 @@ def evaluate_checkpoint(
     directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS, read_only=True
   ) as mngr:
     # Without `step`, the newest intact step as of now: a running job may
-    # have deleted `newest` meanwhile (it keeps only its newest steps).
+    # have deleted `config_step` meanwhile (it keeps only its newest steps).
     restored = JobCheckpoints(mngr, model, schedule).restore(step)
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")
