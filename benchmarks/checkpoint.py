@@ -50,8 +50,8 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from sparsepipe import checkpointing as ckpt  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.checkpointing import fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.checkpointing import host_fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.checkpointing.integrity import fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.checkpointing.integrity import host_fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DIM = 64
 DENSE = 512

@@ -3,7 +3,7 @@
     python benchmarks/converters.py [--json out.json] [--lines 200000]
 
 Measures, on a generated Criteo-shaped TSV file (gzip and plain):
-  (a) reading its lines: sparsepipe.data.text_input.read_lines (per-line
+  (a) reading its lines: sparsepipe.data.convert.text_input.read_lines (per-line
       UTF-8 decoding, errors with line numbers) against a plain text-mode
       file (the baseline, no line numbers in errors);
   (b) the whole Criteo conversion (parse, hash, write), for scale;
@@ -27,7 +27,7 @@ import grain
 import numpy as np
 
 from sparsepipe import data
-from sparsepipe.data.text_input import read_lines
+from sparsepipe.data.convert.text_input import read_lines
 
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _LINES = flags.DEFINE_integer("lines", 200_000, "Lines in the generated Criteo file.")

@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.config_base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.config_base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 _STEPS = flags.DEFINE_integer("planted_steps", 600, "Batches of the planted-data runs.")
@@ -58,7 +58,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Keep the runs here (default: a 
 
 def _load(name):
   """A shipped config (they are modules of the package)."""
-  return importlib.import_module(f"sparsepipe.launch.configs.{name}").get_config()
+  return importlib.import_module(f"sparsepipe.launch.config.shipped.{name}").get_config()
 
 
 def _read_all(directory: str) -> data.ExampleBatch:

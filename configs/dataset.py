@@ -1,7 +1,7 @@
-"""The shipped 'dataset' config by path; it lives in sparsepipe/launch/configs/dataset.py.
+"""The shipped 'dataset' config by path; it lives in sparsepipe/launch/config/shipped/dataset.py.
 
 `python -m sparsepipe.launch --config=configs/dataset.py` (from a checkout) and
 `--config=dataset` (anywhere the package is installed) load the same config.
 """
 
-from sparsepipe.launch.configs.dataset import get_config  # noqa: F401
+from sparsepipe.launch.config.shipped.dataset import get_config  # noqa: F401

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from sparsepipe.launch.configs import config_path
+from sparsepipe.launch.config.shipped import config_path
 
 DEMO_CONFIG = config_path("demo")
 

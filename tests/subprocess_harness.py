@@ -29,7 +29,8 @@ from typing import Mapping, Sequence
 
 from sparsepipe.checkpointing import PREEMPTED_EXIT_CODE
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS)
 
 Command = Sequence[str]
 
@@ -55,7 +56,8 @@ def cpu_env(
   flags.append(f"--xla_force_host_platform_device_count={num_devices}")
   env["XLA_FLAGS"] = " ".join(flags)
   env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+  # The package, and the tests' helper modules for scripts in any test folder.
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, TESTS, env.get("PYTHONPATH", "")) if p)
   env["PYTHONUNBUFFERED"] = "1"
   if compilation_cache_dir is not None:
     env["JAX_COMPILATION_CACHE_DIR"] = os.fspath(compilation_cache_dir)

@@ -16,6 +16,8 @@ PACKAGE = os.path.join(ROOT, "sparsepipe")
 # Lower layers first: a module may import its own layer and the ones before it.
 LAYERS = ("core", "data", "transforms", "pipeline", "checkpointing", "launch")
 MAX_FUNCTION_LINES = 80
+# Modules in one package folder: more means a part wants its own subpackage.
+MAX_MODULES_PER_FOLDER = 15
 
 
 def _modules():
@@ -64,6 +66,15 @@ def test_no_function_body_is_over_80_lines():
         if lines > MAX_FUNCTION_LINES:
           long.append(f"{path}:{node.lineno} {node.name}: {lines} lines")
   assert long == []
+
+
+def test_no_package_folder_holds_over_15_modules():
+  crowded = []
+  for dirpath, _, filenames in os.walk(PACKAGE):
+    modules = [n for n in filenames if n.endswith(".py")]
+    if len(modules) > MAX_MODULES_PER_FOLDER:
+      crowded.append(f"{os.path.relpath(dirpath, ROOT)}: {len(modules)} modules")
+  assert crowded == []
 
 
 @pytest.mark.skipif(

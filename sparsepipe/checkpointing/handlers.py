@@ -11,7 +11,7 @@ The "metadata" item is JSON written in the background.
 Like Orbax's JsonCheckpointHandler, plus the array fingerprints: save()
 hands the host shards of the saved arrays over once Orbax has copied them
 (`PendingShards`), and the background commit sums them
-(host_fingerprint.py) and writes this process's partial sums to
+(integrity/host_fingerprint.py) and writes this process's partial sums to
 `fingerprints.process_<i>.json`, sealed with its sha256. Process 0 also
 writes `metadata.json` (sealed). The files are plain JSON.
 """
@@ -27,8 +27,8 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from sparsepipe.checkpointing import host_fingerprint
-from sparsepipe.checkpointing import integrity
+from sparsepipe.checkpointing.integrity import host_fingerprint
+from sparsepipe.checkpointing.integrity import digests as integrity
 
 METADATA_FILENAME = "metadata.json"
 

@@ -22,7 +22,7 @@ and the preemption sync point under jax.distributed) and keeps the newest
 `keep_latest` steps. `close()` (or leaving the `with` block) waits for the
 last save: a process that exits without it loses that step.
 
-Restore (restoring.py) takes the newest intact step: a step with a missing
+Restore (restore/reader.py) takes the newest intact step: a step with a missing
 item or an unreadable or garbled file is skipped, and once an older step is
 restored it is renamed `<step>.corrupt`, with one warning line naming the
 step, the item and the reason (corrupt.py).
@@ -46,7 +46,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from sparsepipe.checkpointing import corrupt
+from sparsepipe.checkpointing.integrity import corrupt
 from sparsepipe.checkpointing import empty_arrays
 from sparsepipe.checkpointing import saving
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
@@ -56,10 +56,10 @@ from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FeatureLimits
 from sparsepipe.checkpointing.metadata import Progress
 from sparsepipe.checkpointing.metadata import RunInfo
-from sparsepipe.checkpointing.relayout import Relayout
-from sparsepipe.checkpointing.relayout import resize_zero_padded
-from sparsepipe.checkpointing.restoring import StepReader
-from sparsepipe.checkpointing.restoring import Targets
+from sparsepipe.checkpointing.restore.relayout import Relayout
+from sparsepipe.checkpointing.restore.relayout import resize_zero_padded
+from sparsepipe.checkpointing.restore.reader import StepReader
+from sparsepipe.checkpointing.restore.reader import Targets
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
 from sparsepipe.checkpointing.state import RestoredState
 from sparsepipe.checkpointing.state import RestoreTargets

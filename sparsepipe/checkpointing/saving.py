@@ -3,7 +3,7 @@
 The loop waits only while Orbax copies the arrays to the host; everything
 else (writing files, summing fingerprints) happens in background commits.
 The fingerprints are summed from the host shards Orbax copied
-(host_fingerprint.py), handed to the metadata commit once save() is done
+(integrity/host_fingerprint.py), handed to the metadata commit once save() is done
 with them (handlers.PendingShards).
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from sparsepipe.checkpointing import host_fingerprint
-from sparsepipe.checkpointing import integrity
+from sparsepipe.checkpointing.integrity import host_fingerprint
+from sparsepipe.checkpointing.integrity import digests as integrity
 from sparsepipe.checkpointing import step_items
 from sparsepipe.checkpointing.handlers import array_save
 from sparsepipe.checkpointing.handlers import MetadataSave

@@ -18,8 +18,8 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from sparsepipe.data import cli
-from sparsepipe.launch.configs import config_path
+from sparsepipe.data.convert import cli
+from sparsepipe.launch.config.shipped import config_path
 
 
 def _unknown_config_field(error: Exception) -> str:

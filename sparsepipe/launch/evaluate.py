@@ -20,7 +20,7 @@ from absl import flags
 from absl import logging
 import ml_collections
 
-from sparsepipe.data import cli
+from sparsepipe.data.convert import cli
 
 
 def _define_flags() -> None:
@@ -38,14 +38,14 @@ def evaluate_checkpoint(
   """(checkpoint step, batches trained, EvalMetrics) of a saved checkpoint."""
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch import dataset  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import MUTABLE_CONFIG_KEYS  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job_checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job_eval import JobEval  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job_model import JobModel  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.metrics import MetricsLog, ProgressLine  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.schedule import SegmentSchedule  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.tensorboard import TensorBoardWriter  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.evaluation import JobEval  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.metrics import MetricsLog, ProgressLine  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.schedule import SegmentSchedule  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.tensorboard import TensorBoardWriter  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(workdir)
   directory = os.path.join(workdir, "checkpoints")

@@ -18,7 +18,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from sparsepipe.transforms import coo_layout
+from sparsepipe.transforms.coo import layout as coo_layout
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
 from sparsepipe.core.rounding import round_up

@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsepipe.core import specs as specs_lib
 from sparsepipe.core.rounding import round_up
-from sparsepipe.transforms import coo_layout
+from sparsepipe.transforms.coo import layout as coo_layout
 from sparsepipe.transforms import stacking
 
 Nested = Any

@@ -313,7 +313,7 @@ def record_sort_paths() -> Iterator[list[str]]:
   Observes coo_sort from outside: the key dtype and whether the keys were
   sorted SC by SC (_sort_q_major).
   """
-  from sparsepipe.transforms import coo_sort  # pylint: disable=g-import-not-at-top
+  from sparsepipe.transforms.coo import sort as coo_sort  # pylint: disable=g-import-not-at-top
 
   paths: list[str] = []
   calls: list[str] = []

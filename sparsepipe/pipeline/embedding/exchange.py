@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
 from sparsepipe.pipeline.embedding.layout import StackLayout
 from sparsepipe.core.mesh import DATA_AXIS
-from sparsepipe.transforms import coo_layout
+from sparsepipe.transforms.coo import layout as coo_layout
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 _FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")

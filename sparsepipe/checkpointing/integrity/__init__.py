@@ -1,0 +1,1 @@
+"""Detecting damaged steps: array fingerprints, JSON digests, quarantine of corrupt steps."""

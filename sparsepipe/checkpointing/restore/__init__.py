@@ -1,0 +1,1 @@
+"""The restore path: targets, reading and checking a step, re-layout, iterator states."""

@@ -1,0 +1,135 @@
+"""Re-laying out restored arrays when the device count changed.
+
+When a checkpoint written on G_old devices is restored on G_new devices,
+every array item is first read in its *saved* shapes onto the current
+devices, its fingerprints are checked, and then a `Relayout` turns it into
+the current layout:
+
+- `resize_zero_padded` (the default for "train_state"): dense parameters are
+  replicated and keep their shapes; ZeRO optimizer shards are flattened and
+  zero-padded to a multiple of the device count, so only their trailing
+  padding changes. Leaves are truncated or zero-extended, and truncating a
+  nonzero value is refused: that would not be padding.
+- `embedding_relayout` (must be given for "embeddings"): the MOD layout
+  places logical row r on SparseCore r mod N, so the rows move; it calls
+  pipeline.relayout_embedding_variables with the saved feature specs.
+
+The PipelineState is never re-laid out (see metadata.check_pipeline_resumable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Protocol
+
+import jax
+import jax.numpy as jnp
+
+from sparsepipe import pipeline
+from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.metadata import CheckpointMetadata
+from sparsepipe.checkpointing.metadata import RunInfo
+from sparsepipe.checkpointing.restore.targets import leaf_path
+
+
+@dataclasses.dataclass(frozen=True)
+class RelayoutContext:
+  """What a Relayout knows about the save and the current run."""
+
+  item: str
+  where: str  # "checkpoint at DIR step N", for messages
+  saved: CheckpointMetadata
+  current: RunInfo
+
+
+class Relayout(Protocol):
+  """Turns an item read in its saved shapes into the target's layout."""
+
+  def __call__(self, restored: Any, target: Any, context: RelayoutContext) -> Any: ...
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _resize(x: jax.Array, shape: tuple[int, ...], sharding: Any):
+  keep = tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape))
+  inside = jnp.ones((), bool)
+  for axis, size in enumerate(shape):
+    index = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    inside = inside & (index < size)
+  dropped_nonzero = jnp.any((x != 0) & ~inside)
+  pad = [(0, max(0, b - a)) for a, b in zip(x.shape, shape)]
+  out = jnp.pad(x[keep], pad)
+  return jax.lax.with_sharding_constraint(out, sharding), dropped_nonzero
+
+
+def resize_zero_padded(restored: Any, target: Any, context: RelayoutContext):
+  """Truncates or zero-extends leaves whose padded size changed.
+
+  Exact for leaves whose part beyond the smaller shape is zero padding
+  (ZeRO's flatten-and-pad); leaves of equal shape are only resharded.
+  """
+
+  def leaf(keypath, x, want):
+    path = leaf_path(keypath)
+    if tuple(x.shape) == tuple(want.shape):
+      return jax.device_put(x, want.sharding)
+    if x.ndim != len(want.shape):
+      raise IncompatibleCheckpointError(
+        f"{context.where}: cannot re-lay out item '{context.item}' leaf"
+        f" '{path}' from shape {tuple(x.shape)} to {tuple(want.shape)}: the"
+        " rank differs"
+      )
+    out, dropped_nonzero = _resize(x, tuple(want.shape), want.sharding)
+    if bool(dropped_nonzero):
+      raise IncompatibleCheckpointError(
+        f"{context.where}: cannot re-lay out item '{context.item}' leaf"
+        f" '{path}' from shape {tuple(x.shape)} ({context.saved.run.device_count}"
+        f" devices) to {tuple(want.shape)} ({context.current.device_count}"
+        " devices): the cut part holds nonzero values, so it is not zero"
+        " padding"
+      )
+    return jax.device_put(out, want.sharding)
+
+  return jax.tree_util.tree_map_with_path(leaf, restored, target)
+
+
+def embedding_relayout(
+  feature_specs: Any,
+  mesh: jax.sharding.Mesh,
+  *,
+  num_sc_per_device: int,
+  saved_feature_specs: Callable[[int], Any],
+) -> Relayout:
+  """A Relayout for `{stack: EmbeddingVariables}` between device counts.
+
+  Args:
+    feature_specs: the current run's prepared feature specs (for `mesh`).
+    mesh: the current mesh.
+    num_sc_per_device: SparseCores per device (the same before and after;
+      it is part of the config).
+    saved_feature_specs: global device count -> feature specs prepared for
+      that many devices (the stacking offsets and rotations of the saved
+      layout depend on it).
+
+  The re-layout itself is pipeline.relayout_embedding_variables.
+  """
+
+  def relayout(restored: Any, target: Any, context: RelayoutContext) -> Any:
+    del target  # The current layout follows from feature_specs and mesh.
+    old = context.saved.run.device_count
+    try:
+      return pipeline.relayout_embedding_variables(
+        restored,
+        from_feature_specs=saved_feature_specs(old),
+        from_device_count=old,
+        feature_specs=feature_specs,
+        mesh=mesh,
+        num_sc_per_device=num_sc_per_device,
+      )
+    except ValueError as e:
+      raise IncompatibleCheckpointError(
+        f"{context.where}: cannot re-lay out item '{context.item}' from"
+        f" {old} to {context.current.device_count} devices: {e}"
+      ) from e
+
+  return relayout

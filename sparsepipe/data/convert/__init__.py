@@ -1,0 +1,1 @@
+"""What the converter commands share: flags, input reading, progress."""

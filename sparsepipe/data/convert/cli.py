@@ -1,0 +1,120 @@
+"""What the dataset-writing commands share: the writer flags and the run step.
+
+The commands (criteo.py, csv.py, synthetic.py) define their own flags plus
+these, then hand their converter to `run_and_summarize`, which adds the
+writer flags, shows progress and prints the one summary line. A bad input
+or argument ends the command with one line on stderr (`error: ...`) and
+exit status 1; `--verbose` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Sequence
+
+from absl import flags
+
+from sparsepipe.data.manifest import Manifest, read_manifest
+from sparsepipe.data.convert.progress import summarize
+from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+
+# The flags defined below belong to the command that asks for them, so its
+# `--help` lists them with its own (absl's mechanism for helper modules).
+flags.disclaim_key_flags()
+
+# What a command reports in one line instead of a traceback: bad input
+# (ValueError and its subclasses name the file, line, record or flag),
+# file-system errors (missing input, existing output) and a training run
+# that went non-finite (FloatingPointError).
+USER_ERRORS = (ValueError, OSError, FloatingPointError)
+
+
+def define_input_flag(help_text: str) -> None:
+  """--input: a required list of input files."""
+  flags.DEFINE_list("input", None, help_text, required=True)
+
+
+def define_writer_flags() -> None:
+  """--output, --examples_per_record, --max_records_per_shard, --overwrite, --verbose."""
+  flags.DEFINE_string("output", None, "Output dataset directory.", required=True)
+  flags.DEFINE_integer(
+    "examples_per_record", DEFAULT_EXAMPLES_PER_RECORD, "Examples packed per record."
+  )
+  flags.DEFINE_integer(
+    "max_records_per_shard", DEFAULT_MAX_RECORDS_PER_SHARD, "Records per shard file."
+  )
+  flags.DEFINE_bool("overwrite", False, "Replace an existing dataset in --output.")
+  flags.DEFINE_bool("verbose", False, "On an error, print the traceback, not just the message.")
+
+
+def define_split_flags() -> None:
+  """--eval_output, --eval_fraction, --split_seed (see sparsepipe.data.split)."""
+  flags.DEFINE_string("eval_output", None, "Also write an eval split to this directory.")
+  flags.DEFINE_float("eval_fraction", 0.0, "Share of the examples that go to --eval_output.")
+  flags.DEFINE_integer("split_seed", 0, "Seed of the deterministic train/eval split.")
+
+
+def split_kwargs() -> dict[str, Any]:
+  """The converters' eval-split arguments from define_split_flags' flags."""
+  f = flags.FLAGS
+  if f.eval_output is None and f["eval_fraction"].present:
+    raise ValueError("--eval_fraction needs --eval_output (the directory of the eval split)")
+  return dict(eval_output=f.eval_output, eval_fraction=f.eval_fraction, split_seed=f.split_seed)
+
+
+def input_paths(argv: Sequence[str]) -> list[str]:
+  """--input, then any paths given as arguments (so `--input a.tsv b.tsv` works)."""
+  return list(flags.FLAGS.input) + list(argv[1:])
+
+
+def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any) -> Manifest:
+  """Calls `write(*args, output_dir=--output, <writer flags>, show_progress=True, **kwargs)`.
+
+  Prints the summary line (progress.summarize; one more for an eval split)
+  and returns the manifest; a bad input ends the command (exit_with_error).
+  """
+  f = flags.FLAGS
+  start = time.monotonic()
+  try:
+    manifest = write(
+      *args,
+      output_dir=f.output,
+      examples_per_record=f.examples_per_record,
+      max_records_per_shard=f.max_records_per_shard,
+      overwrite=f.overwrite,
+      show_progress=True,
+      **kwargs,
+    )
+  except USER_ERRORS as e:
+    if f.verbose:
+      raise
+    exit_with_error(e)
+  seconds = time.monotonic() - start
+  print(summarize(manifest, seconds))
+  if kwargs.get("eval_output"):
+    print(summarize(read_manifest(kwargs["eval_output"]), seconds))
+  return manifest
+
+
+def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
+  """Wraps a command's main: USER_ERRORS become one line on stderr (exit_with_error)."""
+
+  def wrapped(argv: Sequence[str]) -> Any:
+    try:
+      return main(argv)
+    except USER_ERRORS as e:
+      if flags.FLAGS.verbose:
+        raise
+      exit_with_error(e)
+
+  return wrapped
+
+
+def exit_with_error(error: BaseException) -> None:
+  """Prints `error: <message>` as one line on stderr and exits with status 1."""
+  # Grain appends a note on its traceback filtering to errors it re-raises.
+  message = str(error).split("\n--------------------\n")[0]
+  message = " ".join(message.split()) or type(error).__name__
+  print(f"error: {message}", file=sys.stderr, flush=True)
+  sys.exit(1)

@@ -1,0 +1,1 @@
+"""CSV files -> a sharded ArrayRecord dataset (`python -m sparsepipe.data.csv`)."""

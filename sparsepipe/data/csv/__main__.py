@@ -1,0 +1,60 @@
+"""Command line: convert a CSV file (see convert.py for the column options).
+
+    python -m sparsepipe.data.csv --input ratings.csv --output DIR \
+        --label_column rating --label_threshold 4 --dense_columns age \
+        --sparse_columns user_id,movie_id,genres --multivalent_columns genres \
+        --separator '|' --integer_id_columns user_id,movie_id \
+        --vocab_sizes 100000,user_id=6041,movie_id=3953 \
+        [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+from sparsepipe.data.convert import cli
+from sparsepipe.data.csv.convert import DENSE_TRANSFORMS, convert_csv
+
+
+def _define_flags():
+  cli.define_input_flag(
+    "CSV files with the same header (.gz allowed); more may follow as arguments."
+  )
+  flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
+  flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
+  flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
+  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
+  flags.DEFINE_list("sparse_columns", [], "Categorical columns, in order.")
+  flags.DEFINE_list("multivalent_columns", [], "Sparse columns holding several values.")
+  flags.DEFINE_string("separator", "|", "Separator inside multivalent fields.")
+  flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
+  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
+  flags.DEFINE_string("delimiter", ",", "Field delimiter: a character, tab, comma or auto.")
+  cli.define_writer_flags()
+  cli.define_split_flags()
+
+
+def _main(argv):
+  f = flags.FLAGS
+  cli.run_and_summarize(
+    convert_csv,
+    cli.input_paths(argv),
+    delimiter=f.delimiter,
+    label_column=f.label_column,
+    label_threshold=f.label_threshold,
+    dense_columns=f.dense_columns,
+    dense_transform=f.dense_transform,
+    sparse_columns=f.sparse_columns,
+    multivalent_columns=f.multivalent_columns,
+    separator=f.separator,
+    integer_id_columns=f.integer_id_columns,
+    vocab_sizes=f.vocab_sizes,
+    **cli.split_kwargs(),
+  )
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+
+  _define_flags()
+  app.run(cli.reports_errors(_main))

@@ -1,0 +1,301 @@
+"""Converts a CSV file with a header row into a sharded ArrayRecord dataset.
+
+Command line: `python -m sparsepipe.data.csv` (csv.py).
+
+Columns are named by the header row (quoted fields follow RFC 4180, so a
+title like "Bridges of Madison County, The (1995)" is one field).
+- label: the number, which must lie in [0, 1], or with `--label_threshold t`
+  1.0 if value >= t else 0.0 (e.g. ratings 1..5).
+- dense columns: the number as float32 (empty -> 0.0); with
+  `--dense_transform log1p`, x -> log(1 + max(x, 0)). Values must be
+  finite as float32.
+- sparse columns: one id per field; a multivalent column is split on the
+  separator ("Comedy|Drama" -> 2 ids, empty pieces skipped); an empty field
+  gives no id (an empty row). Values are hashed into the column's vocabulary
+  with the stable 64-bit BLAKE2b hash of sparsepipe.data.hashing
+  (id = h % vocab), except `--integer_id_columns`, whose values are used as
+  ids directly and must lie in [0, vocab).
+- vocab sizes: `--vocab_sizes` is a list of `N` (the default for every
+  column) and `column=N` entries.
+Every input file must have the same header (UTF-8), which names each
+column used once. A malformed line raises InputFormatError naming the file
+and line (for a row that spans lines, e.g. an unclosed quote, the line it
+starts on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv as _csv
+from typing import Iterator, Mapping, Sequence
+
+from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
+from sparsepipe.data.hashing import CategoryHasher
+from sparsepipe.data.manifest import Manifest
+from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
+from sparsepipe.data.convert.text_input import (
+  InputFormatError,
+  check_label,
+  log1p_clamped,
+  parse_float,
+)
+from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
+from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.writer import write_batches
+
+DENSE_TRANSFORMS = ("none", "log1p")
+_CHUNK = 4096
+_THRESHOLD_HINT = (
+  "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)"
+)
+
+
+def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
+  """`["1000", "user_id=6041"]` -> {column: size} for every sparse column."""
+  if isinstance(entries, int):
+    entries = [str(entries)]
+  default, sizes = None, {}
+  for entry in entries:
+    entry = str(entry).strip()
+    if "=" in entry:
+      name, value = entry.split("=", 1)
+      if name not in columns:
+        raise ValueError(
+          f"vocab size given for '{name}', which is not a sparse column {list(columns)}"
+        )
+      sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
+    else:
+      default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
+  for name in columns:
+    if name not in sizes:
+      if default is None:
+        raise ValueError(f"no vocab size for sparse column '{name}' (give N or {name}=N)")
+      sizes[name] = default
+  return sizes
+
+
+class CsvParser:
+  """Turns CSV rows into columnar batches for the chosen columns."""
+
+  def __init__(
+    self,
+    header: Sequence[str],
+    *,
+    label_column: str,
+    dense_columns: Sequence[str] = (),
+    sparse_columns: Sequence[str] = (),
+    multivalent_columns: Sequence[str] = (),
+    separator: str = "|",
+    vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
+    integer_id_columns: Sequence[str] = (),
+    dense_transform: str = "none",
+    label_threshold: float | None = None,
+  ):
+    header = [h.strip() for h in header]
+    self.header = header
+    wanted = [label_column, *dense_columns, *sparse_columns]
+    missing = [c for c in wanted if c not in header]
+    if missing:
+      raise ValueError(f"columns {missing} are not in the header {header}")
+    for what, cols in (("multivalent", multivalent_columns), ("integer id", integer_id_columns)):
+      stray = [c for c in cols if c not in sparse_columns]
+      if stray:
+        raise ValueError(
+          f"{what} columns {stray} are not among the sparse columns {list(sparse_columns)}"
+        )
+    if dense_transform not in DENSE_TRANSFORMS:
+      raise ValueError(f"dense_transform={dense_transform!r} is not one of {DENSE_TRANSFORMS}")
+    if multivalent_columns and not separator:
+      raise ValueError("multivalent columns need a non-empty separator")
+    if not isinstance(vocab_sizes, Mapping):
+      vocab_sizes = parse_vocab_sizes(vocab_sizes, sparse_columns)
+    self.schema = ExampleSchema(
+      num_dense=len(dense_columns),
+      sparse=tuple(SparseFeatureSchema(c, vocab_sizes[c]) for c in sparse_columns),
+      dense_names=tuple(dense_columns),
+      label_name=label_column,
+    )
+    self._label = header.index(label_column)
+    self._dense = [header.index(c) for c in dense_columns]
+    self._dense_names = list(dense_columns)
+    self._log1p = dense_transform == "log1p"
+    self._threshold = label_threshold
+    self._sep = separator
+    self._sparse = []
+    for c in sparse_columns:
+      integer = c in integer_id_columns
+      self._sparse.append(
+        (
+          header.index(c),
+          c,
+          c in multivalent_columns,
+          None if integer else CategoryHasher(vocab_sizes[c]),
+          vocab_sizes[c],
+        )
+      )
+    self._width = len(header)
+    self._builder = ExampleBatchBuilder(self.schema)
+
+  def add_row(self, row: Sequence[str], path: str, line_no: int) -> None:
+    if len(row) != self._width:
+      raise InputFormatError(path, line_no, f"expected {self._width} fields, got {len(row)}")
+    text = row[self._label]
+    if not text:
+      raise InputFormatError(path, line_no, f"the label column '{self.schema.label_name}' is empty")
+    label = parse_float(text, path, line_no, self.schema.label_name, float32=False)
+    if self._threshold is not None:
+      label = 1.0 if label >= self._threshold else 0.0
+    check_label(label, text, path, line_no, self.schema.label_name, _THRESHOLD_HINT)
+    dense = []
+    for j, name in zip(self._dense, self._dense_names):
+      x = parse_float(row[j], path, line_no, name, float32=not self._log1p)
+      if self._log1p:
+        x = log1p_clamped(x)
+      dense.append(x)
+    ids = []
+    for j, name, multi, hasher, vocab in self._sparse:
+      value = row[j]
+      pieces = [p for p in value.split(self._sep) if p] if multi else ([value] if value else [])
+      if hasher is not None:
+        ids.append([hasher(p) for p in pieces])
+      else:
+        ids.append([self._integer_id(p, name, vocab, path, line_no) for p in pieces])
+    self._builder.add(label, dense, ids)
+
+  @staticmethod
+  def _integer_id(text: str, name: str, vocab: int, path: str, line_no: int) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise InputFormatError(
+        path, line_no, f"column {name} value {text!r} is not an integer id"
+      ) from None
+    if not 0 <= value < vocab:
+      raise InputFormatError(path, line_no, f"column {name} id {value} out of range [0, {vocab})")
+    return value
+
+  def __len__(self) -> int:
+    return len(self._builder)
+
+  def take(self) -> ExampleBatch:
+    return self._builder.take()
+
+
+def read_csv(
+  paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
+) -> tuple[ExampleSchema, Iterator[ExampleBatch]]:
+  """Opens the inputs; returns the schema and an iterator of columnar batches.
+
+  `columns` are CsvParser's keyword arguments (label_column, ...).
+  """
+  if not paths:
+    raise ValueError("no input files")
+  with contextlib.closing(read_lines(paths[0])) as lines:
+    first = next(lines, "")
+  if not first:
+    raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
+  delim = resolve_delimiter(delimiter, first)
+  header = next(_csv.reader([first], delimiter=delim))
+  _check_unique(header, paths[0], columns)
+  parser = CsvParser(header, **columns)
+
+  def batches() -> Iterator[ExampleBatch]:
+    for path in paths:
+      reader = _csv.reader(read_lines(path), delimiter=delim)
+      file_header = [h.strip() for h in next(reader, [])]
+      if file_header != parser.header:
+        raise InputFormatError(path, 1, f"header {file_header} differs from {parser.header}")
+      for start, row in _rows(reader, path):
+        if not row or (len(row) == 1 and not row[0].strip()):
+          continue  # blank line
+        try:
+          parser.add_row(row, path, start)
+        except InputFormatError as e:
+          if reader.line_num > start:  # a quoted field ran over line ends
+            raise InputFormatError(
+              path,
+              start,
+              f"{e.reason} (this row runs from line {start} to line"
+              f" {reader.line_num}: is a quote left open on line {start}?)",
+            ) from None
+          raise
+        if len(parser) >= chunk_size:
+          yield parser.take()
+    if len(parser):
+      yield parser.take()
+
+  return parser.schema, batches()
+
+
+def _rows(reader, path: str) -> Iterator[tuple[int, list[str]]]:
+  """(line the row starts on, row) for the rows of a csv.reader; csv errors name that line."""
+  while True:
+    start = reader.line_num + 1
+    try:
+      row = next(reader)
+    except StopIteration:
+      return
+    except _csv.Error as e:
+      raise InputFormatError(
+        path, start, f"{e} (in the row starting on this line; is a quote left open?)"
+      ) from None
+    yield start, row
+
+
+def _check_unique(header: Sequence[str], path: str, columns: Mapping[str, object]) -> None:
+  """The columns the converter uses must each appear once in the header."""
+  names = [h.strip() for h in header]
+  used = [
+    columns.get("label_column"),
+    *columns.get("dense_columns", ()),
+    *columns.get("sparse_columns", ()),
+  ]
+  for name in dict.fromkeys(c for c in used if c is not None):
+    where = [i + 1 for i, h in enumerate(names) if h == name]
+    if len(where) > 1:
+      raise InputFormatError(
+        path, 1, f"the header names column '{name}' {len(where)} times (fields {where})"
+      )
+
+
+def convert_csv(
+  inputs: Sequence[str],
+  output_dir: str,
+  *,
+  delimiter: str = ",",
+  examples_per_record: int = DEFAULT_EXAMPLES_PER_RECORD,
+  max_records_per_shard: int = DEFAULT_MAX_RECORDS_PER_SHARD,
+  overwrite: bool = False,
+  show_progress: bool = False,
+  eval_output: str | None = None,
+  eval_fraction: float = 0.0,
+  split_seed: int = 0,
+  **columns,
+) -> Manifest:
+  """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest.
+
+  With `eval_output`, a deterministic `eval_fraction` of the examples goes
+  to a second dataset there instead (see sparsepipe.data.split); the
+  manifest returned is the train split's.
+  """
+  schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
+  info = {
+    "converter": "sparsepipe.data.csv",
+    "inputs": list(inputs),
+    "hash": "blake2b-64 little-endian, mod vocab",
+    **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
+  }
+  return write_batches(
+    output_dir,
+    schema,
+    batches,
+    examples_per_record=examples_per_record,
+    max_records_per_shard=max_records_per_shard,
+    overwrite=overwrite,
+    info=info,
+    progress=Progress("csv") if show_progress else None,
+    eval_output=eval_output,
+    eval_fraction=eval_fraction,
+    split_seed=split_seed,
+  )

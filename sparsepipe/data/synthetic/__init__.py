@@ -1,0 +1,1 @@
+"""Synthetic click data with a planted click model (`python -m sparsepipe.data.synthetic`)."""

@@ -1,0 +1,127 @@
+"""Config features from a dataset's manifest, and train/eval manifests that agree.
+
+`configs/dataset.py` trains on whatever `data.dir` holds. Its features
+cannot be written in the config file (the file is read before
+`--config.data.dir` is applied), so the job calls `apply_manifest(config)`
+when `config.features_from_manifest` is set: one `features` entry per
+sparse feature of the train manifest:
+
+  vocab_size  the schema's vocab_size;
+  max_ids     ids per example, the first of
+                manifest.info["ids_per_example"][name]["max"]  (converter stats),
+                manifest.info["features"][i]["max_ids"]  (sparsepipe.data.synthetic),
+                MULTIVALENT_MAX_IDS if name is in manifest.info["multivalent_columns"]
+                  (sparsepipe.data.csv), else 1;
+              it seeds the automatic COO limits (config.limits 0): a wrong
+              guess is caught by the limits (an error naming the feature, or
+              counted drops with data.allow_id_dropping) and FDO retunes them;
+  combiner    "sum" for single-id features (max_ids 1), "mean" for multivalent.
+
+`check_manifests_agree` makes a train/eval pair that differ in feature
+names, vocab sizes, weights or dense width a clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import ml_collections
+
+from sparsepipe.data.manifest import Manifest, read_manifest
+from sparsepipe.launch.config.base import feature
+
+# ids per example assumed for a multivalent feature without recorded statistics.
+MULTIVALENT_MAX_IDS = 16
+
+
+def _recorded_max_ids(manifest: Manifest) -> dict[str, int]:
+  """{feature: max ids per example} from the manifest info (see module docstring)."""
+  info = manifest.info if isinstance(manifest.info, Mapping) else {}
+  found: dict[str, Any] = {}
+  for entry in info.get("features", ()) if isinstance(info.get("features"), list) else ():
+    if isinstance(entry, Mapping) and "name" in entry and "max_ids" in entry:
+      found[str(entry["name"])] = entry["max_ids"]
+  stats = info.get("ids_per_example")
+  if isinstance(stats, Mapping):
+    for name, value in stats.items():
+      if isinstance(value, Mapping) and "max" in value:
+        found[str(name)] = value["max"]
+  out = {}
+  for name, value in found.items():
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or value != int(value) or value < 0:
+      raise ValueError(
+        f"dataset '{manifest.directory}': recorded max ids per example of feature"
+        f" '{name}' is {value!r}, not a non-negative integer"
+      )
+    out[name] = int(value)
+  return out
+
+
+def features_from_manifest(manifest: Manifest) -> ml_collections.ConfigDict:
+  """The config's `features` for the sparse features of `manifest`."""
+  recorded = _recorded_max_ids(manifest)
+  info = manifest.info if isinstance(manifest.info, Mapping) else {}
+  listed = info.get("multivalent_columns") or ()
+  multivalent = {listed} if isinstance(listed, str) else set(listed)
+  features = {}
+  for f in manifest.schema.sparse:
+    if f.name in recorded:
+      max_ids = max(1, recorded[f.name])
+    else:
+      max_ids = MULTIVALENT_MAX_IDS if f.name in multivalent else 1
+    combiner = "sum" if max_ids == 1 else "mean"
+    features[f.name] = feature(f.vocab_size, min_ids=0, max_ids=max_ids, combiner=combiner)
+  return ml_collections.ConfigDict(features)
+
+
+def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
+  """Raises ValueError listing every difference of names, vocab sizes, weights, dense width."""
+  problems = []
+  t_names, e_names = train.schema.feature_names, evaluation.schema.feature_names
+  missing = [n for n in t_names if n not in e_names]
+  extra = [n for n in e_names if n not in t_names]
+  if missing:
+    problems.append(f"features {missing} are missing from the eval data")
+  if extra:
+    problems.append(f"eval features {extra} are not in the train data")
+  for name in (n for n in t_names if n in e_names):
+    t, e = train.schema.feature(name), evaluation.schema.feature(name)
+    if t.vocab_size != e.vocab_size:
+      problems.append(
+        f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)"
+      )
+    if t.weighted != e.weighted:
+      problems.append(
+        f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)"
+      )
+  if train.schema.num_dense != evaluation.schema.num_dense:
+    problems.append(
+      f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"
+    )
+  if problems:
+    raise ValueError(
+      f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "
+      + "; ".join(problems)
+    )
+
+
+def apply_manifest(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `config` with features and synthetic.num_dense from config.data.dir.
+
+  With config.eval.data_dir set, the eval manifest must agree with the
+  train manifest (check_manifests_agree).
+  """
+  if not config.data.dir:
+    raise ValueError(
+      "config.features_from_manifest: the features come from the train data, set"
+      " --config.data.dir to a dataset directory (with manifest.json)"
+    )
+  train = read_manifest(config.data.dir)
+  eval_dir = config.get("eval", {}).get("data_dir", "")
+  if eval_dir:
+    check_manifests_agree(train, read_manifest(eval_dir))
+  config = ml_collections.ConfigDict(config.to_dict())
+  config.features = features_from_manifest(train)
+  config.synthetic.num_dense = train.schema.num_dense
+  return config

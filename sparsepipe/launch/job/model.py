@@ -1,0 +1,105 @@
+"""What a job trains, built from its config: specs, model, trainer, input, states.
+
+Everything that depends on the COO limits (the trainer's programs and the
+input pipeline's buffer shapes) is built per set of feature specs, so FDO
+and restore can rebuild it for other limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from sparsepipe import data
+from sparsepipe import pipeline
+from sparsepipe import transforms
+from sparsepipe.launch.config import specs as config_specs
+
+
+@dataclasses.dataclass
+class Setup:
+  """The parts of a job that depend on the current COO limits."""
+
+  feature_specs: Any
+  trainer: pipeline.PipelinedTrainer
+  iterator: transforms.InputPipelineIterator
+
+  def close(self) -> None:
+    close_iterator(self.iterator)
+
+
+def close_iterator(iterator: Any) -> None:
+  """Stops an input iterator's workers (if it has any)."""
+  close = getattr(iterator, "close", None)
+  if close is not None:
+    close()
+
+
+class JobModel:
+  """The config's model on a mesh: feature specs, DLRM, optimizers, input."""
+
+  def __init__(self, config: Any, data_dir: str, mesh: jax.sharding.Mesh):
+    self.config = config
+    self.mesh = mesh
+    self.num_sc = int(config.num_sc_per_device)
+    self.global_batch = config_specs.global_batch_size(config, jax.process_count())
+    self.num_dense = data.read_manifest(data_dir).schema.num_dense
+    self.base_specs = self.feature_specs_for(mesh.size)
+    self.model = config_specs.dlrm_config(config, self.base_specs, self.num_dense)
+    self.dense_optimizer = config_specs.dense_optimizer(config, mesh)
+    self.tc_stage = pipeline.make_dlrm_tc_stage(self.model, self.dense_optimizer, mesh)
+    self.input_config = config_specs.input_config(config, data_dir)
+
+  def feature_specs_for(self, global_device_count: int) -> Any:
+    """The configured feature specs laid out for `global_device_count` devices."""
+    return config_specs.build_feature_specs(
+      self.config, global_batch_size=self.global_batch, global_device_count=global_device_count
+    )
+
+  def abstract_train_state(self, feature_specs: Any) -> pipeline.TrainState:
+    params = jax.eval_shape(
+      lambda key: pipeline.init_dlrm_params(key, self.model), jax.random.key(0)
+    )
+    embeddings = pipeline.abstract_embedding_variables(
+      feature_specs, self.mesh, num_sc_per_device=self.num_sc
+    )
+    return pipeline.abstract_train_state(self.dense_optimizer, params, self.mesh, embeddings)
+
+  def fresh_train_state(self) -> pipeline.TrainState:
+    params_key, tables_key = jax.random.split(jax.random.key(int(self.config.seed)))
+    params = pipeline.init_dlrm_params(params_key, self.model)
+    embeddings = pipeline.init_embedding_variables(
+      tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc
+    )
+    return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
+
+  def make_trainer(self, feature_specs: Any) -> pipeline.PipelinedTrainer:
+    example = pipeline.abstract_train_batch(
+      feature_specs,
+      self.mesh,
+      global_batch_size=self.global_batch,
+      num_dense=self.num_dense,
+      num_sc_per_device=self.num_sc,
+    )
+    return pipeline.make_pipelined_trainer(
+      self.mesh,
+      self.abstract_train_state(feature_specs),
+      example,
+      self.tc_stage,
+      feature_specs=feature_specs,
+      num_sc_per_device=self.num_sc,
+      pipelining=bool(self.config.pipelining),
+    )
+
+  def make_iterator(self, feature_specs: Any) -> transforms.InputPipelineIterator:
+    return pipeline.make_input_pipeline(
+      self.input_config,
+      feature_specs,
+      self.mesh,
+      label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
+    )
+
+  def setup(self, feature_specs: Any) -> Setup:
+    return Setup(feature_specs, self.make_trainer(feature_specs), self.make_iterator(feature_specs))

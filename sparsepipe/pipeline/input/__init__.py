@@ -1,0 +1,1 @@
+"""The device input: host batches placed on the mesh (see sparsepipe.pipeline)."""

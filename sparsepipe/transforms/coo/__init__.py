@@ -1,0 +1,1 @@
+"""COO preprocessing: ids -> SparseCore buffers and statistics (see sparsepipe.transforms)."""

@@ -1,0 +1,1 @@
+"""FDO: COO limits, statistics clients, limits carried to other device counts."""

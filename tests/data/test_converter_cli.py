@@ -1,0 +1,138 @@
+"""Command lines: a bad input or argument is one line on stderr and a non-zero exit."""
+
+import paths
+import os
+import subprocess
+import sys
+
+ROOT = paths.REPO_ROOT
+ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+LINE = "\t".join(["1", *["2"] * 13, *["ab"] * 26])
+
+
+def _run(*args):
+  return subprocess.run(
+    [sys.executable, "-m", *args],
+    capture_output=True,
+    text=True,
+    env=ENV,
+    check=False,
+    timeout=120,
+    cwd=ROOT,
+  )
+
+
+def test_converter_error_is_one_line_and_verbose_shows_the_traceback(tmp_path):
+  path = tmp_path / "day.tsv"
+  path.write_text("x" + LINE[1:] + "\n" + LINE + "\n")
+  args = ["sparsepipe.data.criteo", "--input", str(path), "--output", str(tmp_path / "out")]
+  out = _run(*args)
+  assert (out.returncode, out.stdout) == (1, "")
+  assert out.stderr == f"error: '{path}' line 1: column label value 'x' is not a number\n"
+  out = _run(*args, "--verbose")
+  assert out.returncode == 1 and "Traceback" in out.stderr
+  assert out.stderr.rstrip().endswith("line 1: column label value 'x' is not a number")
+
+
+def test_flag_values_and_missing_inputs_are_one_line(tmp_path):
+  out = _run(
+    "sparsepipe.data.criteo",
+    "--input",
+    str(tmp_path / "none.tsv"),
+    "--output",
+    str(tmp_path / "o"),
+    "--vocab_sizes",
+    "1e6",
+  )
+  assert (out.returncode, out.stderr) == (
+    1,
+    "error: vocab_sizes (--vocab_sizes): '1e6' is not an integer (write 1000000, not 1e6)\n",
+  )
+  out = _run(
+    "sparsepipe.data.csv",
+    "--input",
+    str(tmp_path / "none.csv"),
+    "--output",
+    str(tmp_path / "o"),
+    "--label_column",
+    "y",
+  )
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: [Errno 2] No such file or directory: '{tmp_path / 'none.csv'}'\n",
+  )
+
+
+def test_eval_split_from_the_command_line(tmp_path):
+  path = tmp_path / "day.tsv"
+  path.write_text((LINE + "\n") * 300)
+  out = _run(
+    "sparsepipe.data.criteo",
+    "--input",
+    str(path),
+    "--output",
+    str(tmp_path / "t"),
+    "--eval_output",
+    str(tmp_path / "e"),
+    "--eval_fraction",
+    "0.2",
+    "--vocab_sizes",
+    "9",
+  )
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.splitlines()
+  assert len(lines) == 2 and lines[0].endswith(str(tmp_path / "t"))
+  assert lines[1].endswith(str(tmp_path / "e"))
+  out = _run(
+    "sparsepipe.data.criteo",
+    "--input",
+    str(path),
+    "--output",
+    str(tmp_path / "t2"),
+    "--eval_fraction",
+    "0.2",
+  )
+  assert (out.returncode, out.stderr) == (
+    1,
+    "error: --eval_fraction needs --eval_output (the directory of the eval split)\n",
+  )
+
+
+def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
+  out = _run("sparsepipe.launch", "--config.num_stepz=5", f"--workdir={tmp_path}")
+  assert (out.returncode, out.stderr) == (
+    2,
+    "error: --config.num_stepz: the config has no field 'num_stepz'; did you mean num_steps?\n",
+  )
+  out = _run("sparsepipe.launch", "--config.data.dirr=x", f"--workdir={tmp_path}")
+  assert (out.returncode, out.stderr) == (
+    2,
+    "error: --config.data.dirr: the config has no field 'dirr'; did you mean dir?\n",
+  )
+  # A config named on the command line applies the overrides while parsing.
+  out = _run(
+    "sparsepipe.launch",
+    "--config=dataset",
+    "--config.checkpoint_every_steps=2",
+    f"--workdir={tmp_path}",
+  )
+  assert (out.returncode, out.stderr) == (
+    2,
+    "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps'\n",
+  )
+  assert os.listdir(tmp_path) == []
+
+
+def test_launch_errors_are_one_line_and_shipped_configs_go_by_name(tmp_path):
+  out = _run(
+    "sparsepipe.launch", "--config=criteo", "--config.num_steps=0", f"--workdir={tmp_path}"
+  )
+  assert (out.returncode, out.stdout, out.stderr) == (1, "", "error: num_steps=0 must be >= 1\n")
+  out = _run(
+    "sparsepipe.launch",
+    "--config=criteo",
+    "--config.num_steps=0",
+    f"--workdir={tmp_path}",
+    "--verbose",
+  )
+  assert out.returncode == 1 and "Traceback" in out.stderr

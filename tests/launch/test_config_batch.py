@@ -1,0 +1,51 @@
+"""global_batch_size or per_host_batch_size: the batch a job reads on any process count."""
+
+import pytest
+
+from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config.shipped import demo
+
+
+def _config(global_batch, per_host):
+  config = demo.get_config()
+  config.global_batch_size = global_batch
+  config.per_host_batch_size = per_host
+  return config
+
+
+def test_per_host_batch_size_fixes_the_share_of_each_host():
+  config = _config(0, 128)
+  assert [config_specs.per_host_batch_size(config, n) for n in (1, 2, 4)] == [128] * 3
+  assert [config_specs.global_batch_size(config, n) for n in (1, 2, 4)] == [128, 256, 512]
+
+
+def test_global_batch_size_is_the_same_on_any_process_count():
+  config = _config(256, 0)
+  assert [config_specs.per_host_batch_size(config, n) for n in (1, 2, 4)] == [256, 128, 64]
+  assert [config_specs.global_batch_size(config, n) for n in (1, 2, 4)] == [256] * 3
+  assert config_specs.input_config(config, "/data", process_count=4).per_host_batch_size == 64
+  # Without process_count: this JAX process's count (1 here).
+  assert config_specs.input_config(config, "/data").per_host_batch_size == 256
+
+
+def test_the_shipped_default_is_global():
+  config = demo.get_config()
+  assert (config.global_batch_size, config.per_host_batch_size) == (128, 0)
+  assert [config_specs.global_batch_size(config, n) for n in (1, 2)] == [128, 128]
+
+
+@pytest.mark.parametrize("global_batch, per_host", [(256, 128), (0, 0), (-8, 0)])
+def test_exactly_one_batch_field_must_be_set(global_batch, per_host):
+  with pytest.raises(
+    ValueError,
+    match=(
+      rf"set exactly one of global_batch_size={global_batch} and"
+      rf" per_host_batch_size={per_host} \(0 means unset\)"
+    ),
+  ):
+    config_specs.per_host_batch_size(_config(global_batch, per_host), 1)
+
+
+def test_a_global_batch_that_does_not_divide_is_refused():
+  with pytest.raises(ValueError, match=r"global_batch_size=100 does not divide over 3 processes"):
+    config_specs.global_batch_size(_config(100, 0), 3)

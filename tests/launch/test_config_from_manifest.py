@@ -1,0 +1,128 @@
+"""Config features from a manifest; train and eval manifests that must agree."""
+
+import dataclasses
+import importlib.util
+
+import numpy as np
+import pytest
+
+from sparsepipe import data
+from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import from_manifest as dataset_config
+
+from sparsepipe.launch.config.shipped import config_path
+
+
+def write(path, vocab, *, num_dense=2, info=None, weighted=(), ids=None):
+  """8 examples; feature f has ids.get(f, 1) ids (all 0) in each."""
+  schema = data.make_schema(num_dense, vocab, weighted=weighted)
+  n, ids = 8, ids or {}
+  sparse = {
+    name: data.RaggedBatch(
+      np.zeros(n * ids.get(name, 1), np.int32),
+      np.full(n, ids.get(name, 1), np.int32),
+      np.ones(n * ids.get(name, 1), np.float32) if name in weighted else None,
+    )
+    for name in vocab
+  }
+  batch = data.ExampleBatch(np.zeros(n, np.float32), np.zeros((n, num_dense), np.float32), sparse)
+  manifest = data.write_batches(str(path), schema, [batch])
+  # The writer records what it saw; these tests pose other converter info.
+  return manifest if info is None else dataclasses.replace(manifest, info=info)
+
+
+def load_dataset_config():
+  spec = importlib.util.spec_from_file_location("dataset", config_path("dataset"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def test_features_from_recorded_ids_per_example(tmp_path):
+  info = {
+    "ids_per_example": {
+      "user": {"max": 1, "mean": 1.0},
+      "genres": {"max": 6, "mean": 2.5},
+      "empty": {"max": 0, "mean": 0.0},
+    }
+  }
+  manifest = write(tmp_path / "d", {"user": 100, "genres": 20, "empty": 5}, info=info)
+  features = dataset_config.features_from_manifest(manifest)
+  assert sorted(features.keys()) == ["empty", "genres", "user"]
+  assert features.user.to_dict() == dict(
+    vocab_size=100, min_ids=0, max_ids=1, zipf_exponent=1.1, combiner="sum"
+  )
+  assert (features.genres.max_ids, features.genres.combiner) == (6, "mean")
+  assert (features.empty.max_ids, features.empty.combiner) == (1, "sum")
+
+
+def test_features_without_stats_use_converter_info_or_defaults(tmp_path):
+  csv_like = write(
+    tmp_path / "csv", {"user": 10, "genres": 20}, info={"multivalent_columns": ["genres"]}
+  )
+  features = dataset_config.features_from_manifest(csv_like)
+  assert (features.user.max_ids, features.user.combiner) == (1, "sum")
+  assert features.genres.max_ids == dataset_config.MULTIVALENT_MAX_IDS
+  assert features.genres.combiner == "mean"
+  synthetic = write(
+    tmp_path / "syn",
+    {"a": 10, "b": 20},
+    info={"features": [{"name": "a", "max_ids": 3}, {"name": "b", "max_ids": 1}]},
+  )
+  features = dataset_config.features_from_manifest(synthetic)
+  assert (features.a.max_ids, features.a.combiner, features.b.max_ids) == (3, "mean", 1)
+
+
+def test_bad_recorded_stats_are_a_clear_error(tmp_path):
+  manifest = write(tmp_path / "d", {"a": 10}, info={"ids_per_example": {"a": {"max": 2.5}}})
+  with pytest.raises(
+    ValueError,
+    match=r"recorded max ids per example of feature 'a' is 2.5,"
+    r" not a non-negative integer",
+  ):
+    dataset_config.features_from_manifest(manifest)
+
+
+def test_mismatched_manifests_list_every_difference(tmp_path):
+  train = write(tmp_path / "train", {"a": 10, "b": 20, "c": 5}, num_dense=3)
+  evaluation = write(tmp_path / "eval", {"a": 10, "b": 21, "d": 5}, num_dense=2, weighted=("a",))
+  with pytest.raises(ValueError) as e:
+    dataset_config.check_manifests_agree(train, evaluation)
+  assert str(e.value) == (
+    f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree:"
+    " features ['c'] are missing from the eval data; eval features ['d'] are not in the"
+    " train data; feature 'a' is weighted=False (train), weighted=True (eval); feature 'b'"
+    " has vocab_size 20 (train), 21 (eval); num_dense is 3 (train), 2 (eval)"
+  )
+  dataset_config.check_manifests_agree(
+    train, write(tmp_path / "same", {"c": 5, "a": 10, "b": 20}, num_dense=3)
+  )
+
+
+def test_dataset_config_builds_specs_from_the_train_manifest(tmp_path):
+  write(tmp_path / "train", {"user": 100, "genres": 20}, num_dense=3, ids={"genres": 4})
+  write(tmp_path / "eval", {"user": 100, "genres": 20}, num_dense=3)
+  config = load_dataset_config()
+  assert config.features_from_manifest and config.eval.data_dir == ""
+  config.data.dir = str(tmp_path / "train")
+  config.eval.data_dir = str(tmp_path / "eval")
+  resolved = dataset_config.apply_manifest(config)
+  assert len(config.features) == 0  # the given config is unchanged
+  assert resolved.synthetic.num_dense == 3
+  specs = config_specs.build_feature_specs(resolved, global_batch_size=64, global_device_count=8)
+  assert sorted(specs) == ["genres", "user"]
+  assert specs["genres"].input_shape == (64, 4)
+  assert specs["genres"].table_spec.combiner == "mean"
+  assert specs["user"].table_spec.vocabulary_size == 100
+
+
+def test_dataset_config_needs_data_dir_and_agreeing_eval(tmp_path):
+  config = load_dataset_config()
+  with pytest.raises(ValueError, match=r"set --config.data.dir to a dataset directory"):
+    dataset_config.apply_manifest(config)
+  write(tmp_path / "train", {"user": 100}, num_dense=3)
+  write(tmp_path / "eval", {"user": 99}, num_dense=3)
+  config.data.dir = str(tmp_path / "train")
+  config.eval.data_dir = str(tmp_path / "eval")
+  with pytest.raises(ValueError, match=r"feature 'user' has vocab_size 100 \(train\), 99 \(eval\)"):
+    dataset_config.apply_manifest(config)

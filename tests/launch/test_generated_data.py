@@ -1,0 +1,53 @@
+"""A workdir's generated data is reused only with the settings it was generated with."""
+
+import os
+import re
+
+import pytest
+
+import launch_testing
+from sparsepipe.data import read_manifest
+from sparsepipe.launch.job.dataset import ensure_dataset
+
+
+@pytest.fixture()
+def workdir(tmp_path):
+  ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
+  return str(tmp_path)
+
+
+def test_same_settings_reuse_the_data(workdir):
+  data_dir = os.path.join(workdir, "data")
+  mtime = os.path.getmtime(os.path.join(data_dir, "manifest.json"))
+  assert ensure_dataset(launch_testing.tiny_config(), workdir, show_progress=False) == data_dir
+  assert os.path.getmtime(os.path.join(data_dir, "manifest.json")) == mtime
+
+
+@pytest.mark.parametrize(
+  "overrides, change",
+  [
+    (dict(synthetic__num_examples=2048), "synthetic.num_examples was 1024, the config says 2048"),
+    (dict(synthetic__num_dense=5), "synthetic.num_dense was 3, the config says 5"),
+    (
+      dict(synthetic__examples_per_record=2),
+      "synthetic.examples_per_record was 1, the config says 2",
+    ),
+    (
+      dict(synthetic__records_per_shard=512),
+      "synthetic.records_per_shard: the shards hold [256, 256, 256, 256] records, the config says"
+      " 512",
+    ),
+    (dict(seed=3), "seed was 0, the config says 3"),
+    (dict(features__history__max_ids=5), "features.history.max_ids was 8, the config says 5"),
+    (dict(features__user__vocab_size=7), "features.user.vocab_size was 5000, the config says 7"),
+  ],
+)
+def test_changed_settings_are_refused_naming_them(workdir, overrides, change):
+  data_dir = os.path.join(workdir, "data")
+  message = (
+    f"'{data_dir}' holds synthetic data generated with other settings ({change}): use a"
+    f" new --workdir, or delete '{data_dir}' to generate the data again"
+  )
+  with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    ensure_dataset(launch_testing.tiny_config(**overrides), workdir, show_progress=False)
+  assert read_manifest(data_dir).num_examples == 1024  # the old data is untouched

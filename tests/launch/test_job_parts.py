@@ -1,0 +1,94 @@
+"""The launcher's small parts: metrics log, progress line, FDO scaling, flags."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from sparsepipe import core
+from sparsepipe.launch import distributed
+from sparsepipe.launch.job import fdo as fdo_retune
+from sparsepipe.launch.job.metrics import MetricsLog
+from sparsepipe.launch.job.metrics import ProgressLine
+
+
+def test_truncate_drops_untrained_batches_and_cut_lines(tmp_path):
+  path = str(tmp_path / "metrics.jsonl")
+  log = MetricsLog(path)
+  for batch in range(5):
+    log.write({"batch": batch, "loss": 0.5})
+  log.write({"event": "checkpoint", "step": 3})
+  log.close()
+  with open(path, "a") as f:
+    f.write('{"batch": 5, "lo')  # a kill in the middle of a write
+  MetricsLog(path).truncate_batches(3)
+  with open(path) as f:
+    records = [json.loads(line) for line in f]
+  assert records == [
+    {"batch": 0, "loss": 0.5},
+    {"batch": 1, "loss": 0.5},
+    {"batch": 2, "loss": 0.5},
+    {"event": "checkpoint", "step": 3},
+  ]
+
+
+def test_disabled_log_writes_nothing(tmp_path):
+  log = MetricsLog(str(tmp_path / "m.jsonl"), enabled=False)
+  log.write({"batch": 0})
+  log.truncate_batches(0)
+  assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_progress_line_without_terminal_prints_one_line_per_update():
+  stream = io.StringIO()
+  line = ProgressLine(100, stream=stream)
+  line.update(10, 12345.6, 0.69312, 0.25)
+  line.event("ckpt 12")
+  line.update(20, 2000.0, None, 0.0)
+  line.message("done")
+  assert stream.getvalue().splitlines() == [
+    "batch 10/100 | 12,346 ex/s | loss 0.6931 | data wait 25%",
+    "batch 20/100 | 2,000 ex/s | loss - | data wait 0% | ckpt 12",
+    "done",
+  ]
+
+
+def _stats(max_ids, max_unique, required):
+  return core.SparseDenseMatmulInputStats(
+    max_ids_per_partition={"s": np.array(max_ids, np.int32)},
+    max_unique_ids_per_partition={"s": np.array(max_unique, np.int32)},
+    required_buffer_size_per_sc={"s": np.array(required, np.int32)},
+    id_drop_counters={"s": 0},
+  )
+
+
+def test_scale_stats_rounds_up_and_aligns_buffers_to_8():
+  scaled = fdo_retune.scale_stats(_stats([10, 3], [7, 0], [40, 17]), 1.5)
+  np.testing.assert_array_equal(scaled.max_ids_per_partition["s"], [15, 5])
+  np.testing.assert_array_equal(scaled.max_unique_ids_per_partition["s"], [11, 0])
+  np.testing.assert_array_equal(scaled.required_buffer_size_per_sc["s"], [64, 32])
+
+
+def test_headroom_below_one_is_refused():
+  with pytest.raises(ValueError, match=r"fdo.headroom=0.9 must be >= 1.0"):
+    fdo_retune.scale_stats(_stats([1], [1], [8]), 0.9)
+
+
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (
+      ("127.0.0.1:1", None, 0),
+      r"multi-host needs all of --coordinator_address, --num_processes and --process_id",
+    ),
+    (("127.0.0.1:1", 2, 2), r"--process_id=2 outside 0..1"),
+  ],
+)
+def test_incomplete_multihost_flags_are_refused(args, message):
+  with pytest.raises(ValueError, match=message):
+    distributed.initialize(*args)
+
+
+def test_no_multihost_flags_means_one_process():
+  assert distributed.initialize(None, None, None) is False

@@ -1,0 +1,493 @@
+"""The Grain input pipeline: contents, per-host slicing, stats, exact resume, FDO rebuild."""
+
+import datasets
+import json
+import os
+import signal
+
+import grain
+import jax
+import numpy as np
+import pytest
+
+from sparsepipe import core
+from sparsepipe import data
+from sparsepipe import pipeline
+from sparsepipe import transforms as T
+from sparsepipe.core.mesh import make_mesh
+
+S = 2  # SparseCores per device in these tests
+SEED = 7
+NUM_EXAMPLES = 93
+PER_RECORD = 5  # 19 records, the last holds 3; batches straddle records
+
+FEATURES = (
+  data.SyntheticFeature("a", 40, 1, 3),
+  data.SyntheticFeature("b", 24, 0, 4, weighted=True),
+  data.SyntheticFeature("c", 16, 1, 1),
+)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+  """93 examples whose dense[:, 0] is the example number, in 4 shards."""
+  path = str(tmp_path_factory.mktemp("pipeline") / "ds")
+  schema = data.synthetic_schema(FEATURES, 2)
+  examples = data.concat_batches(list(data.generate_batches(FEATURES, 2, NUM_EXAMPLES, 3)))
+  examples.dense[:, 0] = np.arange(NUM_EXAMPLES)
+  with data.ShardedRecordWriter(
+    path, schema, examples_per_record=PER_RECORD, max_records_per_shard=6
+  ) as writer:
+    writer.write_batch(examples)
+  return path
+
+
+def make_specs(global_batch, global_devices, limit=64, combiners=("sum", "mean", "sqrtn")):
+  specs = {}
+  for f, combiner in zip(FEATURES, combiners):
+    table = core.TableSpec(
+      f"t_{f.name}",
+      f.vocab_size,
+      8,
+      combiner=combiner,
+      max_ids_per_partition=limit,
+      max_unique_ids_per_partition=limit,
+    )
+    specs[f.name] = core.FeatureSpec(f.name, table, (global_batch, 4), (global_batch, 8))
+  return T.prepare_feature_specs_for_training(specs, global_devices, S)
+
+
+def config(path, batch, **kw):
+  return T.InputConfig(path, batch, seed=SEED, num_sc_per_device=S, **kw)
+
+
+# ----------------------------------------------------------------- the model
+# What the pipeline must produce, derived independently: the record order
+# (grain's shuffle of record indices), records decoded with the codec,
+# batches cut from consecutive examples, preprocessed directly.
+
+
+def record_stream(num_records, index, count, n, shuffle=True):
+  ds = grain.MapDataset.range(num_records)
+  if shuffle:
+    ds = ds.seed(SEED).shuffle()
+  ds = ds[index::count].repeat()
+  return [int(ds[i]) % num_records for i in range(n)]
+
+
+def expected_batches(
+  path,
+  specs,
+  batch,
+  num_batches,
+  *,
+  local,
+  global_,
+  index=0,
+  count=1,
+  num_workers=0,
+  shuffle=True,
+  allow_id_dropping=False,
+):
+  manifest = data.read_manifest(path)
+  source = data.manifest_source(manifest)
+  workers = max(num_workers, 1)
+  records = record_stream(manifest.num_records, index, count, 60 * workers, shuffle)
+  per_worker = []
+  for w in range(workers):
+    stream = data.concat_batches(
+      [data.decode_batch(source[r], manifest.schema) for r in records[w::workers]]
+    )
+    per_worker.append(
+      [
+        data.slice_batch(stream, i * batch, (i + 1) * batch)
+        for i in range(num_batches // workers + 1)
+      ]
+    )
+  out = []
+  for j in range(num_batches):
+    ex = per_worker[j % workers][j // workers]
+    features = {name: ex.sparse[name] for name in specs}
+    pre, stats = T.preprocess_sparse_dense_matmul_input(
+      features,
+      None,
+      specs,
+      local,
+      global_,
+      num_sc_per_device=S,
+      allow_id_dropping=allow_id_dropping,
+    )
+    out.append((core.TrainBatch(ex.labels, ex.dense, pre.sparse_dense_matmul_input), stats))
+  return out
+
+
+def assert_batch_equal(got: core.TrainBatch, want: core.TrainBatch):
+  np.testing.assert_array_equal(got.labels, want.labels)
+  np.testing.assert_array_equal(got.dense, want.dense)
+  for g, w in zip(got.sparse, want.sparse):
+    assert sorted(g) == sorted(w)
+    for k in w:
+      np.testing.assert_array_equal(np.asarray(g[k]), w[k])  # NaN padding compares equal
+
+
+def assert_stats_equal(got, want):
+  for field in (
+    "max_ids_per_partition",
+    "max_unique_ids_per_partition",
+    "required_buffer_size_per_sc",
+  ):
+    g, w = getattr(got, field), getattr(want, field)
+    assert sorted(g) == sorted(w)
+    for k in w:
+      np.testing.assert_array_equal(g[k], w[k])
+  assert {k: int(v) for k, v in got.id_drop_counters.items()} == {
+    k: int(v) for k, v in want.id_drop_counters.items()
+  }
+
+
+def host_pipeline(path, specs, batch, *, local=2, global_=2, index=0, count=1, **kw):
+  return T.make_host_pipeline(
+    config(path, batch, **kw),
+    specs,
+    local_device_count=local,
+    global_device_count=global_,
+    process_index=index,
+    process_count=count,
+    fdo_client=kw.pop("fdo_client", None),
+  )
+
+
+def take(it, n):
+  return [next(it) for _ in range(n)]
+
+
+# ------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_batches_equal_direct_preprocessing(dataset, shuffle):
+  specs = make_specs(12, 2)
+  it = host_pipeline(dataset, specs, 12, shuffle=shuffle)
+  got = take(it, 10)  # 120 examples: crosses the epoch boundary (93), reshuffled
+  want = expected_batches(dataset, specs, 12, 10, local=2, global_=2, shuffle=shuffle)
+  for g, (batch, stats) in zip(got, want):
+    assert isinstance(g, T.PreprocessedBatch) and g.num_corrupt_records == 0
+    assert_batch_equal(g.batch, batch)
+    assert_stats_equal(g.stats, stats)
+  if not shuffle:
+    np.testing.assert_array_equal(got[0].batch.dense[:, 0], np.arange(12))
+  it.close()
+
+
+def test_stats_recorded_into_fdo_client_and_state(dataset, tmp_path):
+  specs = make_specs(12, 2)
+  client = T.NPZFileFDOClient(str(tmp_path / "fdo"), process_index=0)
+  it = T.make_host_pipeline(
+    config(dataset, 12),
+    specs,
+    local_device_count=2,
+    global_device_count=2,
+    process_index=0,
+    process_count=1,
+    fdo_client=client,
+  )
+  got = take(it, 5)
+  want = expected_batches(dataset, specs, 12, 5, local=2, global_=2)
+  totals = it.stats_totals()
+  assert totals.batches == 5 and totals.corrupt_records == 0
+  for field in (
+    "max_ids_per_partition",
+    "max_unique_ids_per_partition",
+    "required_buffer_size_per_sc",
+  ):
+    for stack in getattr(want[0][1], field):
+      expected = np.max([getattr(s, field)[stack] for _, s in want], axis=0)
+      np.testing.assert_array_equal(getattr(totals.as_stats(), field)[stack], expected)
+      assert it.get_state()["pipeline"]["totals"][field][stack] == expected.tolist()
+  client.publish()
+  merged = client.load()
+  assert_stats_equal(merged, totals.as_stats())
+  del got
+
+
+def test_per_host_slices_are_disjoint_and_complete(dataset):
+  seen = []
+  for index in range(2):
+    ds = T.make_example_dataset(
+      config(dataset, 1, num_epochs=1), process_index=index, process_count=2
+    )
+    seen.append([int(x) for b in ds for x in b.examples.dense[:, 0]])
+  assert not set(seen[0]) & set(seen[1])
+  assert sorted(seen[0] + seen[1]) == list(range(NUM_EXAMPLES))
+  assert len(seen[0]) == 50 and len(seen[1]) == 43  # records 10 and 9 (one holds 3 examples)
+
+
+def test_per_host_pipelines_preprocess_their_own_slice(dataset):
+  specs = make_specs(16, 4)  # 2 hosts x 8 examples, 2 local of 4 global devices
+  for index in range(2):
+    it = host_pipeline(dataset, specs, 8, local=2, global_=4, index=index, count=2)
+    want = expected_batches(dataset, specs, 8, 4, local=2, global_=4, index=index, count=2)
+    for g, (batch, stats) in zip(take(it, 4), want):
+      assert_batch_equal(g.batch, batch)
+      assert_stats_equal(g.stats, stats)
+    assert it.get_state()["metadata"]["process_index"] == index
+
+
+def check_resume_at_every_step(make, steps):
+  """Saves the state before every step; a new pipeline restored there continues exactly."""
+  it = make()
+  states, outs = [], []
+  for _ in range(steps):
+    states.append(json.loads(json.dumps(it.get_state())))  # JSON round trip
+    outs.append(next(it))
+  it.close()
+  restored = make()
+  for k in reversed(range(steps)):  # also goes backwards in the same iterator
+    restored.set_state(states[k])
+    assert restored.get_state() == states[k]
+    for j in range(k, steps):
+      got = next(restored)
+      assert_batch_equal(got.batch, outs[j].batch)
+      assert_stats_equal(got.stats, outs[j].stats)
+  restored.close()
+  return outs, states
+
+
+def test_resume_at_every_step_in_process(dataset):
+  specs = make_specs(12, 2)
+  outs, states = check_resume_at_every_step(lambda: host_pipeline(dataset, specs, 12), 9)
+  assert len(outs) == 9 and states[0]["pipeline"]["parent"] == {"next_record": 0, "offset": 0}
+
+
+def test_state_is_small_json_with_position(dataset):
+  specs = make_specs(12, 2)
+  it = host_pipeline(dataset, specs, 12)
+  take(it, 3)
+  state = it.get_state()
+  assert state["metadata"] == {
+    "state_version": 1,
+    "num_workers": 0,
+    "per_host_batch_size": 12,
+    "process_index": 0,
+    "process_count": 1,
+    "seed": SEED,
+    "shuffle": True,
+    "num_records": 19,
+    "dataset": T.dataset_fingerprint(data.read_manifest(dataset)),
+  }
+  assert len(state["metadata"]["dataset"]) == 16
+  # 36 examples = 7 records of 5 and 1 of the 8th.
+  assert state["pipeline"]["parent"] == {"next_record": 7, "offset": 1}
+  assert state["pipeline"]["totals"]["batches"] == 3
+
+
+def test_worker_count_and_other_mismatches_are_errors(dataset):
+  specs = make_specs(12, 2)
+  it = host_pipeline(dataset, specs, 12)
+  state = it.get_state()
+  state["metadata"]["num_workers"] = 2
+  with pytest.raises(
+    T.IteratorStateMismatchError,
+    match=(
+      r"^data iterator state was saved with num_workers=2, but this pipeline has num_workers=0:"
+      r" batches depend on the worker count, restore with the same num_workers$"
+    ),
+  ):
+    it.set_state(state)
+  state = it.get_state()
+  state["metadata"]["per_host_batch_size"] = 24
+  with pytest.raises(
+    T.IteratorStateMismatchError,
+    match=(r"saved with per_host_batch_size=24, but this pipeline has per_host_batch_size=12"),
+  ):
+    it.set_state(state)
+  state = it.get_state()
+  state["metadata"]["dataset"] = "0123456789abcdef"
+  with pytest.raises(
+    T.IteratorStateMismatchError,
+    match=(r"saved with dataset='0123456789abcdef', but this pipeline has dataset='[0-9a-f]{16}'"),
+  ):
+    it.set_state(state)
+
+
+def test_rebuild_with_new_specs_continues_from_state(dataset):
+  specs = make_specs(12, 2)
+  old = host_pipeline(dataset, specs, 12)
+  take(old, 4)
+  state = old.get_state()
+  new_specs = T.update_preprocessing_parameters(specs, old.stats_totals().as_stats(), S, 2)
+  assert new_specs != specs  # the limits (and so the buffer shapes) changed
+  new = host_pipeline(dataset, new_specs, 12, allow_id_dropping=True)
+  new.set_state(state)
+  assert new.stats_totals().batches == 4
+  want = expected_batches(dataset, new_specs, 12, 7, local=2, global_=2, allow_id_dropping=True)[4:]
+  for g, (batch, stats) in zip(take(new, 3), want):
+    assert_batch_equal(g.batch, batch)
+    assert_stats_equal(g.stats, stats)
+  old_shape = next(old).batch.sparse.lhs_embedding_ids["t_a"].shape
+  assert g.batch.sparse.lhs_embedding_ids["t_a"].shape != old_shape
+
+
+def test_corrupt_record_raises_with_file_and_index(tmp_path):
+  shard = datasets.write_with_corrupt_records(str(tmp_path / "ds"), bad={4})
+  cfg = T.InputConfig(str(tmp_path / "ds"), 2, shuffle=False)
+  it = iter(T.make_example_dataset(cfg, process_index=0, process_count=1))
+  next(it), next(it)
+  with pytest.raises(
+    data.CorruptRecordError,
+    match=(rf"^corrupt record 4 in '{shard}': expected 40 bytes, got 36 \(truncated\)"),
+  ) as info:
+    next(it)
+  assert (info.value.path, info.value.index) == (shard, 4)
+  assert info.value.reason == "expected 40 bytes, got 36 (truncated)"
+
+
+def test_corrupt_records_skipped_and_counted(tmp_path):
+  datasets.write_with_corrupt_records(str(tmp_path / "ds"), bad={1, 4})
+  schema_specs = {"a": core.FeatureSpec("a", core.TableSpec("t", 10, 8), (2, 1), (2, 8))}
+  specs = T.prepare_feature_specs_for_training(schema_specs, 1, 2)
+  cfg = T.InputConfig(
+    str(tmp_path / "ds"), 2, shuffle=False, skip_corrupt=True, num_sc_per_device=2
+  )
+  it = T.make_host_pipeline(
+    cfg, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
+  )
+  batches = take(it, 3)
+  assert [b.batch.labels.tolist() for b in batches] == [[0, 2], [3, 5], [0, 2]]
+  assert [b.num_corrupt_records for b in batches] == [1, 1, 1]
+  assert it.stats_totals().corrupt_records == 3
+  assert it.get_state()["pipeline"]["totals"]["corrupt_records"] == 3
+
+
+def test_device_put_on_mesh_matches_host_batches(dataset):
+  mesh = make_mesh()
+  assert mesh.size == 8
+  specs = make_specs(16, 8)
+  it = pipeline.make_input_pipeline(config(dataset, 16), specs, mesh)
+  host = host_pipeline(dataset, specs, 16, local=8, global_=8)
+  for _ in range(2):
+    got, want = next(it), next(host).batch
+    assert isinstance(got.labels, jax.Array) and got.labels.shape == (16,)
+    assert got.sparse.lhs_gains["t_b"].sharding.spec == jax.sharding.PartitionSpec("data")
+    assert_batch_equal(got, want)
+    # Device d holds its own slice: labels d*2:(d+1)*2, its own COO buffers.
+    for shard in got.labels.addressable_shards:
+      d = mesh.devices.tolist().index(shard.device)
+      np.testing.assert_array_equal(shard.data, want.labels[2 * d : 2 * d + 2])
+  assert it.get_state()["pipeline"]["totals"]["batches"] == 2
+
+
+def test_config_from_config_dict_and_spec_checks(dataset):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+
+  cfg = ml_collections.ConfigDict(
+    {"data_dir": dataset, "per_host_batch_size": 12, "seed": SEED, "num_sc_per_device": S}
+  )
+  assert T.InputConfig.from_config(cfg) == config(dataset, 12)
+  with pytest.raises(ValueError, match=r"unknown input config keys \['batch'\]"):
+    T.InputConfig.from_config({"data_dir": dataset, "per_host_batch_size": 1, "batch": 3})
+  with pytest.raises(
+    ValueError,
+    match=(
+      r"feature 'a': global batch size 24 in its spec, but the pipeline makes"
+      r" per_host_batch_size \* process_count = 12"
+    ),
+  ):
+    host_pipeline(dataset, make_specs(24, 2), 12)
+  other = {"zz": core.FeatureSpec("zz", core.TableSpec("t", 10, 8), (12, 1), (12, 8))}
+  with pytest.raises(ValueError, match=r"feature 'zz' is not in the dataset"):
+    host_pipeline(dataset, T.prepare_feature_specs_for_training(other, 2, S), 12)
+
+
+# ------------------------------------------------- worker processes (slow)
+
+
+def _record_sigterm_disposition(worker_index, worker_count):
+  path = os.environ["SPARSEPIPE_TEST_SIGNAL_DIR"]
+  ignored = signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+  with open(os.path.join(path, f"worker{worker_index}-of-{worker_count}"), "w") as f:
+    f.write(str(ignored))
+
+
+def test_two_workers_contents_resume_and_sigterm(dataset, tmp_path, monkeypatch):
+  monkeypatch.setenv("SPARSEPIPE_TEST_SIGNAL_DIR", str(tmp_path))
+  specs = make_specs(12, 2)
+
+  def make():
+    return T.make_host_pipeline(
+      config(dataset, 12, num_workers=2),
+      specs,
+      local_device_count=2,
+      global_device_count=2,
+      process_index=0,
+      process_count=1,
+      worker_init_fn=_record_sigterm_disposition,
+    )
+
+  outs, states = check_resume_at_every_step(make, 5)
+  want = expected_batches(dataset, specs, 12, 5, local=2, global_=2, num_workers=2)
+  for g, (batch, stats) in zip(outs, want):
+    assert_batch_equal(g.batch, batch)
+    assert_stats_equal(g.stats, stats)
+  assert sorted(os.listdir(tmp_path)) == ["worker0-of-2", "worker1-of-2"]
+  assert all((tmp_path / n).read_text() == "True" for n in os.listdir(tmp_path))
+  # A 2-worker state does not restore into an in-process pipeline.
+  assert states[3]["metadata"]["num_workers"] == 2
+  with pytest.raises(
+    T.IteratorStateMismatchError,
+    match=r"saved with num_workers=2, but this pipeline has num_workers=0",
+  ):
+    host_pipeline(dataset, specs, 12).set_state(states[3])
+  del outs
+
+
+def test_orbax_checkpoint_of_the_iterator(dataset, tmp_path):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+  specs = make_specs(12, 2)
+  it = host_pipeline(dataset, specs, 12)
+  take(it, 2)
+  manager = ocp.CheckpointManager(str(tmp_path / "ckpt"), item_names=("data_iter",))
+  manager.save(2, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointSave(it)))
+  manager.wait_until_finished()
+  want = take(it, 2)
+  restored = host_pipeline(dataset, specs, 12)
+  manager.restore(
+    2, args=ocp.args.Composite(data_iter=grain.checkpoint.CheckpointRestore(restored))
+  )
+  manager.close()
+  for g, w in zip(take(restored, 2), want):
+    assert_batch_equal(g.batch, w.batch)
+  assert restored.stats_totals().batches == 4
+  with open(tmp_path / "ckpt" / "2" / "data_iter" / "process_0-of-1.json") as f:
+    assert json.load(f)["metadata"]["num_workers"] == 0
+
+
+def test_labels_outside_the_range_are_an_error_naming_the_dataset(tmp_path):
+  """Ratings 1..5 fed to a click model: refused before they reach a device."""
+  path = str(tmp_path / "ratings")
+  schema = data.synthetic_schema(FEATURES, 2)
+  examples = data.concat_batches(list(data.generate_batches(FEATURES, 2, 16, 3)))
+  examples.labels[:] = np.arange(16) % 5 + 1
+  with data.ShardedRecordWriter(path, schema, examples_per_record=1) as writer:
+    writer.write_batch(examples)
+  mesh = make_mesh()
+  it = pipeline.make_input_pipeline(config(path, 16), make_specs(16, 8), mesh, label_range=(0, 1))
+  with pytest.raises(
+    pipeline.LabelRangeError,
+    match=(
+      rf"^labels outside \[0, 1\] in dataset '{path}': a batch has labels from 1 to 5"
+      r" \(non-finite: 0\); the DLRM's sigmoid cross-entropy needs click labels in \[0, 1\]:"
+      r" convert ratings with --label_threshold(\n|$)"
+    ),
+  ):
+    next(it)
+  # Without a range (a regression model's pipeline) the same data passes.
+  batch = next(pipeline.make_input_pipeline(config(path, 16), make_specs(16, 8), mesh))
+  assert sorted(np.asarray(batch.labels)) == sorted(np.arange(16) % 5 + 1)
+
+
+def test_decoded_batches_restore_at_every_step_with_grains_own_check(dataset):
+  """Grain's generic checkpoint test: restore at every state, same output."""
+  ds = T.make_example_dataset(config(dataset, 12, num_epochs=1), process_index=1, process_count=2)
+  grain.experimental.assert_equal_output_after_checkpoint(ds)
