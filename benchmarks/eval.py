@@ -99,15 +99,14 @@ def _input_rates(manifest, specs, devices):
 
 
 def _step_rates(manifest, specs, mesh):
-  model = pipeline.DLRMConfig.from_feature_specs(
-    specs, manifest.schema.num_dense, bottom_mlp_dims=(64, 16), top_mlp_dims=(64, 32)
-  )
-  params = pipeline.init_dlrm_params(jax.random.key(0), model)
+  model = pipeline.DLRM(bottom_mlp_dims=(64, 16), top_mlp_dims=(64, 32))
+  dims = pipeline.feature_dims_of(specs)
+  params = model.init(jax.random.key(0), manifest.schema.num_dense, dims)
   emb = pipeline.init_embedding_variables(
     jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value
   )
   state = pipeline.create_train_state(optax.adam(1e-3), params, mesh, emb)
-  step = pipeline.make_eval_step(mesh, specs, _SC.value, pipeline.make_dlrm_predict_fn(model))
+  step = pipeline.make_eval_step(mesh, specs, _SC.value, pipeline.make_predict_fn(model, specs))
   config = T.InputConfig(
     manifest.directory, _BATCH.value, num_sc_per_device=_SC.value, allow_id_dropping=True
   )

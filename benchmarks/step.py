@@ -157,13 +157,11 @@ def _round_runner(step, carry, make_inputs):
 
 
 def _trainer(mesh, specs, dense_optimizer, example):
-  config = P.DLRMConfig.from_feature_specs(
-    specs, _ND, bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128)
-  )
-  params = P.init_dlrm_params(jax.random.key(0), config)
+  model = P.DLRM(bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128))
+  params = model.init(jax.random.key(0), _ND, P.feature_dims_of(specs))
   emb = P.init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value)
   state = P.create_train_state(dense_optimizer, params, mesh, emb)
-  tc = P.make_dlrm_tc_stage(config, dense_optimizer, mesh)
+  tc = P.make_tc_stage(model, dense_optimizer, mesh, specs)
   trainer = P.make_pipelined_trainer(
     mesh,
     state,

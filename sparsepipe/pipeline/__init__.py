@@ -3,8 +3,9 @@
 embedding/   sharded tables: layout, lookup and update kernels, optimizers
 pipelining/  PipelineState, the pipelined step, the default SC stages
 zero/        the ZeRO-sharded dense optimizer
-models/      the reference DLRM dense stage
-training/    TrainState, the jitted trainer, the training loop, device placement
+models/      models (their math only): the Model protocol, DLRM, DCN-v2, make_model
+training/    TrainState, the TC stage of any model, the jitted trainer, the training loop
+input/       host batches placed on the mesh: the train and eval input
 evaluation/  the forward-only eval step, the eval pass, exact eval metrics
 """
 
@@ -48,16 +49,18 @@ from sparsepipe.pipeline.pipelining.step import step
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.zero.optimizer import ScatteredGradients
-from sparsepipe.pipeline.zero.optimizer import ZeroTransformation
+from sparsepipe.pipeline.zero.optimizer import offer_scattered_gradients
 from sparsepipe.pipeline.zero.optimizer import scatter_gradients
 from sparsepipe.pipeline.zero.optimizer import zero_sharded
-from sparsepipe.pipeline.models.dlrm import DLRMConfig
-from sparsepipe.pipeline.models.dlrm import DenseInputs
-from sparsepipe.pipeline.models.dlrm import dlrm_logits
-from sparsepipe.pipeline.models.dlrm import dlrm_loss
-from sparsepipe.pipeline.models.dlrm import init_dlrm_params
-from sparsepipe.pipeline.models.dlrm import make_dlrm_predict_fn
-from sparsepipe.pipeline.models.dlrm import make_dlrm_tc_stage
+from sparsepipe.pipeline.models.base import Model
+from sparsepipe.pipeline.models.base import feature_dims_of
+from sparsepipe.pipeline.models.dcn_v2 import DCNv2
+from sparsepipe.pipeline.models.dlrm import DLRM
+from sparsepipe.pipeline.models.registry import BUILTIN_MODELS
+from sparsepipe.pipeline.models.registry import make_model
+from sparsepipe.pipeline.training.tc_stage import DenseInputs
+from sparsepipe.pipeline.training.tc_stage import make_predict_fn
+from sparsepipe.pipeline.training.tc_stage import make_tc_stage
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.pipeline.training.train_state import abstract_train_state
 from sparsepipe.pipeline.training.train_state import create_train_state

@@ -45,11 +45,9 @@ class Setup:
   def __init__(self, devices):
     self.mesh = core.make_mesh(jax.devices()[:devices])
     self.specs = feature_specs(devices)
-    model = pipeline.DLRMConfig.from_feature_specs(
-      self.specs, NUM_DENSE, bottom_mlp_dims=(16, 8), top_mlp_dims=(8,)
-    )
+    model = pipeline.DLRM(bottom_mlp_dims=(16, 8), top_mlp_dims=(8,))
     self.zero = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
-    params = pipeline.init_dlrm_params(jax.random.key(1), model)
+    params = model.init(jax.random.key(1), NUM_DENSE, pipeline.feature_dims_of(self.specs))
     self.params_shape = jax.eval_shape(lambda: params)
     embeddings = pipeline.init_embedding_variables(
       jax.random.key(2), self.specs, self.mesh, num_sc_per_device=S
@@ -66,7 +64,7 @@ class Setup:
       self.mesh,
       self.train_state,
       example,
-      pipeline.make_dlrm_tc_stage(model, self.zero, self.mesh),
+      pipeline.make_tc_stage(model, self.zero, self.mesh, self.specs),
       feature_specs=self.specs,
       num_sc_per_device=S,
       gradient_multiplier=True,

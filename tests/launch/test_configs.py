@@ -6,6 +6,9 @@ import os
 
 import pytest
 
+import jax
+
+from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.config.shipped import config_path
@@ -45,8 +48,12 @@ def test_config_builds_specs_and_model(name, num_features, num_dense):
   for feature in specs.values():
     assert feature.input_shape[0] == batch
     assert feature.table_spec.stacked_table_spec is not None
-  model = config_specs.dlrm_config(config, specs, config.synthetic.num_dense)
-  assert model.num_dense_features == num_dense
+  model = pipeline.make_model(config.model)
+  assert model == pipeline.DLRM(config.model.bottom_mlp_dims, config.model.top_mlp_dims)
+  params = jax.eval_shape(
+    lambda key: model.init(key, num_dense, pipeline.feature_dims_of(specs)), jax.random.key(0)
+  )
+  assert params["bottom_mlp"]["layer_0"]["kernel"].shape[0] == num_dense
   assert config_specs.input_config(config, "/data").per_host_batch_size == batch
 
 

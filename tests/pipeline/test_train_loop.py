@@ -12,7 +12,6 @@ import numpy as np
 import optax
 import pytest
 
-from sparsepipe.pipeline.models import dlrm
 from sparsepipe import pipeline
 from sparsepipe.pipeline.training import train_state as train_state_lib
 from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
@@ -55,12 +54,11 @@ class Setup:
     }
     self.feature_specs = prepare_feature_specs_for_training(raw, G, S)
     self.host_batches = [self._host_batch(i) for i in range(N)]
-    self.config = dlrm.DLRMConfig.from_feature_specs(
-      self.feature_specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
-    )
+    self.model = pipeline.DLRM(bottom_mlp_dims=(16, 8), top_mlp_dims=(16,))
+    self.feature_dims = pipeline.feature_dims_of(self.feature_specs)
     self.optimizer = pipeline.zero_sharded(optax.adam(0.01), self.mesh)
-    self.tc = dlrm.make_dlrm_tc_stage(self.config, self.optimizer, self.mesh)
-    params = dlrm.init_dlrm_params(jax.random.key(0), self.config)
+    self.tc = pipeline.make_tc_stage(self.model, self.optimizer, self.mesh, self.feature_specs)
+    params = self.model.init(jax.random.key(0), ND, self.feature_dims)
     emb = init_embedding_variables(
       jax.random.key(1), self.feature_specs, self.mesh, num_sc_per_device=S
     )
@@ -134,7 +132,7 @@ def reference_run(setup, *, delayed=True):
       emb, _ = bwd(setup.batch(k - 2).sparse, grads[k - 2], emb, jnp.int32(k - 2))
     batch = setup.batch(k)
     act, aux = fwd(batch.sparse, emb)
-    g, out, tc_state, _ = tc(act, dlrm.DenseInputs(batch.labels, batch.dense), tc_state, aux)
+    g, out, tc_state, _ = tc(act, pipeline.DenseInputs(batch.labels, batch.dense), tc_state, aux)
     grads.append(g)
     losses.append(float(out["loss"]))
     if not delayed:
@@ -301,7 +299,7 @@ def test_abstract_states_match_the_real_ones(setup, full_run):
   state, pstate, _ = full_run
   abstract_ts = train_state_lib.abstract_train_state(
     setup.optimizer,
-    jax.eval_shape(lambda k: dlrm.init_dlrm_params(k, setup.config), jax.random.key(0)),
+    jax.eval_shape(lambda k: setup.model.init(k, ND, setup.feature_dims), jax.random.key(0)),
     setup.mesh,
     abstract_embedding_variables(setup.feature_specs, setup.mesh, num_sc_per_device=S),
   )

@@ -175,7 +175,6 @@ def test_chains_with_optax_like_any_gradient_transformation(mesh):
     optax.chain(optax.clip_by_global_norm(0.5), pipeline.zero_sharded(optax.adam(0.05), mesh)),
     pipeline.zero_sharded(inner, mesh),
   ):
-    assert isinstance(pipeline.zero_sharded(inner, mesh), optax.GradientTransformation)
     params = make_params(mesh)
     state = jax.jit(z.init)(params)
     for i in range(3):

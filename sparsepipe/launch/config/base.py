@@ -28,7 +28,14 @@ their job needs; every field can be overridden on the command line
     that many examples from the same click model (0: none).
   features: one entry per sparse feature: vocab_size, min_ids/max_ids per
     example, zipf_exponent (generated data), combiner (sum, mean, sqrtn).
-  model: embedding_dim (shared by all tables) and the DLRM MLP widths.
+  model: name: a built-in model, "dlrm" or "dcn_v2"; factory:
+    "package.module:function" of your own model (called with config.model,
+    returns an object with init and apply; see README "Bring your own
+    model"), overrides name; embedding_dim: shared by all tables;
+    bottom_mlp_dims (dlrm): the bottom MLP, its last width the interaction
+    dim; top_mlp_dims (dlrm: the top MLP; dcn_v2: the MLP after the cross
+    layers); cross_layers, cross_rank (dcn_v2: cross layers, and the rank
+    of their kernels, 0 for full rank).
   dense_optimizer / embedding_optimizer: name (dense: sgd, adagrad, adam;
     embedding: also adagrad_momentum, ftrl, laprop, with their default
     hyperparameters) and learning rate. The dense state is ZeRO-sharded.
@@ -113,9 +120,13 @@ def base_config(
   config.features = ml_collections.ConfigDict(dict(features))
   config.model = ml_collections.ConfigDict(
     dict(
+      name="dlrm",
+      factory="",
       embedding_dim=16,
       bottom_mlp_dims=(64, 16),
       top_mlp_dims=(64, 32),
+      cross_layers=3,
+      cross_rank=0,
     )
   )
   config.dense_optimizer = ml_collections.ConfigDict(dict(name="adam", learning_rate=1e-3))

@@ -144,15 +144,6 @@ def build_feature_specs(
   return transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
 
 
-def dlrm_config(config: Any, feature_specs: Any, num_dense: int) -> pipeline.DLRMConfig:
-  return pipeline.DLRMConfig.from_feature_specs(
-    feature_specs,
-    num_dense,
-    bottom_mlp_dims=tuple(int(d) for d in config.model.bottom_mlp_dims),
-    top_mlp_dims=tuple(int(d) for d in config.model.top_mlp_dims),
-  )
-
-
 def input_config(
   config: Any, data_dir: str, process_count: int | None = None
 ) -> transforms.InputConfig:

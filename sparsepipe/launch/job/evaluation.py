@@ -59,9 +59,7 @@ class JobEval:
       global_device_count=model.mesh.size,
       worst_case_limits=True,
     )
-    self.step = pipeline.make_eval_step(
-      model.mesh, specs, model.num_sc, pipeline.make_dlrm_predict_fn(model.model)
-    )
+    self.step = pipeline.make_eval_step(model.mesh, specs, model.num_sc, model.predict_fn(specs))
     input_config = dataclasses.replace(
       model.input_config, data_dir=data_dir, shuffle=False, num_workers=0
     )

@@ -38,7 +38,7 @@ def close_iterator(iterator: Any) -> None:
 
 
 class JobModel:
-  """The config's model on a mesh: feature specs, DLRM, optimizers, input."""
+  """The config's model on a mesh: feature specs, model, optimizers, input."""
 
   def __init__(self, config: Any, data_dir: str, mesh: jax.sharding.Mesh):
     self.config = config
@@ -47,9 +47,11 @@ class JobModel:
     self.global_batch = config_specs.global_batch_size(config, jax.process_count())
     self.num_dense = data.read_manifest(data_dir).schema.num_dense
     self.base_specs = self.feature_specs_for(mesh.size)
-    self.model = config_specs.dlrm_config(config, self.base_specs, self.num_dense)
+    self.model = pipeline.make_model(config.model)
+    self.feature_dims = pipeline.feature_dims_of(self.base_specs)
     self.dense_optimizer = config_specs.dense_optimizer(config, mesh)
-    self.tc_stage = pipeline.make_dlrm_tc_stage(self.model, self.dense_optimizer, mesh)
+    # The specs' names and order only (limits do not matter to the model).
+    self.tc_stage = pipeline.make_tc_stage(self.model, self.dense_optimizer, mesh, self.base_specs)
     self.input_config = config_specs.input_config(config, data_dir)
 
   def feature_specs_for(self, global_device_count: int) -> Any:
@@ -59,17 +61,23 @@ class JobModel:
     )
 
   def abstract_train_state(self, feature_specs: Any) -> pipeline.TrainState:
-    params = jax.eval_shape(
-      lambda key: pipeline.init_dlrm_params(key, self.model), jax.random.key(0)
-    )
+    params = jax.eval_shape(self.init_params, jax.random.key(0))
     embeddings = pipeline.abstract_embedding_variables(
       feature_specs, self.mesh, num_sc_per_device=self.num_sc
     )
     return pipeline.abstract_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
+  def init_params(self, key: jax.Array) -> Any:
+    """The model's fresh dense parameters."""
+    return self.model.init(key, self.num_dense, self.feature_dims)
+
+  def predict_fn(self, feature_specs: Any) -> Any:
+    """The model's forward for evaluation (probabilities)."""
+    return pipeline.make_predict_fn(self.model, feature_specs)
+
   def fresh_train_state(self) -> pipeline.TrainState:
     params_key, tables_key = jax.random.split(jax.random.key(int(self.config.seed)))
-    params = pipeline.init_dlrm_params(params_key, self.model)
+    params = self.init_params(params_key)
     embeddings = pipeline.init_embedding_variables(
       tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc
     )
@@ -98,7 +106,7 @@ class JobModel:
       self.input_config,
       feature_specs,
       self.mesh,
-      label_range=(0.0, 1.0),  # the DLRM's sigmoid cross-entropy
+      label_range=(0.0, 1.0),  # the sigmoid cross-entropy of the TC stage
     )
 
   def setup(self, feature_specs: Any) -> Setup:

@@ -55,7 +55,7 @@ def make_eval_step(
     mesh: the mesh the tables and batches are sharded on.
     feature_specs: the prepared feature specs of the train step (static).
     num_sc_per_device: S, as given to the preprocessing.
-    predict_fn: the dense forward, e.g. `make_dlrm_predict_fn(config)`.
+    predict_fn: the dense forward, e.g. `make_predict_fn(model, feature_specs)`.
     sc_fwd_fn: the SC fwd stage; default `get_default_sc_fwd_function`.
 
   Returns:

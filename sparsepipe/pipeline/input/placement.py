@@ -52,7 +52,7 @@ def check_label_range(labels: np.ndarray, label_range: tuple[float, float], wher
     raise LabelRangeError(
       f"labels outside [{lo:g}, {hi:g}] in {where}: a batch has labels from"
       f" {np.nanmin(labels):g} to {np.nanmax(labels):g} (non-finite:"
-      f" {int(np.sum(~np.isfinite(labels)))}); the DLRM's sigmoid cross-entropy needs click"
+      f" {int(np.sum(~np.isfinite(labels)))}); the models' sigmoid cross-entropy needs click"
       " labels in [0, 1]: convert ratings with --label_threshold"
     )
 

@@ -1,1 +1,1 @@
-"""Reference dense (TC) stages: the DLRM model (see sparsepipe.pipeline)."""
+"""Models: their math only, `init` and `apply` (see sparsepipe.pipeline and base.py)."""

@@ -101,7 +101,7 @@ def abstract_train_state(
   Args:
     optimizer: the dense optimizer.
     params: dense params (concrete or abstract, e.g. `jax.eval_shape(
-      init_dlrm_params, key, config)`).
+      model.init, key, dense_dim, feature_dims)`).
     mesh: the device mesh.
     abstract_embedding_variables: e.g. `abstract_embedding_variables(
       feature_specs, mesh, num_sc_per_device=S)`.

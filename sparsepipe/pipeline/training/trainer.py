@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sparsepipe.pipeline.pipelining import state as ps
-from sparsepipe.pipeline.models.dlrm import DenseInputs
+from sparsepipe.pipeline.training.tc_stage import DenseInputs
 from sparsepipe.pipeline.pipelining.step import step as pipeline_step_fn
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
@@ -405,7 +405,7 @@ def make_pipelined_trainer(
     train_state: the TrainState, concrete or abstract with shardings (its
       shardings become the step's in/out shardings).
     example_batch: one batch, concrete or ShapeDtypeStructs, giving shapes.
-    tc_function: the TC stage (e.g. `make_dlrm_tc_stage`).
+    tc_function: the TC stage (e.g. `make_tc_stage(model, optimizer, mesh, specs)`).
     feature_specs: prepared feature specs; needed for the default SC stages.
     num_sc_per_device: S; needed for the default SC stages.
     sc_fwd_function: SC fwd stage; default `get_default_sc_fwd_function`.

@@ -11,15 +11,22 @@ its parameter-like leaves are [roundup(n, D)] arrays sharded over 'data':
 each device holds exactly 1/D of them. Scalar leaves (Adam's count,
 schedules) stay replicated.
 
-Update. Gradients shaped like the params are sliced onto the flat shards;
-gradients a stage has already reduce-scattered (`scatter_gradients` inside
-`shard_map`, wrapped in `ScatteredGradients`) are used as they are, which
-turns the all-reduce a replicated update needs into a reduce-scatter. The
-inner update runs on the shards in the global (jit) view and the flat
-updates are all-gathered back into replicated updates. All leaves of one
-dtype share a single reduce-scatter and a single all-gather (packed
-[D, sum n_i/D] buffers), not one collective per leaf. Everything is
-jax.Array + NamedSharding under jit, so it runs across hosts.
+Update. Gradients shaped like the params are sliced onto the flat shards.
+A TC stage that computes per-device partial gradients can do better: it
+reduce-scatters them (`scatter_gradients` inside `shard_map`) and offers
+the shards for the duration of its `optimizer.update` call
+(`offer_scattered_gradients`); ZeRO then uses the shards instead of the
+all-reduced gradients, turning the all-reduce into a reduce-scatter. It
+does so only if the updates it receives are the stage's own gradients
+(ZeRO alone, first in an optax.chain, or around a chain): updates changed
+before ZeRO (a transformation before it in a chain, a wrapper like
+MultiSteps) are refused with one line, since ZeRO would otherwise silently
+fall back to the all-reduce. The inner update runs on the shards in the
+global (jit) view and the flat updates are all-gathered back into
+replicated updates. All leaves of one dtype share a single reduce-scatter
+and a single all-gather (packed [D, sum n_i/D] buffers), not one
+collective per leaf. Everything is jax.Array + NamedSharding under jit, so
+it runs across hosts.
 
 The optimizer sees flat zero-padded vectors: element-wise optimizers (SGD,
 momentum, Adam, Adagrad, RMSProp, weight decay) and global or per-leaf
@@ -30,8 +37,10 @@ moments, masks computed from `ndim`) see vectors instead.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,11 +76,36 @@ class ScatteredGradients(NamedTuple):
   flat: Updates
 
 
-class ZeroTransformation(optax.GradientTransformation):
-  """The GradientTransformation `zero_sharded` returns (a marker subclass).
+class _Offer(NamedTuple):
+  gradients: Updates  # the stage's gradients shaped like the params (tracers)
+  flat: Updates  # the same, reduce-scattered onto the shards
 
-  Model stages that can hand over reduce-scattered gradients check for it.
+
+_OFFERED: contextvars.ContextVar[_Offer | None] = contextvars.ContextVar(
+  "sparsepipe_zero_offer", default=None
+)
+
+
+@contextlib.contextmanager
+def offer_scattered_gradients(gradients: Updates, flat: Updates) -> Iterator[None]:
+  """Offers reduce-scattered `flat` shards of `gradients` to ZeRO updates inside.
+
+  For a TC stage: wrap its `optimizer.update(gradients, ...)` call (at trace
+  time). A `zero_sharded` update inside uses `flat` when the updates it gets
+  are `gradients` themselves, and refuses updates changed before it.
   """
+  token = _OFFERED.set(_Offer(gradients, flat))
+  try:
+    yield
+  finally:
+    _OFFERED.reset(token)
+
+
+def _same_leaves(a: Any, b: Any) -> bool:
+  """Whether two pytrees hold the very same leaf objects (tracers), in the same structure."""
+  la, ta = jax.tree.flatten(a)
+  lb, tb = jax.tree.flatten(b)
+  return ta == tb and all(x is y for x, y in zip(la, lb))
 
 
 def _constrain(tree: Any, sharding: NamedSharding) -> Any:
@@ -125,7 +159,9 @@ def scatter_gradients(partial_grads: Updates) -> Updates:
   return _packed(rows, reduce_scatter)
 
 
-def zero_sharded(optimizer: optax.GradientTransformation, mesh: Mesh) -> ZeroTransformation:
+def zero_sharded(
+  optimizer: optax.GradientTransformation, mesh: Mesh
+) -> optax.GradientTransformation:
   """`optimizer` with its state partitioned over the mesh's 'data' axis.
 
   Args:
@@ -136,7 +172,9 @@ def zero_sharded(optimizer: optax.GradientTransformation, mesh: Mesh) -> ZeroTra
   Returns:
     A GradientTransformation: `init(params)` -> sharded state;
     `update(grads or ScatteredGradients, state, params)` -> (replicated
-    updates shaped like params, new sharded state).
+    updates shaped like params, new sharded state); inside
+    `offer_scattered_gradients` it takes the offered shards (see the
+    module docstring).
   """
   _check_mesh(mesh)
   num_shards = mesh.shape[DATA_AXIS]
@@ -173,18 +211,30 @@ def zero_sharded(optimizer: optax.GradientTransformation, mesh: Mesh) -> ZeroTra
   def init_fn(params: Params) -> Any:
     return constrain_state(optimizer.init(flatten(params)))
 
+  def flat_gradients(grads: Updates) -> Updates:
+    """The summed gradients on the flat shards: given, offered, or sliced."""
+    if isinstance(grads, ScatteredGradients):
+      return _constrain(grads.flat, flat_sharding)
+    offer = _OFFERED.get()
+    if offer is not None:
+      if not _same_leaves(grads, offer.gradients):
+        raise ValueError(
+          "zero_sharded: the updates it received were changed after the gradients were"
+          " computed (a transformation before it in optax.chain, or a wrapper such as"
+          " MultiSteps), so it cannot use the reduce-scattered gradients: make zero_sharded"
+          " the outermost transformation, e.g. zero_sharded(optax.chain(clip, adam), mesh)"
+        )
+      return _constrain(offer.flat, flat_sharding)
+    return flatten(_constrain(grads, replicated))
+
   def update_fn(grads: Updates, state: Any, params: Params | None = None) -> tuple[Updates, Any]:
     if params is None:
       raise ValueError("ZeRO: update needs params (the flat shards are views of them)")
-    if isinstance(grads, ScatteredGradients):
-      flat_grads = _constrain(grads.flat, flat_sharding)
-    else:
-      flat_grads = flatten(_constrain(grads, replicated))
-    flat_updates, state = optimizer.update(flat_grads, state, flatten(params))
+    flat_updates, state = optimizer.update(flat_gradients(grads), state, flatten(params))
     updates = all_gather(_constrain(flat_updates, flat_sharding))
     return jax.tree.map(_unflatten, updates, params), constrain_state(state)
 
-  return ZeroTransformation(init_fn, update_fn)
+  return optax.GradientTransformation(init_fn, update_fn)
 
 
 def bytes_per_device(tree: Any) -> dict[Any, int]:

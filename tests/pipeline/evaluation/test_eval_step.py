@@ -52,10 +52,8 @@ class Setup:
       )
       raw[f.name] = core.FeatureSpec(f.name, table, (B, f.max_ids), (B, dim))
     self.specs = T.prepare_feature_specs_for_training(raw, G, S)
-    self.model = pipeline.DLRMConfig.from_feature_specs(
-      self.specs, ND, bottom_mlp_dims=(16, 8), top_mlp_dims=(16,)
-    )
-    params = pipeline.init_dlrm_params(jax.random.key(0), self.model)
+    self.model = pipeline.DLRM(bottom_mlp_dims=(16, 8), top_mlp_dims=(16,))
+    params = self.model.init(jax.random.key(0), ND, pipeline.feature_dims_of(self.specs))
     emb = pipeline.init_embedding_variables(
       jax.random.key(1), self.specs, self.mesh, num_sc_per_device=S
     )
@@ -73,10 +71,10 @@ class Setup:
   def counting_predict(self, *args):
     """The DLRM forward, counting how often it is traced."""
     self.traces += 1
-    return pipeline.make_dlrm_predict_fn(self.model)(*args)
+    return pipeline.make_predict_fn(self.model, self.specs)(*args)
 
   def reference_scores(self, examples):
-    """sigmoid(dlrm_logits) of mean-combined rows of the logical tables."""
+    """sigmoid(DLRM logits) of mean-combined rows of the logical tables."""
     acts = {}
     for f in FEATURES:
       rb = examples.sparse[f.name]
@@ -88,7 +86,7 @@ class Setup:
       ]
       acts[f.name] = np.stack(rows).astype(np.float32)
     params = jax.tree.map(np.asarray, self.state.params)
-    logits = pipeline.dlrm_logits(params, self.model, examples.dense, acts)
+    logits = self.model.apply(params, examples.dense, acts)
     return np.asarray(jax.nn.sigmoid(logits))
 
   def eval_batches(self):

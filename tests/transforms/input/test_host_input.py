@@ -477,7 +477,7 @@ def test_labels_outside_the_range_are_an_error_naming_the_dataset(tmp_path):
     pipeline.LabelRangeError,
     match=(
       rf"^labels outside \[0, 1\] in dataset '{path}': a batch has labels from 1 to 5"
-      r" \(non-finite: 0\); the DLRM's sigmoid cross-entropy needs click labels in \[0, 1\]:"
+      r" \(non-finite: 0\); the models' sigmoid cross-entropy needs click labels in \[0, 1\]:"
       r" convert ratings with --label_threshold(\n|$)"
     ),
   ):
