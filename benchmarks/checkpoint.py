@@ -147,8 +147,8 @@ def timed_saves(
     t0 = time.perf_counter()
     manager.save(
       i + 1,
-      ckpt.TrainingState(*state, iterator, {"limits": {}, "stats": {"i": i}}),
-      ckpt.Progress(i + 1, i + 1),
+      ckpt.CheckpointItems(*state, iterator, {"limits": {}, "stats": {"i": i}}),
+      ckpt.LoopPosition(i + 1, i + 1),
       force=True,
     )
     t1 = time.perf_counter()
@@ -170,7 +170,10 @@ def timed_busy_saves(directory: str, mesh: Mesh, state: Any, repeats: int) -> li
       next(iterator)
       t0 = time.perf_counter()
       manager.save(
-        i + 1, ckpt.TrainingState(*state, iterator, {}), ckpt.Progress(i + 1, i + 1), force=True
+        i + 1,
+        ckpt.CheckpointItems(*state, iterator, {}),
+        ckpt.LoopPosition(i + 1, i + 1),
+        force=True,
       )
       blocking.append(time.perf_counter() - t0)
       manager.wait_until_finished()

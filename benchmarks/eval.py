@@ -87,10 +87,10 @@ def _input_rates(manifest, specs, devices):
   kw = dict(
     local_device_count=devices, global_device_count=devices, process_index=0, process_count=1
   )
-  evaluation = T.make_eval_pipeline(config, specs, **kw)
+  evaluation = T.make_host_eval_input(config, specs, **kw)
 
   def train():
-    return sum(int(b.batch.labels.shape[0]) for b in T.make_host_pipeline(config, specs, **kw))
+    return sum(int(b.batch.labels.shape[0]) for b in T.make_host_input(config, specs, **kw))
 
   def real():
     return sum(int(b.mask.sum()) for b in evaluation)
@@ -110,7 +110,7 @@ def _step_rates(manifest, specs, mesh):
   config = T.InputConfig(
     manifest.directory, _BATCH.value, num_sc_per_device=_SC.value, allow_id_dropping=True
   )
-  batches = list(pipeline.make_eval_input_pipeline(config, specs, mesh))
+  batches = list(pipeline.make_eval_input(config, specs, mesh))
   examples = manifest.num_examples
 
   def bare():

@@ -162,7 +162,7 @@ def _trainer(mesh, specs, dense_optimizer, example):
   emb = P.init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value)
   state = P.create_train_state(dense_optimizer, params, mesh, emb)
   tc = P.make_tc_stage(model, dense_optimizer, mesh, specs)
-  trainer = P.make_pipelined_trainer(
+  trainer = P.make_trainer(
     mesh,
     state,
     example,

@@ -38,11 +38,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from sparsepipe.checkpointing import PREEMPTED_EXIT_CODE
 from sparsepipe.checkpointing import PreemptionWatcher
-from sparsepipe.checkpointing import Progress
+from sparsepipe.checkpointing import LoopPosition
 from sparsepipe.checkpointing import RestoreTargets
 from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
-from sparsepipe.checkpointing import TrainingState
+from sparsepipe.checkpointing import CheckpointItems
 from sparsepipe.checkpointing import abstract_of
 from sparsepipe.core import ignore_stop_signals_in_worker
 
@@ -257,8 +257,8 @@ def run(args: Any) -> int:
       step += 1
       print(f"step {step}", flush=True)
       time.sleep(args.step_sleep)
-      state = TrainingState(train_state, embeddings, pipeline_state, iterator, fdo)
-      progress = Progress(pipeline_step=step, batches_consumed=step)
+      state = CheckpointItems(train_state, embeddings, pipeline_state, iterator, fdo)
+      progress = LoopPosition(pipeline_step=step, batches_consumed=step)
       if manager.save(step, state, progress):
         print(f"save {step}", flush=True)
         if step == args.kill_self_after_save:
@@ -268,8 +268,8 @@ def run(args: Any) -> int:
         manager.close()
         print(f"Preempted: checkpoint step {step} saved", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT_CODE
-  state = TrainingState(train_state, embeddings, pipeline_state, iterator, fdo)
-  manager.save(step, state, Progress(step, step), force=True)
+  state = CheckpointItems(train_state, embeddings, pipeline_state, iterator, fdo)
+  manager.save(step, state, LoopPosition(step, step), force=True)
   manager.close()
   arrays = final_arrays(train_state, embeddings, pipeline_state)
   arrays["fdo_max_id"] = np.asarray(fdo["stats"]["max_id"])

@@ -42,7 +42,7 @@ def with_empty(restored: Any, target: Any) -> Any:
 
 
 def strip_items(items: Any) -> Any:
-  """A TrainingState or RestoreTargets with the array items' empty leaves as None."""
+  """A CheckpointItems or RestoreTargets with the array items' empty leaves as None."""
   return items._replace(**{name: without_empty(getattr(items, name)) for name in ARRAY_ITEMS})
 
 

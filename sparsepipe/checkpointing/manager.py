@@ -9,7 +9,7 @@ Each step directory holds four items, each bound to one handler type:
                              save starts Orbax's per-item work once)
   data_iter       Grain      one JSON iterator state per process
   fdo             JsonSave   FDO limits per stack and statistics
-  metadata        MetadataHandler  JSON: RunInfo, Progress, feature limits,
+  metadata        MetadataHandler  JSON: RunInfo, LoopPosition, feature limits,
                                    digests of the JSON items, and one file of
                                    partial array fingerprints per process
 
@@ -54,7 +54,7 @@ from sparsepipe.checkpointing.handlers import array_handler
 from sparsepipe.checkpointing.handlers import MetadataHandler
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FeatureLimits
-from sparsepipe.checkpointing.metadata import Progress
+from sparsepipe.checkpointing.metadata import LoopPosition
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.restore.relayout import Relayout
 from sparsepipe.checkpointing.restore.relayout import resize_zero_padded
@@ -63,7 +63,7 @@ from sparsepipe.checkpointing.restore.reader import Targets
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
 from sparsepipe.checkpointing.state import RestoredState
 from sparsepipe.checkpointing.state import RestoreTargets
-from sparsepipe.checkpointing.state import TrainingState
+from sparsepipe.checkpointing.state import CheckpointItems
 from sparsepipe.checkpointing.step_items import ARRAYS
 
 # Re-laid out by default when the device count changes (ZeRO padding only).
@@ -105,7 +105,7 @@ def _options(interval: int, keep_latest: int, async_save: bool, read_only: bool)
 
 
 class TrainingCheckpointManager:
-  """Saves and restores TrainingState steps in one directory.
+  """Saves and restores CheckpointItems steps in one directory.
 
   Call every method on every process. Use as a context manager, or call
   close(), so that the last asynchronous save completes before exit.
@@ -207,8 +207,8 @@ class TrainingCheckpointManager:
   def save(
     self,
     step: int,
-    state: TrainingState,
-    progress: Progress,
+    state: CheckpointItems,
+    progress: LoopPosition,
     *,
     feature_limits: FeatureLimits | None = None,
     force: bool = False,

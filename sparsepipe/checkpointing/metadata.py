@@ -2,14 +2,15 @@
 
 `RunInfo` is what must match between the run that wrote a checkpoint and the
 run that reads it (config, process count, data worker count, mesh axes);
-`Progress` is where the pipeline stood. A mismatch is refused with an
+`LoopPosition` is where the pipeline stood. A mismatch is refused with an
 `IncompatibleCheckpointError` naming both values, e.g.
 "checkpoint at /x step 40 was written with config.model.embedding_dim=16,
 current run has 32".
 
-A change of the device count alone is allowed: arrays are re-laid out on
-restore (manager.py, relayout.py), except a PipelineState that still buffers
-per-device inputs (`check_pipeline_resumable`).
+A change of the device, process or data worker count is allowed: arrays
+are re-laid out on restore (manager.py, restore/relayout.py), a PipelineState
+too when the caller gives a relayout for it (its buffered batches are made
+again from `LoopPosition.in_flight`).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 # Version of the step layout written by this module; bump on any change that
 # an older reader would misread.
 # 2: array fingerprints as per-process partial sums; 3: the array items in
-# one Orbax item (step_items.py).
-FORMAT_VERSION = 3
+# one Orbax item (step_items.py); 4: LoopPosition.in_flight, and the launcher's
+# steps count batches (launch/job/schedule.py).
+CHECKPOINT_FORMAT_VERSION = 4
 
 # {stack name: {limit name: value}}, e.g. transforms.get_stack_limits(specs).
 FeatureLimits = Mapping[str, Mapping[str, Any]]
@@ -90,7 +92,7 @@ class RunInfo:
     mesh_shape: mesh axis name -> size, e.g. {"data": 8}.
     process_count: JAX processes (one Grain iterator state file each).
     data_worker_count: Grain worker processes per JAX process (0: none);
-      the iterator state depends on it.
+      recorded for people, not checked (batches do not depend on it).
   """
 
   config: Mapping[str, Any]
@@ -121,19 +123,25 @@ class RunInfo:
 
 
 @dataclasses.dataclass(frozen=True)
-class Progress:
+class LoopPosition:
   """Where the training loop stood when the step was saved.
 
   Attributes:
     pipeline_step: the pipeline step the loop resumes at.
     batches_consumed: batches taken from the data iterator so far.
     pipeline_drained: True when the PipelineState buffers no inputs (before
-      the first step, or after a drain); only then may the device count change.
+      the first step, or after a drain).
+    in_flight: the global indices of the batches whose inputs the
+      PipelineState buffers (step i-1's, step i-2's; None for none), so a
+      restore onto another mesh can make their COO buffers again; None when
+      unknown (not given, or format 3 and older: only a drained pipeline
+      moves to another mesh then).
   """
 
   pipeline_step: int
   batches_consumed: int
   pipeline_drained: bool = False
+  in_flight: tuple[int | None, int | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,9 +149,9 @@ class CheckpointMetadata:
   """Everything in a step's "metadata" item except the integrity section."""
 
   run: RunInfo
-  progress: Progress
+  progress: LoopPosition
   feature_limits: FeatureLimits = dataclasses.field(default_factory=dict)
-  format_version: int = FORMAT_VERSION
+  format_version: int = CHECKPOINT_FORMAT_VERSION
 
   def to_json(self) -> dict[str, Any]:
     return {
@@ -155,6 +163,7 @@ class CheckpointMetadata:
       "pipeline_step": self.progress.pipeline_step,
       "batches_consumed": self.progress.batches_consumed,
       "pipeline_drained": self.progress.pipeline_drained,
+      "in_flight": None if self.progress.in_flight is None else list(self.progress.in_flight),
       "feature_limits": to_json_value(self.feature_limits, "feature_limits"),
     }
 
@@ -175,10 +184,10 @@ class CheckpointMetadata:
       return value
 
     version = field("format_version", int)
-    if version > FORMAT_VERSION:
+    if version > CHECKPOINT_FORMAT_VERSION:
       raise IncompatibleCheckpointError(
         f"{where} has format_version {version}; this sparsepipe reads"
-        f" format_version {FORMAT_VERSION} and older"
+        f" format_version {CHECKPOINT_FORMAT_VERSION} and older"
       )
     return cls(
       run=RunInfo(
@@ -187,14 +196,25 @@ class CheckpointMetadata:
         process_count=field("process_count", int),
         data_worker_count=field("data_worker_count", int),
       ),
-      progress=Progress(
+      progress=LoopPosition(
         pipeline_step=field("pipeline_step", int),
         batches_consumed=field("batches_consumed", int),
         pipeline_drained=field("pipeline_drained", bool),
+        in_flight=_in_flight(data, where) if version >= 4 else None,
       ),
       feature_limits=field("feature_limits", dict),
       format_version=version,
     )
+
+
+def _in_flight(data: Mapping[str, Any], where: str) -> tuple[int | None, int | None] | None:
+  value = data.get("in_flight")
+  if value is None:  # not recorded by the saver
+    return None
+  ok = isinstance(value, list) and len(value) == 2
+  if not ok or not all(v is None or (isinstance(v, int) and v >= 0) for v in value):
+    raise CorruptCheckpointError(f"{where}: metadata 'in_flight' is {value!r}, not 2 batch indices")
+  return value[0], value[1]
 
 
 class _Unset:
@@ -245,23 +265,10 @@ def check_compatible(
 ) -> None:
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
-  Checked in order: data worker count, process count, mesh axis names, then
-  every differing config key (all listed). The device count may differ.
+  Checked in order: mesh axis names, then every differing config key (all
+  listed). The device, process and data worker counts may differ.
   """
   run = saved.run
-  if run.data_worker_count != current.data_worker_count:
-    raise IncompatibleCheckpointError(
-      f"{where} was written with {run.data_worker_count} data workers per"
-      f" process, current run has {current.data_worker_count}: the Grain"
-      " iterator state depends on the worker count (resume with"
-      f" {run.data_worker_count} workers)"
-    )
-  if run.process_count != current.process_count and run.data_worker_count:
-    raise IncompatibleCheckpointError(
-      f"{where} was written by {run.process_count} processes, current run"
-      f" has {current.process_count}: the data iterator state is saved per"
-      " process and cannot be split or merged"
-    )
   if tuple(run.mesh_shape) != tuple(current.mesh_shape):
     raise IncompatibleCheckpointError(
       f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
@@ -272,26 +279,4 @@ def check_compatible(
     raise IncompatibleCheckpointError(
       f"{where} was written with "
       + "; ".join(f"{key}={_render(a)}, current run has {_render(b)}" for key, a, b in diffs)
-    )
-
-
-def check_pipeline_resumable(saved: CheckpointMetadata, current: RunInfo, *, where: str) -> None:
-  """Refuses a device-count change while the PipelineState buffers inputs.
-
-  The buffered COO inputs of the two previous batches are per-device buffers
-  made for the saved device count (their partitions, capacities and sample
-  split depend on it) and cannot be re-laid out exactly. A drained pipeline
-  buffers nothing, so the caller starts a fresh PipelineState instead.
-  """
-  if saved.run.device_count == current.device_count:
-    return
-  if not saved.progress.pipeline_drained:
-    raise IncompatibleCheckpointError(
-      f"{where} holds a PipelineState with buffered inputs laid out for"
-      f" {saved.run.device_count} devices (pipeline not drained at pipeline"
-      f" step {saved.progress.pipeline_step}); the current mesh has"
-      f" {current.device_count} devices. Buffered per-device COO inputs"
-      " cannot be re-laid out: resume on"
-      f" {saved.run.device_count} devices, or from a checkpoint saved with"
-      " a drained pipeline"
     )

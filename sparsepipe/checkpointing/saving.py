@@ -26,12 +26,12 @@ from sparsepipe.checkpointing.handlers import MetadataSave
 from sparsepipe.checkpointing.handlers import PendingShards
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FeatureLimits
-from sparsepipe.checkpointing.metadata import FORMAT_VERSION
-from sparsepipe.checkpointing.metadata import Progress
+from sparsepipe.checkpointing.metadata import CHECKPOINT_FORMAT_VERSION
+from sparsepipe.checkpointing.metadata import LoopPosition
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.metadata import to_json_value
 from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import TrainingState
+from sparsepipe.checkpointing.state import CheckpointItems
 
 # integrity["fingerprints"] of a step whose fingerprints are in per-process
 # files of the metadata item (handlers.fingerprint_filename).
@@ -59,10 +59,10 @@ def _gather_digests(*digests: str) -> list[list[str]]:
 
 
 def _metadata(
-  state: TrainingState,
+  state: CheckpointItems,
   fdo: Any,
   run: RunInfo,
-  progress: Progress,
+  progress: LoopPosition,
   feature_limits: FeatureLimits | None,
   fingerprints: bool,
 ) -> dict[str, Any]:
@@ -88,16 +88,16 @@ def _metadata(
   return meta
 
 
-def take_shards(state: TrainingState) -> dict[str, Any]:
+def take_shards(state: CheckpointItems) -> dict[str, Any]:
   """{item: host shards} of the array items (see host_fingerprint)."""
   return {item: host_fingerprint.take_shards(getattr(state, item), item) for item in ARRAY_ITEMS}
 
 
 def save_step(
   save: Callable[[ocp.args.Composite], Any],
-  state: TrainingState,
+  state: CheckpointItems,
   run: RunInfo,
-  progress: Progress,
+  progress: LoopPosition,
   *,
   feature_limits: FeatureLimits | None,
   fingerprints: bool,
@@ -112,7 +112,7 @@ def save_step(
   meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
   pending = PendingShards() if fingerprints else None
   trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
-  args = step_items.array_args(trees, FORMAT_VERSION, lambda tree, _: array_save(tree))
+  args = step_items.array_args(trees, CHECKPOINT_FORMAT_VERSION, lambda tree, _: array_save(tree))
   args.update(
     data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
     fdo=ocp.args.JsonSave(fdo),

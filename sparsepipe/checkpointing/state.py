@@ -10,7 +10,7 @@ ARRAY_ITEMS = ("train_state", "embeddings", "pipeline_state")
 ITEM_NAMES = ARRAY_ITEMS + ("data_iter", "fdo", "metadata")
 
 
-class TrainingState(NamedTuple):
+class CheckpointItems(NamedTuple):
   """Everything saved at a step.
 
   Attributes:
@@ -30,7 +30,8 @@ class TrainingState(NamedTuple):
 
 class RestoreTargets(NamedTuple):
   """Abstract trees (ShapeDtypeStructs with the current shardings) and the
-  freshly built Grain iterator that receives the saved iterator state."""
+  freshly built Grain iterator that receives the saved iterator state (None:
+  the iterator state is not read, e.g. to evaluate or export a step)."""
 
   train_state: Any
   embeddings: Any
@@ -48,7 +49,7 @@ class RestoredState(NamedTuple):
       changed and the saved pipeline was drained (start a fresh one).
     data_iter: the target iterator, now positioned after the saved batches.
     fdo: the saved FDO JSON object.
-    metadata: the saved CheckpointMetadata (Progress, feature limits, ...).
+    metadata: the saved CheckpointMetadata (LoopPosition, feature limits, ...).
     relaid_out: names of the items that were re-laid out.
   """
 

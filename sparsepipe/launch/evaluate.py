@@ -39,13 +39,9 @@ def evaluate_checkpoint(
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job import MUTABLE_CONFIG_KEYS  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.evaluation import JobEval  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job.metrics import MetricsLog, ProgressLine  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job.schedule import SegmentSchedule  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job.tensorboard import TensorBoardWriter  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(workdir)
   directory = os.path.join(workdir, "checkpoints")
@@ -66,28 +62,17 @@ def evaluate_checkpoint(
   )
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
-  schedule = SegmentSchedule.from_config(config)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
-  with checkpointing.TrainingCheckpointManager(
-    directory, run, mutable_config_keys=MUTABLE_CONFIG_KEYS, read_only=True
-  ) as mngr:
+  with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
     # Without `step`, the newest intact step as of now: a running job may
     # have deleted `config_step` meanwhile (it keeps only its newest steps).
-    restored = JobCheckpoints(mngr, model, schedule).restore(step)
+    restored = JobCheckpoints(mngr, model).restore(step, with_input=False)
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")
   restored.setup.close()
-  trained = schedule.batches_with_output(restored.position)
-  quiet = ProgressLine(schedule.num_steps, enabled=False)
-  evaluation = JobEval(
-    model,
-    MetricsLog(os.devnull, enabled=False),
-    quiet,
-    TensorBoardWriter(workdir, enabled=False),
-    data_dir=eval_dir,
-    num_steps=schedule.num_steps,
-  )
-  return restored.checkpoint_step, trained, evaluation.run(restored.train_state, trained)
+  evaluation = JobEval(model, data_dir=eval_dir)
+  trained = restored.position.batches_trained
+  return restored.checkpoint_step, trained, evaluation.run(restored.train_state)
 
 
 def main(argv) -> int:
@@ -105,7 +90,7 @@ def main(argv) -> int:
   )
   record = {"step": step, "batch": trained, **metrics.as_dict()}
   print(
-    f"checkpoint step {step} ({trained} batches trained): AUC {metrics.auc:.4f}, log loss"
+    f"checkpoint {step} (after batch {trained}): AUC {metrics.auc:.4f}, log loss"
     f" {metrics.logloss:.4f}, NE {metrics.ne:.4f}, calibration {metrics.calibration:.3f}"
     f" ({metrics.examples:,} examples)"
   )

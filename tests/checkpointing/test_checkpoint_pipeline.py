@@ -2,7 +2,7 @@
 
 A DLRM trained with the pipelined step (default SC stages, ZeRO Adam) is
 saved mid-pipeline, restored into targets built from specs alone
-(abstract_train_state, PipelinedTrainer.abstract_pipeline_state), and the
+(abstract_train_state, Trainer.abstract_pipeline_state), and the
 next pipeline step from the restored state equals the one from the
 original state bit for bit.
 """
@@ -16,11 +16,11 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.checkpointing import IncompatibleCheckpointError
-from sparsepipe.checkpointing import Progress
+from sparsepipe.checkpointing import LoopPosition
 from sparsepipe.checkpointing import RestoreTargets
 from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
-from sparsepipe.checkpointing import TrainingState
+from sparsepipe.checkpointing import CheckpointItems
 
 S = 2
 BATCH = 32
@@ -60,7 +60,7 @@ class Setup:
       num_dense=NUM_DENSE,
       num_sc_per_device=S,
     )
-    self.trainer = pipeline.make_pipelined_trainer(
+    self.trainer = pipeline.make_trainer(
       self.mesh,
       self.train_state,
       example,
@@ -99,8 +99,8 @@ def save(directory, setup, train_state, pipeline_state, *, drained):
   with TrainingCheckpointManager(directory, run_info(setup)) as manager:
     manager.save(
       step,
-      TrainingState(dense, embeddings, pipeline_state, toy.make_iterator(), {}),
-      Progress(step, step, pipeline_drained=drained),
+      CheckpointItems(dense, embeddings, pipeline_state, toy.make_iterator(), {}),
+      LoopPosition(step, step, pipeline_drained=drained),
       force=True,
     )
   return step
@@ -156,7 +156,7 @@ def test_pipeline_state_round_trip_and_resume_is_exact(midway):
   toy.assert_same_trees(resumed, following)
 
 
-def test_buffered_pipeline_refuses_another_device_count(midway):
+def test_buffered_pipeline_without_a_relayout_refuses_another_device_count(midway):
   """Refused from the metadata alone: the targets are never built."""
   _, directory, _, _ = midway
   mesh = core.make_mesh(jax.devices()[:4])
@@ -168,7 +168,7 @@ def test_buffered_pipeline_refuses_another_device_count(midway):
   with TrainingCheckpointManager(directory, run) as manager:
     with pytest.raises(
       IncompatibleCheckpointError,
-      match="holds a PipelineState with buffered inputs laid out for 8"
-      " devices .*; the current mesh has 4 devices",
+      match=r"item 'pipeline_state' was saved for 8 devices and the current mesh has 4; its"
+      r" layout depends on the device count and no relayout was given for it",
     ):
       manager.restore(targets)

@@ -16,11 +16,11 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import checkpoint_toy as toy
 from sparsepipe.checkpointing import IncompatibleCheckpointError
-from sparsepipe.checkpointing import Progress
+from sparsepipe.checkpointing import LoopPosition
 from sparsepipe.checkpointing import RestoreTargets
 from sparsepipe.checkpointing import RunInfo
 from sparsepipe.checkpointing import TrainingCheckpointManager
-from sparsepipe.checkpointing import TrainingState
+from sparsepipe.checkpointing import CheckpointItems
 from sparsepipe.checkpointing import embedding_relayout
 from sparsepipe.pipeline import abstract_embedding_variables
 from sparsepipe.pipeline import init_embedding_variables
@@ -116,8 +116,8 @@ def save_on(directory, mesh, state, *, drained=True, step=7):
   with TrainingCheckpointManager(directory, run) as manager:
     manager.save(
       step,
-      TrainingState(*state, toy.make_iterator(), {"limits": {}}),
-      Progress(pipeline_step=step, batches_consumed=step, pipeline_drained=drained),
+      CheckpointItems(*state, toy.make_iterator(), {"limits": {}}),
+      LoopPosition(pipeline_step=step, batches_consumed=step, pipeline_drained=drained),
       force=True,
     )
 
@@ -179,11 +179,10 @@ def with_nonzero_padding(state):
       None,
       False,
       None,
-      " holds a PipelineState with buffered inputs laid out for 8 devices"
-      " (pipeline not drained at pipeline step 7); the current mesh has 4"
-      " devices. Buffered per-device COO inputs cannot be re-laid out:"
-      " resume on 8 devices, or from a checkpoint saved with a drained"
-      " pipeline",
+      ": item 'pipeline_state' was saved for 8 devices and the current mesh"
+      " has 4; its layout depends on the device count and no relayout was"
+      " given for it (pass relayouts={'pipeline_state': ...}, e.g."
+      " embedding_relayout, pipeline_state_relayout)",
     ),
     (
       None,
@@ -192,7 +191,7 @@ def with_nonzero_padding(state):
       ": item 'embeddings' was saved for 8 devices and the current mesh"
       " has 4; its layout depends on the device count and no relayout"
       " was given for it (pass relayouts={'embeddings': ...}, e.g."
-      " embedding_relayout)",
+      " embedding_relayout, pipeline_state_relayout)",
     ),
     (
       with_nonzero_padding,

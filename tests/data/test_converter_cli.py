@@ -101,12 +101,12 @@ def test_eval_split_from_the_command_line(tmp_path):
 def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
   out = _run("sparsepipe.launch", "--config.num_stepz=5", f"--workdir={tmp_path}")
   assert (out.returncode, out.stderr) == (
-    2,
+    1,
     "error: --config.num_stepz: the config has no field 'num_stepz'; did you mean num_steps?\n",
   )
   out = _run("sparsepipe.launch", "--config.data.dirr=x", f"--workdir={tmp_path}")
   assert (out.returncode, out.stderr) == (
-    2,
+    1,
     "error: --config.data.dirr: the config has no field 'dirr'; did you mean dir?\n",
   )
   # A config named on the command line applies the overrides while parsing.
@@ -117,7 +117,7 @@ def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
     f"--workdir={tmp_path}",
   )
   assert (out.returncode, out.stderr) == (
-    2,
+    1,
     "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps'\n",
   )
   assert os.listdir(tmp_path) == []

@@ -7,7 +7,6 @@ import shutil
 import numpy as np
 import pytest
 
-from sparsepipe import checkpointing
 from sparsepipe.launch import Position
 from sparsepipe.launch import NonFiniteLossError
 from sparsepipe.launch import train_and_evaluate
@@ -28,21 +27,21 @@ def test_job_trains_every_batch_once_and_checkpoints(first_run):
   assert not result.preempted and result.resumed_from is None
   # 8 batches in 2 FDO segments of 4 (+2 fill/drain pipeline steps each).
   assert result.batches_trained == 8
-  assert result.position == Position(1, 6)
-  assert result.checkpoint_step == 12
+  assert result.position == Position(1, 4, 4, False, pipeline_step=6)
+  assert result.checkpoint_step == 8
   losses = launch_testing.batch_losses(workdir)
-  assert sorted(losses) == list(range(8))
+  assert sorted(losses) == list(range(1, 9))
   assert all(0.0 < loss < 5.0 for loss in losses.values())
-  assert result.last_loss == losses[7]
-  # Saved every 3 pipeline steps and at the end; the newest 2 are kept.
-  assert [e["step"] for e in launch_testing.events(workdir, "checkpoint")] == [3, 6, 9, 12]
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["12", "9"]
+  assert result.last_loss == losses[8]
+  # Saved after every 3rd batch and at the end; the newest 2 are kept.
+  assert [e["batch"] for e in launch_testing.events(workdir, "checkpoint")] == [3, 6, 8]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["6", "8"]
 
 
 def test_fdo_retunes_the_limits_between_segments(first_run):
   workdir, _ = first_run
   (fdo,) = launch_testing.events(workdir, "fdo")
-  assert fdo["after_batch"] == 4
+  assert fdo["batch"] == 4
   (limits,) = fdo["limits"].values()
   # The first segment ran with the worst-case limit: 32 samples / 16 SCs *
   # 13 ids per sample = 26 -> 32 (rounded to 8); FDO measured less.
@@ -54,7 +53,7 @@ def test_rerunning_a_finished_job_trains_nothing(first_run):
   workdir, _ = first_run
   before = launch_testing.batch_losses(workdir)
   result = train_and_evaluate(launch_testing.tiny_config(), workdir)
-  assert result.resumed_from == 12 and result.batches_trained == 8
+  assert result.resumed_from == 8 and result.batches_trained == 8
   assert launch_testing.batch_losses(workdir) == before
 
 
@@ -82,7 +81,7 @@ def test_a_saved_checkpoint_evaluates_like_the_job_did(run_with_eval):
   workdir, result = run_with_eval
   before = sorted(os.listdir(workdir))
   step, trained, metrics = evaluate_checkpoint(workdir)
-  assert (step, trained) == (12, 8)
+  assert (step, trained) == (8, 8)
   assert metrics == result.last_eval
   assert sorted(os.listdir(workdir)) == before
   with pytest.raises(
@@ -97,11 +96,11 @@ def test_evaluating_leaves_a_running_jobs_save_alone(run_with_eval, tmp_path):
   # running job's save in progress was deleted and the job failed.
   workdir = str(tmp_path / "job")
   shutil.copytree(run_with_eval[0], workdir)
-  in_progress = os.path.join(workdir, "checkpoints", "15.orbax-checkpoint-tmp", "arrays")
+  in_progress = os.path.join(workdir, "checkpoints", "9.orbax-checkpoint-tmp", "arrays")
   os.makedirs(in_progress)
   with open(os.path.join(in_progress, "part"), "w") as f:
     f.write("written by the job")
-  assert evaluate_checkpoint(workdir)[:2] == (12, 8)
+  assert evaluate_checkpoint(workdir)[:2] == (8, 8)
   with open(os.path.join(in_progress, "part")) as f:
     assert f.read() == "written by the job"
 
@@ -109,8 +108,8 @@ def test_evaluating_leaves_a_running_jobs_save_alone(run_with_eval, tmp_path):
 def test_eval_does_not_change_training(first_run, run_with_eval):
   (plain, _), (evaluated, _) = first_run, run_with_eval
   assert launch_testing.batch_losses(evaluated) == launch_testing.batch_losses(plain)
-  with_eval = launch_testing.checkpoint_arrays(evaluated, 12)
-  without = launch_testing.checkpoint_arrays(plain, 12)
+  with_eval = launch_testing.checkpoint_arrays(evaluated, 8)
+  without = launch_testing.checkpoint_arrays(plain, 8)
   assert sorted(with_eval) == sorted(without)
   for path, array in without.items():
     np.testing.assert_array_equal(with_eval[path], array, err_msg=path)
@@ -120,28 +119,21 @@ def test_more_steps_continue_from_the_last_checkpoint(first_run):
   workdir, _ = first_run
   before = launch_testing.batch_losses(workdir)
   result = train_and_evaluate(launch_testing.tiny_config(num_steps=10), workdir)
-  assert result.resumed_from == 12 and result.batches_trained == 10
+  assert result.resumed_from == 8 and result.batches_trained == 10
   losses = launch_testing.batch_losses(workdir)
-  assert sorted(losses) == list(range(10))
+  assert sorted(losses) == list(range(1, 11))
   assert {b: losses[b] for b in before} == before
+  (resume,) = launch_testing.events(workdir, "resume")
+  assert resume == {"event": "resume", "batch": 8, "step": 8}
 
 
-def test_resume_with_other_fdo_segments_is_refused_naming_the_key(first_run):
+def test_fewer_steps_than_trained_say_the_job_is_done(first_run, capsys):
   workdir, _ = first_run
-  with pytest.raises(checkpointing.IncompatibleCheckpointError, match=r"config\.fdo\.every_steps"):
-    train_and_evaluate(launch_testing.tiny_config(fdo__every_steps=3), workdir)
-
-
-def test_fewer_steps_that_cut_a_saved_segment_are_refused(first_run):
-  workdir, _ = first_run
-  # The newest checkpoint ends the 4-batch segment 1 (or later); with 6
-  # steps segment 1 would have 2 batches: another pipeline run.
-  with pytest.raises(
-    checkpointing.IncompatibleCheckpointError,
-    match=r"is in segment \d of \d batches; with num_steps=5 that segment would not exist"
-    r" or have another length",
-  ):
-    train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
+  before = launch_testing.batch_losses(workdir)
+  result = train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
+  assert result.batches_trained == max(before) and result.last_loss is None
+  assert launch_testing.batch_losses(workdir) == before
+  assert "sparsepipe: already trained" in capsys.readouterr().out
 
 
 def test_non_finite_training_stops_before_saving_it(tmp_path):
@@ -163,12 +155,13 @@ def test_non_finite_training_stops_before_saving_it(tmp_path):
   ) as info:
     train_and_evaluate(config, workdir)
   bad = int(re.match(r"batch (\d+)", str(info.value)).group(1))
-  assert bad >= 0
-  saved = [e["step"] for e in launch_testing.events(workdir, "checkpoint")]
+  assert bad >= 1
+  saved = [e["batch"] for e in launch_testing.events(workdir, "checkpoint")]
   on_disk = sorted(int(name) for name in os.listdir(os.path.join(workdir, "checkpoints")))
   assert saved == on_disk == list(range(1, len(saved) + 1))
+  assert all(step < bad for step in saved)
   for step in saved:
     for path, array in launch_testing.checkpoint_arrays(workdir, step).items():
       assert np.all(np.isfinite(array)), (step, path)
   # Losses were logged only for the batches before it.
-  assert sorted(launch_testing.batch_losses(workdir)) == list(range(bad))
+  assert sorted(launch_testing.batch_losses(workdir)) == list(range(1, bad))

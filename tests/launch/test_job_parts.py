@@ -13,43 +13,48 @@ from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.job.metrics import ProgressLine
 
 
-def test_truncate_drops_untrained_batches_and_cut_lines(tmp_path):
+def test_truncate_drops_later_batches_and_cut_lines(tmp_path):
   path = str(tmp_path / "metrics.jsonl")
   log = MetricsLog(path)
-  for batch in range(5):
+  for batch in range(1, 6):
     log.write({"batch": batch, "loss": 0.5})
-  log.write({"event": "checkpoint", "step": 3})
+  log.write({"event": "checkpoint", "batch": 3})
+  log.write({"event": "checkpoint", "batch": 5})
   log.close()
   with open(path, "a") as f:
-    f.write('{"batch": 5, "lo')  # a kill in the middle of a write
-  MetricsLog(path).truncate_batches(3)
+    f.write('{"batch": 6, "lo')  # a kill in the middle of a write
+  kept = MetricsLog(path).truncate_after(3)
   with open(path) as f:
     records = [json.loads(line) for line in f]
-  assert records == [
-    {"batch": 0, "loss": 0.5},
-    {"batch": 1, "loss": 0.5},
-    {"batch": 2, "loss": 0.5},
-    {"event": "checkpoint", "step": 3},
-  ]
+  assert (
+    records
+    == kept
+    == [
+      {"batch": 1, "loss": 0.5},
+      {"batch": 2, "loss": 0.5},
+      {"batch": 3, "loss": 0.5},
+      {"event": "checkpoint", "batch": 3},
+    ]
+  )
 
 
 def test_disabled_log_writes_nothing(tmp_path):
   log = MetricsLog(str(tmp_path / "m.jsonl"), enabled=False)
   log.write({"batch": 0})
-  log.truncate_batches(0)
+  assert log.truncate_after(0) == []
   assert not (tmp_path / "m.jsonl").exists()
 
 
 def test_progress_line_without_terminal_prints_one_line_per_update():
   stream = io.StringIO()
   line = ProgressLine(100, stream=stream)
-  line.update(10, 12345.6, 0.69312, 0.25)
-  line.event("ckpt 12")
+  line.update(10, 12345.6, 0.69312, 0.25, epoch=0.1234)
+  line.event("ckpt @12")
   line.update(20, 2000.0, None, 0.0)
   line.message("done")
   assert stream.getvalue().splitlines() == [
-    "batch 10/100 | 12,346 ex/s | loss 0.6931 | data wait 25%",
-    "batch 20/100 | 2,000 ex/s | loss - | data wait 0% | ckpt 12",
+    "batch 10/100 | epoch 0.12 | 12,346 ex/s | loss 0.6931 | data wait 25%",
+    "batch 20/100 | 2,000 ex/s | loss - | data wait 0% | ckpt @12",
     "done",
   ]
 

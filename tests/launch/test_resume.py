@@ -18,7 +18,7 @@ import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
 NUM_STEPS = 8
-FINAL_STEP = 12  # 2 segments of 4 batches + 2 pipeline steps each
+FINAL_STEP = 8  # checkpoint steps count batches
 
 
 def _command(workdir: str, data_dir: str, *extra: str) -> list[str]:
@@ -70,9 +70,10 @@ def test_sigterm_and_ctrl_c_save_exit_42_and_resume_exactly(shared):
   assert len(runs) == 3
   for interrupted in runs[:2]:
     assert any(
-      line.startswith("sparsepipe: preempted; checkpoint step") for line in interrupted[0].lines
+      line.startswith("sparsepipe: preempted; checkpoint after batch")
+      for line in interrupted[0].lines
     )
-  assert [e["step"] for e in launch_testing.events(workdir, "resume")] != []
+  assert [e["batch"] for e in launch_testing.events(workdir, "resume")] != []
   _assert_same_as_reference(workdir, reference)
 
 
@@ -84,7 +85,7 @@ def test_sigkill_also_during_an_async_save_resumes_exactly(shared):
     [
       # Killed while step 6 is being written in the background: the
       # half-written step is ignored and step 3 is restored.
-      harness.Interruption(signal.SIGKILL, r"checkpoint step 6 saving"),
+      harness.Interruption(signal.SIGKILL, r"checkpoint after batch 6 saving"),
       harness.Interruption(signal.SIGKILL, rf"batch 7/{NUM_STEPS} .*"),
     ],
     env=env,

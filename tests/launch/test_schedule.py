@@ -1,67 +1,98 @@
-"""SegmentSchedule: FDO segments, checkpoint steps and resume positions."""
+"""Schedule and Position: segments, batch boundaries, checkpoint steps, re-planning."""
+
+import dataclasses
 
 import pytest
 
 from sparsepipe.launch import Position
-from sparsepipe.launch import SegmentSchedule
+from sparsepipe.launch import Schedule
 
 
-def test_segments_split_num_steps_with_a_short_last_one():
-  schedule = SegmentSchedule.create(num_steps=10, fdo_every_steps=4)
-  assert schedule.num_segments == 3
-  assert [schedule.length(k) for k in range(3)] == [4, 4, 2]
-  assert [schedule.pipeline_steps(k) for k in range(3)] == [6, 6, 4]
-  assert [schedule.first_batch(k) for k in range(3)] == [0, 4, 8]
-  assert schedule.final() == Position(2, 4)
+def segments(schedule):
+  position, out = schedule.first(), []
+  while position is not None:
+    out.append((position.start, position.length, position.to_end))
+    position = schedule.next_segment(position.at_step(position.steps))
+  return out
 
 
-def test_fdo_off_is_one_segment():
-  schedule = SegmentSchedule.create(num_steps=7, fdo_every_steps=0)
-  assert schedule.num_segments == 1
-  assert schedule.length(0) == 7
-  assert schedule.final() == Position(0, 9)
+def test_fdo_segments_split_num_steps_with_a_short_last_one():
+  assert segments(Schedule(10, 4)) == [(0, 4, False), (4, 4, False), (8, 2, False)]
+  assert segments(Schedule(7, 0)) == [(0, 7, True)]
 
 
-def test_checkpoint_steps_are_unique_and_increasing_over_the_job():
-  schedule = SegmentSchedule.create(num_steps=10, fdo_every_steps=4)
-  positions = [
-    Position(k, p)
-    for k in range(schedule.num_segments)
-    for p in range(1, schedule.pipeline_steps(k) + 1)
+def test_batch_boundaries_are_consecutive_batches_over_segment_ends():
+  """Each batch has exactly one boundary, in order: checkpoint steps never repeat."""
+  for pipelined in (True, False):
+    schedule, position, trained = Schedule(10, 4, pipelined), None, []
+    position = schedule.first()
+    while position is not None:
+      for step in range(position.steps + 1):
+        at = position.at_step(step)
+        if at.at_boundary:
+          trained.append(at.batches_trained)
+      position = schedule.next_segment(position.at_step(position.steps))
+    assert trained == list(range(1, 11)), pipelined
+
+
+def test_a_pipelined_segment_reads_trains_and_buffers_as_the_pipeline_does():
+  # Segment of 4 batches after batch 4: after pipeline step p, min(p, 4)
+  # batches read; the dense step lags one step; batches in flight are the
+  # inputs of steps p-1 and p-2 (global indices 4.. of this segment).
+  segment = Position(1, 4, 4, False)
+  steps = range(7)
+  assert [segment.at_step(p).batches_read for p in steps] == [4, 5, 6, 7, 8, 8, 8]
+  assert [segment.at_step(p).batches_trained for p in steps] == [4, 4, 5, 6, 7, 8, 8]
+  assert [segment.at_step(p).at_boundary for p in steps] == [0, 0, 1, 1, 1, 0, 1]
+  assert [segment.at_step(p).drained for p in steps] == [1, 0, 0, 0, 0, 0, 1]
+  assert [segment.at_step(p).in_flight for p in steps] == [
+    (None, None),
+    (4, None),
+    (5, 4),
+    (6, 5),
+    (7, 6),
+    (None, 7),
+    (None, None),
   ]
-  steps = [schedule.checkpoint_step(p) for p in positions]
-  assert steps == sorted(steps)
-  assert len(set(steps)) == len(steps)
-  # The end of segment k and the start of segment k+1 share a step number;
-  # only the end is ever saved.
-  assert schedule.checkpoint_step(Position(0, 6)) == schedule.checkpoint_step(Position(1, 0)) == 6
 
 
-def test_batches_consumed_and_with_output_lag_as_the_pipeline_does():
-  schedule = SegmentSchedule.create(num_steps=10, fdo_every_steps=4)
-  # After pipeline steps 0..p-1 of segment 1: p batches read (at most 4), the
-  # dense step has run for p-1 of them (TC lags one pipeline step).
-  consumed = [schedule.batches_consumed(Position(1, p)) for p in range(7)]
-  with_output = [schedule.batches_with_output(Position(1, p)) for p in range(7)]
-  assert consumed == [4, 5, 6, 7, 8, 8, 8]
-  assert with_output == [4, 4, 5, 6, 7, 8, 8]
-  assert schedule.is_drained(Position(1, 0)) and schedule.is_drained(Position(1, 6))
-  assert not schedule.is_drained(Position(1, 5))
+def test_sequential_segments_are_drained_at_every_step():
+  segment = Position(0, 0, 3, True, pipelined=False)
+  assert segment.steps == 3
+  assert [segment.at_step(p).batches_trained for p in range(4)] == [0, 1, 2, 3]
+  assert all(segment.at_step(p).drained for p in range(4))
+  assert segment.at_step(2).in_flight == (None, None)
+
+
+def test_resume_follows_num_steps_for_a_segment_planned_to_the_end():
+  saved = Position(0, 0, 1500, True, pipeline_step=700)
+  assert Schedule(1600, 0).resume(saved) == dataclasses.replace(saved, length=1600)
+  # Cut at num_steps, never below the batches already read.
+  assert Schedule(1000, 0).resume(saved).length == 1000
+  assert Schedule(650, 0).resume(saved).length == 700
+  # FDO now on: the segment ends at the next FDO boundary.
+  assert Schedule(1600, 500).resume(saved) == dataclasses.replace(saved, length=700, to_end=False)
+
+
+def test_resume_keeps_fdo_segments_and_their_drain():
+  saved = Position(2, 40, 20, False, pipeline_step=5)
+  assert Schedule(100, 30).resume(saved) == saved  # fdo.every_steps applies to the next ones
+  assert Schedule(50, 20).resume(saved).length == 10
+  draining = dataclasses.replace(saved, pipeline_step=21)
+  assert Schedule(45, 20).resume(draining) == draining  # the drain started: length fixed
+
+
+def test_a_changed_fdo_interval_applies_from_the_next_segment():
+  schedule = Schedule(100, 30)
+  ended = Position(2, 40, 20, False, pipeline_step=22)
+  assert schedule.next_segment(ended) == Position(3, 60, 30, False)
+  assert schedule.next_segment(Position(3, 90, 10, False, 12)) is None
 
 
 @pytest.mark.parametrize(
-  "kwargs, message",
-  [
-    (dict(num_steps=0, fdo_every_steps=4), "num_steps=0 must be >= 1"),
-    (dict(num_steps=5, fdo_every_steps=-1), r"fdo.every_steps=-1 must be >= 0"),
-  ],
+  "args, message",
+  [((0, 4), r"^num_steps=0 must be >= 1$"), ((5, -1), r"^fdo.every_steps=-1 must be >= 0$")],
 )
-def test_bad_schedules_are_refused(kwargs, message):
+def test_bad_schedules_are_refused(args, message):
   with pytest.raises(ValueError, match=message):
-    SegmentSchedule.create(**kwargs)
-
-
-def test_segment_out_of_range_is_an_error():
-  schedule = SegmentSchedule.create(num_steps=10, fdo_every_steps=4)
-  with pytest.raises(ValueError, match=r"segment 3 outside 0..2"):
-    schedule.length(3)
+    Schedule(*args)

@@ -65,7 +65,7 @@ class Setup:
     state = train_state_lib.create_train_state(self.optimizer, params, self.mesh, emb)
     self.state_sharding = jax.tree.map(lambda x: x.sharding, state)
     self.host_state = host(state)
-    self.trainer = pipeline.make_pipelined_trainer(
+    self.trainer = pipeline.make_trainer(
       self.mesh,
       self.fresh_state(),
       self.batch(0),
@@ -157,7 +157,7 @@ def assert_trees(actual, expected, exact):
 
 def test_sequential_mode_updates_the_tables_before_the_next_lookup(setup):
   """pipelining=False: each batch's lookup, dense step and update in one step."""
-  trainer = pipeline.make_pipelined_trainer(
+  trainer = pipeline.make_trainer(
     setup.mesh,
     setup.fresh_state(),
     setup.batch(0),
@@ -272,7 +272,7 @@ def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
 
 
 def test_gradient_multiplier_trainer_matches(setup, full_run):
-  trainer = pipeline.make_pipelined_trainer(
+  trainer = pipeline.make_trainer(
     setup.mesh,
     setup.fresh_state(),
     setup.batch(0),

@@ -80,34 +80,31 @@ def read_iterator_states(
 
 
 def restore_resized_iterator(
-  iterator: transforms.InputPipelineIterator,
+  iterator: transforms.InputIterator,
   item_dir: str | os.PathLike[str],
   *,
-  reset_stats_maxima: bool = False,
+  summarize_stats_maxima: bool = False,
   digests: Sequence[str] | None = None,
   where: str = "",
-) -> transforms.InputPipelineIterator:
+) -> transforms.InputIterator:
   """Positions `iterator` after the saved global batches, from any process count.
 
   Reads every saved state (read_iterator_states), converts them for this
   iterator's process (transforms.resize_iterator_state; same global batch,
-  see there what is refused) and sets it. reset_stats_maxima: the global
-  device count changed, FDO starts over from this layout's statistics.
-  The iterator is one of transforms.make_host_pipeline (it knows the
-  dataset's examples per record).
+  see there what is refused) and sets it. summarize_stats_maxima: the global
+  device count changed (the maxima are summarized per stack, for
+  InputIterator.carry_stats_maxima).
+  The iterator is one of transforms.make_host_input.
   """
   saved = read_iterator_states(item_dir, digests=digests, where=where)
-  if not isinstance(iterator, transforms.InputPipelineIterator):
+  if not isinstance(iterator, transforms.InputIterator):
     raise transforms.IteratorStateMismatchError(
       f"a {type(iterator).__name__} cannot take the data iterator"
       f" states of {len(saved)} processes; only the iterators of"
-      " transforms.make_host_pipeline convert to another process count"
+      " transforms.make_host_input convert to another process count"
     )
   state = transforms.resize_iterator_state(
-    saved,
-    iterator.metadata,
-    examples_per_record=iterator.examples_per_record,
-    reset_stats_maxima=reset_stats_maxima,
+    saved, iterator.metadata, summarize_stats_maxima=summarize_stats_maxima
   )
   iterator.set_state(state)
   start = getattr(iterator, "start_prefetch", None)

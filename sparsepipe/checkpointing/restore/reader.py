@@ -34,7 +34,6 @@ from sparsepipe.checkpointing.handlers import array_restore
 from sparsepipe.checkpointing.handlers import fingerprint_filename
 from sparsepipe.checkpointing.handlers import MetadataRestore
 from sparsepipe.checkpointing.metadata import check_compatible
-from sparsepipe.checkpointing.metadata import check_pipeline_resumable
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.restore.relayout import Relayout
@@ -125,19 +124,26 @@ class StepReader:
     return meta, checks
 
   def _items(self, meta: CheckpointMetadata, relayouts: Mapping[str, Relayout], where: str):
-    """The array items to read; without "pipeline_state" if the device count changed."""
+    """The array items to read.
+
+    When the device count changed, every item needs a relayout, except a
+    drained "pipeline_state" without one, which is left out (the caller
+    starts a fresh PipelineState).
+    """
     if meta.run.device_count == self._run.device_count:
       return list(ARRAY_ITEMS)
-    check_pipeline_resumable(meta, self._run, where=where)
-    items = [item for item in ARRAY_ITEMS if item != "pipeline_state"]
-    for item in items:
+    items = list(ARRAY_ITEMS)
+    if "pipeline_state" not in relayouts and meta.progress.pipeline_drained:
+      items.remove("pipeline_state")
+    for item in sorted(items, key=lambda item: item != "pipeline_state"):
       if item not in relayouts:
         raise IncompatibleCheckpointError(
           f"{where}: item '{item}' was saved for"
           f" {meta.run.device_count} devices and the current mesh has"
           f" {self._run.device_count}; its layout depends on the device"
           " count and no relayout was given for it (pass"
-          f" relayouts={{'{item}': ...}}, e.g. embedding_relayout)"
+          f" relayouts={{'{item}': ...}}, e.g. embedding_relayout,"
+          " pipeline_state_relayout)"
         )
     return items
 
@@ -182,7 +188,7 @@ class StepReader:
       restore_resized_iterator(
         iterator,
         self.step_path(step) / "data_iter",
-        reset_stats_maxima=meta.run.device_count != self._run.device_count,
+        summarize_stats_maxima=meta.run.device_count != self._run.device_count,
         digests=digests,
         where=where,
       )
@@ -280,11 +286,14 @@ class StepReader:
       require_shardings(getattr(targets, item), item=item)
     read_targets = self._read_targets(step, targets, items, meta)
     same_processes = meta.run.process_count == self._run.process_count
-    if same_processes:
+    read_iterator = targets.data_iter is not None  # None: a reader that needs no input
+    if read_iterator and same_processes:
       self._check_data_iter(step, checks["data_iter_sha256"], targets.data_iter)
-    else:
+    elif read_iterator:
       self._restore_resized_iterator(step, meta, checks["data_iter_sha256"], targets.data_iter)
-    out = self._read(step, targets, read_targets, meta.format_version, data_iter=same_processes)
+    out = self._read(
+      step, targets, read_targets, meta.format_version, data_iter=read_iterator and same_processes
+    )
     self._verify(step, out, checks, meta, items)
     trees = {}
     for item in items:

@@ -14,7 +14,14 @@ the current layout:
   places logical row r on SparseCore r mod N, so the rows move; it calls
   pipeline.relayout_embedding_variables with the saved feature specs.
 
-The PipelineState is never re-laid out (see metadata.check_pipeline_resumable).
+- `pipeline_state_relayout` (given by the caller for "pipeline_state"):
+  of a PipelineState only the COO buffers of the (at most two) batches in
+  flight depend on the layout; they are made again from those batches,
+  whose global indices the checkpoint records (LoopPosition.in_flight), by a
+  function of the caller (e.g. the input iterator's `batch_at`), for the
+  current mesh and limits. Activations, activation gradients, dense inputs
+  and aux values are per example or scalar: their global shapes do not
+  depend on the device count, and they are only resharded.
 """
 
 from __future__ import annotations
@@ -131,5 +138,73 @@ def embedding_relayout(
         f"{context.where}: cannot re-lay out item '{context.item}' from"
         f" {old} to {context.current.device_count} devices: {e}"
       ) from e
+
+  return relayout
+
+
+def _moved(restored: Any, target: Any, context: RelayoutContext, part: str) -> Any:
+  """Leaves of the same global shape, put into the target's shardings."""
+
+  def leaf(keypath, x, want):
+    if tuple(x.shape) != tuple(want.shape):
+      raise IncompatibleCheckpointError(
+        f"{context.where}: item 'pipeline_state' leaf '{part}/{leaf_path(keypath)}' has shape"
+        f" {tuple(x.shape)}, {tuple(want.shape)} on {context.current.device_count} devices;"
+        " only the buffered COO inputs may change shape"
+      )
+    return jax.device_put(x, want.sharding)
+
+  return jax.tree_util.tree_map_with_path(leaf, restored, target)
+
+
+def pipeline_state_relayout(
+  batch_inputs: Callable[[int], Any], fresh_state: Callable[[], Any]
+) -> Relayout:
+  """A Relayout for a PipelineState between device counts (see the module docstring).
+
+  Args:
+    batch_inputs: global batch index -> that batch's sparse (COO) inputs,
+      made for the current mesh and limits.
+    fresh_state: a PipelineState of the current layout at pipeline step 0
+      (zeros: what the buffers hold where no batch is in flight).
+  """
+
+  def relayout(restored: Any, target: Any, context: RelayoutContext) -> Any:
+    in_flight = context.saved.progress.in_flight
+    if in_flight is None:
+      if not context.saved.progress.pipeline_drained:
+        raise IncompatibleCheckpointError(
+          f"{context.where} holds a PipelineState with buffered inputs laid out for"
+          f" {context.saved.run.device_count} devices, and it does not record which batches"
+          f" they are (format {context.saved.format_version}); the current mesh has"
+          f" {context.current.device_count} devices: resume on"
+          f" {context.saved.run.device_count} devices, or from a drained checkpoint"
+        )
+      in_flight = (None, None)
+    fresh = fresh_state()
+    last, before = restored.last_step_inputs, restored.step_before_last_step_inputs
+    want_last, want_before = target.last_step_inputs, target.step_before_last_step_inputs
+
+    def sparse(index, fresh_inputs):
+      return fresh_inputs if index is None else batch_inputs(int(index))
+
+    return fresh.replace(
+      pipeline_step=_moved(restored.pipeline_step, target.pipeline_step, context, "step"),
+      last_step_inputs=fresh.last_step_inputs.replace(
+        sparse_inputs=sparse(in_flight[0], fresh.last_step_inputs.sparse_inputs),
+        dense_inputs=_moved(last.dense_inputs, want_last.dense_inputs, context, "last"),
+        embedding_activations=_moved(
+          last.embedding_activations, want_last.embedding_activations, context, "last"
+        ),
+        sc_fwd_aux=_moved(last.sc_fwd_aux, want_last.sc_fwd_aux, context, "last"),
+      ),
+      step_before_last_step_inputs=fresh.step_before_last_step_inputs.replace(
+        sparse_inputs=sparse(in_flight[1], fresh.step_before_last_step_inputs.sparse_inputs),
+        embedding_gradients=_moved(
+          before.embedding_gradients, want_before.embedding_gradients, context, "before"
+        ),
+        tc_aux=_moved(before.tc_aux, want_before.tc_aux, context, "before"),
+      ),
+    )
 
   return relayout

@@ -18,8 +18,8 @@ their job needs; every field can be overridden on the command line
   log_every_steps: progress-line interval (batches).
   data.dir: an ArrayRecord dataset (a manifest.json directory); empty means
     <workdir>/data, generated from `synthetic` and `features` if missing.
-  data.num_workers: Grain worker processes (0: in the main process); part
-    of the checkpointed iterator state.
+  data.num_workers: Grain worker processes (0: in the main process); the
+    batches do not depend on it, and a resumed job may change it.
   data.shuffle / data.skip_corrupt / data.allow_id_dropping: shuffle
     records; skip and count corrupt records instead of failing; drop (and
     count) ids over the limits instead of failing.

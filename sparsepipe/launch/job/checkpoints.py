@@ -1,8 +1,17 @@
-"""The job's checkpoints: what one holds at a position, and the newest one restored.
+"""The job's checkpoints: what one holds at a batch boundary, and restoring one anywhere.
 
-A checkpoint step is Orbax's step number: the pipeline steps of the whole
-job, `segment * (segment_batches + 2) + pipeline_step` (schedule.py). People
-read batches; the step only names the directory.
+A checkpoint step is the number of batches trained (schedule.py): the job
+saves at batch boundaries only, so `checkpoints/500` is the job after batch
+500. Besides the arrays, the data position and the FDO limits, a step
+records its segment ({"segment", "start", "length", "to_end"} in the "fdo"
+item) and which batches its PipelineState buffers (LoopPosition.in_flight).
+
+Restoring onto any mesh: the saved limits are carried to the current device
+count (transforms.carry_stack_limits), the tables re-laid out by logical row,
+the ZeRO shards re-padded, and the PipelineState's buffered COO inputs made
+again from their batches for the current mesh
+(checkpointing.pipeline_state_relayout with the input's `batch_at`); the
+data iterator continues at the same global batch on any process count.
 """
 
 from __future__ import annotations
@@ -10,27 +19,36 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax
-import numpy as np
-
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.schedule import Position
-from sparsepipe.launch.job.schedule import SegmentSchedule
+
+# The format whose steps count batches (launch/job/schedule.py); older
+# launcher steps counted pipeline steps.
+BATCH_STEPS_FORMAT = 4
 
 
 @dataclasses.dataclass
 class Restored:
-  """A job state read back from the newest intact checkpoint."""
+  """A job state read back from a checkpoint.
+
+  Attributes:
+    setup: specs, trainer and input for the restored limits on this mesh.
+    train_state, pipeline_state: the state, laid out for this mesh.
+    position: where the saved job stood (its segment as it was planned).
+    checkpoint_step: the step restored.
+    format_version: the checkpoint format of that step.
+  """
 
   setup: Setup
   train_state: pipeline.TrainState
   pipeline_state: pipeline.PipelineState
   position: Position
   checkpoint_step: int
+  format_version: int
 
 
 def split_train_state(train_state: pipeline.TrainState) -> tuple[dict[str, Any], Any]:
@@ -43,81 +61,74 @@ def split_train_state(train_state: pipeline.TrainState) -> tuple[dict[str, Any],
   return dense, train_state.embedding_variables
 
 
+def saved_position(fdo: dict[str, Any], meta: checkpointing.CheckpointMetadata) -> Position:
+  """The Position a step was saved at (its segment from the "fdo" item)."""
+  step = meta.progress.pipeline_step
+  pipelined = bool(meta.run.config.get("pipelining", True))
+  if meta.format_version >= BATCH_STEPS_FORMAT:
+    return Position(
+      int(fdo["segment"]),
+      int(fdo["start"]),
+      int(fdo["length"]),
+      bool(fdo["to_end"]),
+      step,
+      pipelined,
+    )
+  to_end = not int(meta.run.config.get("fdo", {}).get("every_steps", 0))
+  start = int(fdo["segment"]) * int(fdo["segment_batches"])
+  return Position(int(fdo["segment"]), start, int(fdo["segment_length"]), to_end, step, pipelined)
+
+
 class JobCheckpoints:
   """Saves and restores a job's state through a TrainingCheckpointManager."""
 
-  def __init__(
-    self,
-    mngr: checkpointing.TrainingCheckpointManager,
-    model: JobModel,
-    schedule: SegmentSchedule,
-  ):
+  def __init__(self, mngr: checkpointing.TrainingCheckpointManager, model: JobModel):
     self.mngr = mngr
     self.model = model
-    self.schedule = schedule
-
-  def _fdo_item(self, segment: int, feature_specs: Any) -> dict[str, Any]:
-    return {
-      "segment": segment,
-      "segment_batches": self.schedule.segment_batches,
-      "segment_length": self.schedule.length(segment),
-      "limits": transforms.get_stack_limits(feature_specs),
-    }
 
   def save(
-    self, position: Position, setup: Setup, train_state: Any, pipeline_state: Any, *, force: bool
+    self,
+    position: Position,
+    setup: Setup,
+    train_state: Any,
+    pipeline_state: Any,
+    *,
+    force: bool = True,
   ) -> bool:
-    """Saves the job at `position` (asynchronously); False if Orbax skipped it."""
+    """Saves the job at batch boundary `position` (asynchronously); False if it exists."""
+    if not position.at_boundary:
+      raise ValueError(f"{position} is not a batch boundary: the job saves only at those")
     dense, embeddings = split_train_state(train_state)
-    state = checkpointing.TrainingState(
+    fdo = {
+      "segment": position.segment,
+      "start": position.start,
+      "length": position.length,
+      "to_end": position.to_end,
+      "limits": transforms.get_stack_limits(setup.feature_specs),
+    }
+    state = checkpointing.CheckpointItems(
       train_state=dense,
       embeddings=embeddings,
       pipeline_state=pipeline_state,
       data_iter=setup.iterator,
-      fdo=self._fdo_item(position.segment, setup.feature_specs),
+      fdo=fdo,
     )
-    progress = checkpointing.Progress(
+    loop = checkpointing.LoopPosition(
       pipeline_step=position.pipeline_step,
-      batches_consumed=self.schedule.batches_consumed(position),
-      pipeline_drained=self.schedule.is_drained(position),
+      batches_consumed=position.batches_read,
+      pipeline_drained=position.drained,
+      in_flight=position.in_flight,
     )
     return self.mngr.save(
-      self.schedule.checkpoint_step(position),
+      position.batches_trained,
       state,
-      progress,
-      feature_limits=transforms.get_stack_limits(setup.feature_specs),
+      loop,
+      feature_limits=fdo["limits"],
       force=force,
     )
 
-  def _check_position(self, where: str, restored: Any) -> Position:
-    """The saved position, if this run's schedule has the same segment there."""
-    fdo = restored.fdo
-    position = Position(int(fdo["segment"]), restored.metadata.progress.pipeline_step)
-    if fdo["segment_batches"] != self.schedule.segment_batches:
-      raise checkpointing.IncompatibleCheckpointError(
-        f"{where} was written with FDO segments of {fdo['segment_batches']}"
-        f" batches; this run has {self.schedule.segment_batches}"
-        " (config.fdo.every_steps, or config.num_steps when FDO is off)"
-      )
-    if position.segment >= self.schedule.num_segments or (
-      self.schedule.length(position.segment) != fdo["segment_length"]
-    ):
-      raise checkpointing.IncompatibleCheckpointError(
-        f"{where} is in segment {position.segment} of"
-        f" {fdo['segment_length']} batches; with"
-        f" num_steps={self.schedule.num_steps} that segment would not exist"
-        " or have another length, which changes its pipeline run"
-      )
-    return position
-
-  def restore(self, step: int | None = None) -> Restored | None:
-    """The newest intact checkpoint (or `step`), or None if there is none.
-
-    The restore targets depend on the saved FDO limits (buffer shapes of the
-    PipelineState and of the input pipeline), so they are built from each
-    candidate step's metadata; corrupt steps are skipped by the manager.
-    """
-    model, setups = self.model, []
+  def _targets(self, setups: list[Setup], with_input: bool):
+    model = self.model
 
     def targets(saved: checkpointing.CheckpointMetadata) -> checkpointing.RestoreTargets:
       limits = transforms.carry_stack_limits(
@@ -134,17 +145,41 @@ class JobCheckpoints:
         train_state=dense,
         embeddings=embeddings,
         pipeline_state=setups[-1].trainer.abstract_pipeline_state,
-        data_iter=setups[-1].iterator,
+        data_iter=setups[-1].iterator if with_input else None,
       )
 
-    relayout = checkpointing.embedding_relayout(
-      model.base_specs,
-      model.mesh,
-      num_sc_per_device=model.num_sc,
-      saved_feature_specs=model.feature_specs_for,
-    )
+    return targets
+
+  def _relayouts(self, setups: list[Setup]) -> dict[str, checkpointing.Relayout]:
+    model = self.model
+    return {
+      "embeddings": checkpointing.embedding_relayout(
+        model.base_specs,
+        model.mesh,
+        num_sc_per_device=model.num_sc,
+        saved_feature_specs=model.feature_specs_for,
+      ),
+      # The buffered batches, made again by the input of the chosen step's setup.
+      "pipeline_state": checkpointing.pipeline_state_relayout(
+        lambda index: setups[-1].iterator.batch_at(index).sparse,
+        lambda: setups[-1].trainer.initial_pipeline_state(),
+      ),
+    }
+
+  def restore(self, step: int | None = None, *, with_input: bool = True) -> Restored | None:
+    """The newest intact checkpoint (or `step`) on this mesh, or None if there is none.
+
+    The restore targets depend on the saved FDO limits (buffer shapes of the
+    PipelineState and of the input), so they are built from each candidate
+    step's metadata; corrupt steps are skipped by the manager.
+    `with_input=False` leaves the data iterator's state unread (to evaluate
+    or export a step).
+    """
+    setups: list[Setup] = []
     try:
-      restored = self.mngr.restore(targets, step=step, relayouts={"embeddings": relayout})
+      restored = self.mngr.restore(
+        self._targets(setups, with_input), step=step, relayouts=self._relayouts(setups)
+      )
     finally:
       for unused in setups[:-1]:  # from steps that turned out corrupt
         unused.close()
@@ -153,24 +188,33 @@ class JobCheckpoints:
         setups[-1].close()
       return None
     setup = setups[-1]
-    if restored.metadata.run.device_count != model.mesh.size:
-      # The FDO maxima are per device of the saved layout: retune from the new one.
-      setup.iterator.reset_stats_maxima()
+    saved_devices = restored.metadata.run.device_count
+    if saved_devices != self.model.mesh.size and with_input:
+      # The FDO maxima are per device of the saved layout: carried as bounds.
+      bounds = transforms.most_ids_per_sparsecore(
+        setup.feature_specs, self.model.mesh.size * self.model.num_sc
+      )
+      setup.iterator.carry_stats_maxima(
+        lambda field, stack, value: transforms.carry_stats_maximum(
+          field,
+          value,
+          bound=bounds[stack],
+          saved_global_device_count=saved_devices,
+          global_device_count=self.model.mesh.size,
+          num_sc_per_device=self.model.num_sc,
+        )
+      )
     train_state = pipeline.TrainState(
       step=restored.train_state["step"],
       params=restored.train_state["params"],
       opt_state=restored.train_state["opt_state"],
       embedding_variables=restored.embeddings,
     )
-    pipeline_state = restored.pipeline_state
-    if pipeline_state is None:  # device count changed at a drained step
-      # Fresh buffers at the saved step (drained: at 0 or after the drain);
-      # at step 0 the loop would train the segment again.
-      pipeline_state = setup.trainer.initial_pipeline_state()
-      pipeline_state = pipeline_state.replace(
-        pipeline_step=jax.device_put(
-          np.int32(restored.metadata.progress.pipeline_step), pipeline_state.pipeline_step.sharding
-        )
-      )
-    position = self._check_position(self.mngr.where(restored.step), restored)
-    return Restored(setup, train_state, pipeline_state, position, restored.step)
+    return Restored(
+      setup,
+      train_state,
+      restored.pipeline_state,
+      saved_position(restored.fdo, restored.metadata),
+      restored.step,
+      restored.metadata.format_version,
+    )

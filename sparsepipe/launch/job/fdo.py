@@ -22,7 +22,7 @@ from sparsepipe import core
 from sparsepipe import transforms
 
 
-def merge_across_processes(
+def merge_stats_across_processes(
   stats: core.SparseDenseMatmulInputStats,
 ) -> core.SparseDenseMatmulInputStats:
   """Element-wise max of every process's statistics (call on all processes)."""
@@ -76,7 +76,7 @@ def retune_limits(
   client = transforms.NPZFileFDOClient(stats_dir)
   client.record(local_stats)
   client.publish()
-  merged = merge_across_processes(local_stats)
+  merged = merge_stats_across_processes(local_stats)
   specs = transforms.update_preprocessing_parameters(
     feature_specs,
     scale_stats(merged, headroom),

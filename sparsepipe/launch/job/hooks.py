@@ -1,64 +1,75 @@
-"""The job's per-step work, as hooks of the training loop.
+"""The job's work around the training loop, one hook per concern.
 
-`LossLog` turns each trained batch's loss into a metrics.jsonl record and
-the progress line, and stops the job on a non-finite loss or update before
-anything is saved. `CheckpointHook` saves when Orbax's interval says so or
-a preemption was noticed (then it stops the loop at that boundary).
+A hook is called by the loop (`pipeline.train`) after every pipeline step
+with the StepResult and may stop the loop by returning True; the job also
+calls `start()` once before training, `segment_end()` after each segment's
+drain and `end()` when the job is done (not when preempted). Every hook
+reads and writes the job through its JobContext (context.py), the first
+hook, and reports through the one writer (output.py). Adding a concern is
+adding one class to `make_hooks`.
+
+Order matters: losses are recorded before a checkpoint saves them; a
+preemption is noticed before the checkpoint that honours it; an eval runs
+after the checkpoint of its boundary.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
 
-from sparsepipe import checkpointing
 from sparsepipe import pipeline
+from sparsepipe.launch.job.context import JobContext
+from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
-from sparsepipe.launch.job.metrics import MetricsLog
-from sparsepipe.launch.job.metrics import ProgressLine
-from sparsepipe.launch.job.schedule import Position
-from sparsepipe.launch.job.schedule import SegmentSchedule
 
 
 class NonFiniteLossError(FloatingPointError):
   """Training produced a non-finite loss or update: the job stops unsaved."""
 
 
-class LossLog:
-  """Per-batch losses -> metrics.jsonl and the progress line (flushed every `log_every`)."""
+class JobHook:
+  """One concern of the job (see the module docstring); the defaults do nothing."""
 
-  def __init__(
-    self,
-    metrics: MetricsLog,
-    progress: ProgressLine,
-    *,
-    global_batch: int,
-    log_every: int,
-    tensorboard: Any = None,
-  ):
-    self.metrics = metrics
-    self.progress = progress
-    self.tensorboard = tensorboard
-    self.global_batch = global_batch
-    self.log_every = max(int(log_every), 1)
-    self.meter = IntervalMeter()
+  def __init__(self, job: JobContext):
+    self.job = job
+
+  def start(self) -> None:
+    """Before the first step of this run (fresh or restored)."""
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    """After a pipeline step; True stops the loop at this boundary."""
+    del result
+    return False
+
+  def segment_end(self) -> None:
+    """After the last (drain) step of a segment."""
+
+  def end(self) -> None:
+    """After the job's last step."""
+
+
+class LossHook(JobHook):
+  """Per-batch losses -> metrics.jsonl and TensorBoard; stops on a non-finite one.
+
+  The losses stay on the devices until `flush()` (every log_every_steps
+  batches, and before a checkpoint), so the loop never waits for them.
+  """
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
     self.pending: list[tuple[int, Any]] = []
     self.last_loss: float | None = None
     self.trained = 0
 
-  def add(self, batch: int, output: Any, data_wait_seconds: float) -> None:
-    """Records the TC output of global batch `batch` (device arrays)."""
-    self.pending.append((batch, output))
-    self.meter.add(self.global_batch, data_wait_seconds)
-    self.trained += 1
-    if (batch + 1) % self.log_every == 0:
-      self.flush()
-      rate, wait = self.meter.read()
-      self.progress.update(batch + 1, rate, self.last_loss, wait)
-      self.meter.reset()
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    if result.batch_index is not None:
+      self.pending.append((self.job.position.start + result.batch_index + 1, result.output))
+      self.trained += 1
+    return False
 
   def flush(self) -> None:
     """Writes the pending losses; raises NonFiniteLossError on the first bad one."""
@@ -76,52 +87,165 @@ class LossLog:
           " Check the data (labels, dense values) and the learning rates"
         )
       self.last_loss = loss
-      self.metrics.write({"batch": batch, "loss": loss})
-      if self.tensorboard is not None:
-        self.tensorboard.scalars(batch + 1, {"train/loss": loss})
+      self.job.output.loss(batch, loss)
+
+  def segment_end(self) -> None:
+    self.flush()
 
 
-class CheckpointHook:
-  """Saves at Orbax's interval or on preemption; stops the loop on preemption."""
+class ProgressHook(JobHook):
+  """The progress line every log_every_steps batches: rate, loss, data wait, epoch.
 
-  def __init__(
-    self,
-    save: Callable[[Position, bool], bool],
-    mngr: checkpointing.TrainingCheckpointManager,
-    watcher: checkpointing.PreemptionWatcher,
-    losses: LossLog,
-    schedule: SegmentSchedule,
-  ):
-    self._save = save
-    self._mngr = mngr
-    self._watcher = watcher
-    self._losses = losses
-    self._schedule = schedule
-    self.last_saved: int | None = None
-    self.preempted = False
+  It also measures the steady-state rate: examples/s over the intervals in
+  which nothing but training happened (no compilation at a segment's start,
+  no save, no eval: the hooks doing those call `disturbed()`).
+  """
 
-  def save(self, position: Position, *, force: bool) -> None:
-    """Flushes the losses (so metrics.jsonl covers the checkpoint) and saves."""
-    self._losses.flush()
-    step = self._schedule.checkpoint_step(position)
-    if self._save(position, force):
-      self.last_saved = step
-      trained = self._schedule.batches_with_output(position)
-      self._losses.metrics.write({"event": "checkpoint", "step": step, "batches_trained": trained})
-      self._losses.progress.message(f"checkpoint step {step} saving ({trained} batches trained)")
-      self._losses.progress.event(f"ckpt @{trained}")
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    self.every = max(int(job.config.log_every_steps), 1)
+    self.meter = IntervalMeter()
+    self.quiet = [0, 0.0]  # examples, seconds of undisturbed intervals
+    self._disturbed = True
 
-  def __call__(self, position: Position) -> bool:
-    """After a pipeline step: save if due; True (stop) when preempted."""
-    step = self._schedule.checkpoint_step(position)
-    self.preempted = self._watcher.should_stop(step)
-    if self.preempted or self._mngr.should_save(step):
-      self.save(position, force=self.preempted)
-    if self.preempted:
-      self._mngr.wait_until_finished()
-      self._losses.metrics.write({"event": "preempted", "step": step})
-      self._losses.progress.message(
-        f"sparsepipe: preempted; checkpoint step {step} saved"
-        f" ({self._schedule.batches_with_output(position)} batches trained), exiting"
+  def disturbed(self) -> None:
+    """Something else than training ran in this interval: not steady state."""
+    self._disturbed = True
+
+  def start(self) -> None:
+    self.meter.reset()
+    self._disturbed = True  # the first interval compiles
+
+  def segment_end(self) -> None:
+    self._disturbed = True  # the next segment may retune and recompile
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    if result.batch_index is None:
+      return False
+    self.meter.add(self.job.global_batch, result.data_wait_seconds)
+    batch = self.job.position.start + result.batch_index + 1
+    if batch % self.every == 0:
+      self.job.hooks["losses"].flush()
+      rate, wait = self.meter.read()
+      if not self._disturbed:
+        self.quiet[0] += self.meter.examples
+        self.quiet[1] += self.meter.seconds
+      self._disturbed = False
+      last = self.job.hooks["losses"].last_loss
+      self.job.output.progress(batch, rate, last, wait, self.job.epoch(batch))
+      self.meter.reset()
+    return False
+
+  def steady_rate(self) -> float | None:
+    """Examples/s of the undisturbed intervals (None if there was none)."""
+    examples, seconds = self.quiet
+    return examples / seconds if seconds > 0 else None
+
+
+class PreemptionHook(JobHook):
+  """Stops the loop at the first batch boundary after a preemption notice (or Ctrl-C).
+
+  Every process asks the watcher at every batch boundary, with the batch
+  number (consecutive at consecutive boundaries), so under jax.distributed
+  all processes agree on the boundary to stop at.
+  """
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    del result
+    job = self.job
+    if job.position.at_boundary and job.watcher.should_stop(job.batch):
+      job.preempted = True
+    return job.preempted
+
+
+class CheckpointHook(JobHook):
+  """Saves at every checkpoint.every_steps-th batch boundary, on preemption and at the end."""
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    self.every = int(job.config.checkpoint.every_steps)
+    if self.every < 1:
+      raise ValueError(f"checkpoint.every_steps={self.every} must be >= 1 (batches)")
+    self.last_saved: int | None = job.resumed_from
+
+  def save(self) -> None:
+    """Flushes the losses (metrics.jsonl covers the checkpoint) and saves."""
+    job = self.job
+    job.hooks["losses"].flush()
+    job.hooks["progress"].disturbed()
+    if job.checkpoints.save(job.position, job.setup, job.train_state, job.pipeline_state):
+      self.last_saved = job.batch
+      job.output.event("checkpoint", job.batch, f"checkpoint after batch {job.batch} saving")
+      job.output.mark(f"ckpt @{job.batch}")
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    del result
+    job = self.job
+    if not job.position.at_boundary:
+      return False
+    if job.preempted or job.batch % self.every == 0:
+      self.save()
+    if job.preempted:
+      job.checkpoints.mngr.wait_until_finished()
+      job.output.event(
+        "preempted",
+        job.batch,
+        f"sparsepipe: preempted; checkpoint after batch {job.batch} saved, exiting",
       )
-    return self.preempted
+    return False
+
+  def end(self) -> None:
+    if self.last_saved != self.job.batch:
+      self.save()
+    self.job.checkpoints.mngr.wait_until_finished()
+
+
+class EvalHook(JobHook):
+  """Held-out evaluation at every eval.every_steps-th batch boundary and at the end."""
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    self.last_eval: pipeline.EvalMetrics | None = None
+
+  def _due(self, batch: int) -> bool:
+    every = self.job.evaluation.every
+    return bool(every) and 0 < batch < self.job.schedule.num_steps and batch % every == 0
+
+  def run(self) -> None:
+    job = self.job
+    job.hooks["progress"].disturbed()
+    self.last_eval = job.evaluation.run(job.train_state)
+    values = self.last_eval.as_dict()
+    job.output.event(
+      "eval", job.batch, f"eval after batch {job.batch}: {describe(self.last_eval)}", **values
+    )
+
+  def start(self) -> None:
+    # The eval of the boundary the job resumed at, unless it finished before the stop.
+    job = self.job
+    if self._due(job.batch) and not job.output.recorded("eval", job.batch):
+      self.run()
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    del result
+    job = self.job
+    if job.position.at_boundary and not job.preempted and self._due(job.batch):
+      self.run()
+    return False
+
+  def end(self) -> None:
+    if not self.job.output.recorded("eval", self.job.batch):
+      self.run()
+
+
+def make_hooks(job: JobContext) -> list[Any]:
+  """The job's hooks in the order the loop calls them (the context first)."""
+  job.hooks = {
+    "losses": LossHook(job),
+    "progress": ProgressHook(job),
+    "preemption": PreemptionHook(job),
+    "checkpoints": CheckpointHook(job),
+  }
+  if job.evaluation is not None:
+    job.hooks["evaluation"] = EvalHook(job)
+  return [job, *job.hooks.values()]

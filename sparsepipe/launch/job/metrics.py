@@ -1,11 +1,12 @@
 """Training progress for people: a live line, and metrics as JSONL.
 
 The JSONL file (<workdir>/metrics.jsonl) has one record per trained batch
-({"batch", "loss"}) and one per event ({"event": "checkpoint" | "fdo" |
-"resume" | "preempted" | "done", ...}). On resume it is rewritten without the
-records of batches the restored checkpoint had not trained yet, so the file
-of a resumed job equals that of an uninterrupted one, event lines aside.
-Only process 0 writes.
+({"batch": n, "loss"}) and one per event ({"event": "eval" | "checkpoint" |
+"fdo" | "resume" | "preempted" | "done", "batch": n, ...}); `batch` is the
+batch number the record belongs to (batch n: the n-th batch trained). On
+resume after batch n it is rewritten without the records of later batches,
+so the file of a resumed job equals that of an uninterrupted one, its
+resume and preemption lines aside. Only process 0 writes (output.py).
 """
 
 from __future__ import annotations
@@ -30,25 +31,31 @@ class MetricsLog:
   def path(self) -> str:
     return self._path
 
-  def truncate_batches(self, first_untrained_batch: int) -> None:
-    """Drops batch records >= first_untrained_batch (atomic rewrite)."""
-    if not self._enabled or not os.path.exists(self._path):
-      return
-    kept = []
+  def records(self) -> list[dict[str, Any]]:
+    """Every record of the file (a line cut by a kill mid-write is skipped)."""
+    if not os.path.exists(self._path):
+      return []
+    records = []
     with open(self._path) as f:
       for line in f:
         if not line.strip():
           continue
         try:
-          record = json.loads(line)
+          records.append(json.loads(line))
         except json.JSONDecodeError:
           continue  # a line cut by a kill mid-write
-        if record.get("batch", -1) < first_untrained_batch:
-          kept.append(json.dumps(record))
+    return records
+
+  def truncate_after(self, batch: int) -> list[dict[str, Any]]:
+    """Drops the records of batches after `batch` (atomic rewrite); returns those kept."""
+    if not self._enabled:
+      return []
+    kept = [r for r in self.records() if r.get("batch", 0) <= batch]
     tmp = self._path + ".tmp"
     with open(tmp, "w") as f:
-      f.write("".join(line + "\n" for line in kept))
+      f.write("".join(json.dumps(record) + "\n" for record in kept))
     os.replace(tmp, self._path)
+    return kept
 
   def write(self, record: dict[str, Any]) -> None:
     if not self._enabled:
@@ -65,7 +72,7 @@ class MetricsLog:
 
 
 class ProgressLine:
-  """The training line: batch, examples/s, loss, data-wait share, latest event."""
+  """The training line: batch, epoch, examples/s, loss, data-wait share, latest event."""
 
   def __init__(self, total_batches: int, *, stream: TextIO | None = None, enabled: bool = True):
     self._total = total_batches
@@ -77,10 +84,17 @@ class ProgressLine:
     self._event = text
 
   def update(
-    self, batch: int, examples_per_second: float, loss: float | None, data_wait: float
+    self,
+    batch: int,
+    examples_per_second: float,
+    loss: float | None,
+    data_wait: float,
+    epoch: float | None = None,
   ) -> None:
-    parts = [
-      f"batch {batch}/{self._total}",
+    parts = [f"batch {batch}/{self._total}"]
+    if epoch is not None:
+      parts.append(f"epoch {epoch:.2f}")
+    parts += [
       f"{examples_per_second:,.0f} ex/s",
       "loss " + ("-" if loss is None else f"{loss:.4f}"),
       f"data wait {100 * data_wait:.0f}%",
@@ -109,6 +123,15 @@ class IntervalMeter:
     self._examples += examples
     self._wait += data_wait_seconds
 
+  @property
+  def examples(self) -> int:
+    return self._examples
+
+  @property
+  def seconds(self) -> float:
+    return max(time.perf_counter() - self._start, 1e-9)
+
   def read(self) -> tuple[float, float]:
-    elapsed = max(time.perf_counter() - self._start, 1e-9)
+    """(examples/s, share of the time waiting for data) since the reset."""
+    elapsed = self.seconds
     return self._examples / elapsed, min(self._wait / elapsed, 1.0)

@@ -23,8 +23,8 @@ class Setup:
   """The parts of a job that depend on the current COO limits."""
 
   feature_specs: Any
-  trainer: pipeline.PipelinedTrainer
-  iterator: transforms.InputPipelineIterator
+  trainer: pipeline.Trainer
+  iterator: transforms.InputIterator
 
   def close(self) -> None:
     close_iterator(self.iterator)
@@ -45,7 +45,9 @@ class JobModel:
     self.mesh = mesh
     self.num_sc = int(config.num_sc_per_device)
     self.global_batch = config_specs.global_batch_size(config, jax.process_count())
-    self.num_dense = data.read_manifest(data_dir).schema.num_dense
+    manifest = data.read_manifest(data_dir)
+    self.num_dense = manifest.schema.num_dense
+    self.epoch_examples = manifest.num_examples
     self.base_specs = self.feature_specs_for(mesh.size)
     self.model = pipeline.make_model(config.model)
     self.feature_dims = pipeline.feature_dims_of(self.base_specs)
@@ -83,7 +85,7 @@ class JobModel:
     )
     return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
-  def make_trainer(self, feature_specs: Any) -> pipeline.PipelinedTrainer:
+  def make_trainer(self, feature_specs: Any) -> pipeline.Trainer:
     example = pipeline.abstract_train_batch(
       feature_specs,
       self.mesh,
@@ -91,7 +93,7 @@ class JobModel:
       num_dense=self.num_dense,
       num_sc_per_device=self.num_sc,
     )
-    return pipeline.make_pipelined_trainer(
+    return pipeline.make_trainer(
       self.mesh,
       self.abstract_train_state(feature_specs),
       example,
@@ -101,8 +103,8 @@ class JobModel:
       pipelining=bool(self.config.pipelining),
     )
 
-  def make_iterator(self, feature_specs: Any) -> transforms.InputPipelineIterator:
-    return pipeline.make_input_pipeline(
+  def make_iterator(self, feature_specs: Any) -> transforms.InputIterator:
+    return pipeline.make_train_input(
       self.input_config,
       feature_specs,
       self.mesh,

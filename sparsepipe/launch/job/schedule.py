@@ -1,20 +1,35 @@
-"""Where the job stands: FDO segments of pipeline runs, and checkpoint steps.
+"""Where the job stands: segments of pipeline runs, batch boundaries, checkpoint steps.
 
-A job trains `num_steps` batches as consecutive *segments*, each one
-pipeline run (its batches + 2 fill/drain pipeline steps) with one set of
-COO limits. Between segments the pipeline is drained, FDO may change the
-limits (new specs, recompiled step) and the input pipeline is rebuilt at
-the same data position. Without FDO there is one segment.
+Batches are numbered 1, 2, ...: batch n is the n-th batch trained, and
+"after batch n" is the one point of the job where n batches are trained.
+Every output uses this number: metrics.jsonl, the progress line,
+TensorBoard steps, and the checkpoint steps (Orbax's step number is the
+batches trained, so `checkpoints/500` is the job after batch 500).
 
-The drained boundary is what makes limit changes exact: the PipelineState
-buffers the sparse inputs of two earlier batches in the old shapes, and a
-drained state buffers none. A resumed job switches at the same batches
-because segment boundaries depend only on the config.
+A job trains its batches as consecutive *segments*, each one pipeline run
+(its batches + 2 fill/drain pipeline steps) with one set of COO limits.
+Between segments the pipeline is drained, FDO may change the limits (new
+specs, recompiled step) and the input is rebuilt at the same batch index.
+A segment is planned when it starts: with FDO on (fdo.every_steps = E) it
+is E batches (fewer at the end of the job); with FDO off it runs to the
+end of the job, `num_steps`. A checkpoint records its segment, so a
+resumed job continues the same run; raising or lowering num_steps, or
+changing fdo.every_steps, re-plans (`Schedule.resume`): a segment planned
+to the end follows the new num_steps (and, with FDO now on, ends at the
+next FDO boundary), any segment is cut at num_steps, and a changed
+fdo.every_steps applies to the segments after it. Batches already read
+always stay in their segment.
 
-Checkpoint steps count pipeline steps over the whole job:
-step(k, p) = k * (segment_batches + 2) + p for pipeline step p of segment k
-(docs/pipeline_schedule.md). Without pipelining (sequential mode) a segment
-of n batches takes n steps and every step boundary is drained.
+Inside a pipelined segment of L batches starting after batch s, pipeline
+step p (0..L+2) has read min(p, L) batches; the dense step of batch s+p-1
+ran at step p-1, so after step p there are s+p-1 trained batches for
+1 <= p <= L+1, and s+L after the drain (p = L+2). The batch boundary of
+batch n is the position after which n batches are trained and no other
+position has that count later: p = n - s + 1 for 2 <= p <= L, and p = L+2
+for n = s+L. Checkpoints, evals and preemption stops happen at batch
+boundaries only, and consecutive boundaries are consecutive batches, over
+segment ends too (docs/pipeline_schedule.md). Without pipelining (sequential
+mode) a segment of L batches takes L steps and every step is a boundary.
 """
 
 from __future__ import annotations
@@ -25,86 +40,123 @@ from typing import Any
 
 @dataclasses.dataclass(frozen=True)
 class Position:
-  """Pipeline step `pipeline_step` (0..length+2) of segment `segment`."""
+  """Pipeline step `pipeline_step` of a segment of `length` batches after batch `start`.
+
+  Attributes:
+    segment: the segment's index in the job (0, 1, ...).
+    start: batches trained before the segment (its first batch is start + 1).
+    length: batches of the segment.
+    to_end: the segment was planned to the end of the job (FDO off).
+    pipeline_step: pipeline steps of the segment run so far (0..length+2).
+    pipelined: fill and drain steps (False: sequential mode).
+  """
 
   segment: int
-  pipeline_step: int
+  start: int
+  length: int
+  to_end: bool
+  pipeline_step: int = 0
+  pipelined: bool = True
+
+  @property
+  def steps(self) -> int:
+    """Pipeline steps of the whole segment."""
+    return self.length + (2 if self.pipelined else 0)
+
+  @property
+  def batches_read(self) -> int:
+    """Batches taken from the input so far (the next one's global index)."""
+    return self.start + min(self.pipeline_step, self.length)
+
+  @property
+  def batches_trained(self) -> int:
+    """Batches whose dense step ran (the TC stage lags one step when pipelined)."""
+    lag = 1 if self.pipelined else 0
+    return self.start + min(max(self.pipeline_step - lag, 0), self.length)
+
+  @property
+  def drained(self) -> bool:
+    """No batch buffered in the PipelineState."""
+    return not self.pipelined or self.pipeline_step in (0, self.steps)
+
+  @property
+  def finished(self) -> bool:
+    """All steps of the segment ran."""
+    return self.pipeline_step == self.steps
+
+  @property
+  def at_boundary(self) -> bool:
+    """Whether this is the batch boundary of `batches_trained` (see the module)."""
+    if not self.pipelined:
+      return self.pipeline_step >= 1
+    return 2 <= self.pipeline_step <= self.length or self.finished
+
+  @property
+  def in_flight(self) -> tuple[int | None, int | None]:
+    """Global indices of the batches buffered in the PipelineState (step i-1's, i-2's).
+
+    None where the buffer holds no batch (before the first, or a drain step's zeros).
+    """
+    if not self.pipelined:
+      return (None, None)
+
+    def batch(step: int) -> int | None:
+      return self.start + step if 0 <= step < self.length else None
+
+    return batch(self.pipeline_step - 1), batch(self.pipeline_step - 2)
+
+  def at_step(self, pipeline_step: int) -> Position:
+    return dataclasses.replace(self, pipeline_step=pipeline_step)
 
 
 @dataclasses.dataclass(frozen=True)
-class SegmentSchedule:
-  """Splits `num_steps` batches into segments of `segment_batches`."""
+class Schedule:
+  """How a job's batches split into segments, from its config."""
 
   num_steps: int
-  segment_batches: int
+  fdo_every: int
   pipelined: bool = True
 
   def __post_init__(self):
     if self.num_steps < 1:
       raise ValueError(f"num_steps={self.num_steps} must be >= 1")
-    if self.segment_batches < 1:
-      raise ValueError(f"segment_batches={self.segment_batches} must be >= 1")
+    if self.fdo_every < 0:
+      raise ValueError(f"fdo.every_steps={self.fdo_every} must be >= 0")
 
   @classmethod
-  def create(
-    cls, num_steps: int, fdo_every_steps: int, *, pipelined: bool = True
-  ) -> "SegmentSchedule":
-    """One segment per FDO interval; a single segment when FDO is off (0)."""
-    if fdo_every_steps < 0:
-      raise ValueError(f"fdo.every_steps={fdo_every_steps} must be >= 0")
-    return cls(num_steps, fdo_every_steps or num_steps, pipelined)
-
-  @classmethod
-  def from_config(cls, config: Any) -> "SegmentSchedule":
+  def from_config(cls, config: Any) -> Schedule:
     """The schedule of a job config (num_steps, fdo.every_steps, pipelining)."""
-    return cls.create(
-      int(config.num_steps), int(config.fdo.every_steps), pipelined=bool(config.pipelining)
-    )
+    return cls(int(config.num_steps), int(config.fdo.every_steps), bool(config.pipelining))
 
-  @property
-  def fill_drain_steps(self) -> int:
-    """Pipeline steps a segment takes beyond its batches (2, or 0 sequentially)."""
-    return 2 if self.pipelined else 0
+  def _plan(self, segment: int, start: int) -> Position:
+    remaining = self.num_steps - start
+    if self.fdo_every:
+      return Position(segment, start, min(self.fdo_every, remaining), False, 0, self.pipelined)
+    return Position(segment, start, remaining, True, 0, self.pipelined)
 
-  @property
-  def num_segments(self) -> int:
-    return -(-self.num_steps // self.segment_batches)
+  def first(self) -> Position:
+    """The job's first segment, at its start."""
+    return self._plan(0, 0)
 
-  def length(self, segment: int) -> int:
-    """Batches of `segment`."""
-    if not 0 <= segment < self.num_segments:
-      raise ValueError(f"segment {segment} outside 0..{self.num_segments - 1}")
-    return min(self.segment_batches, self.num_steps - segment * self.segment_batches)
+  def next_segment(self, position: Position) -> Position | None:
+    """The segment after `position`'s, or None when the job is done there."""
+    end = position.start + position.length
+    return self._plan(position.segment + 1, end) if end < self.num_steps else None
 
-  def pipeline_steps(self, segment: int) -> int:
-    return self.length(segment) + self.fill_drain_steps
+  def resume(self, saved: Position) -> Position:
+    """`saved` re-planned for this schedule (see the module docstring).
 
-  def checkpoint_step(self, position: Position) -> int:
-    stride = self.segment_batches + self.fill_drain_steps
-    return position.segment * stride + position.pipeline_step
-
-  def first_batch(self, segment: int) -> int:
-    return segment * self.segment_batches
-
-  def batches_consumed(self, position: Position) -> int:
-    """Batches read from the data iterator before `position`."""
-    return self.first_batch(position.segment) + min(
-      position.pipeline_step, self.length(position.segment)
-    )
-
-  def batches_with_output(self, position: Position) -> int:
-    """Batches whose loss was produced before `position` (TC lags one step when pipelined)."""
-    lag = 1 if self.pipelined else 0
-    done = min(max(position.pipeline_step - lag, 0), self.length(position.segment))
-    return self.first_batch(position.segment) + done
-
-  def is_drained(self, position: Position) -> bool:
-    """No batch buffered in the PipelineState (always, without pipelining)."""
-    return not self.pipelined or position.pipeline_step in (
-      0,
-      self.pipeline_steps(position.segment),
-    )
-
-  def final(self) -> Position:
-    last = self.num_segments - 1
-    return Position(last, self.pipeline_steps(last))
+    The length changes only before the drain started and never below the
+    batches already read; the result may lie past num_steps (the job is
+    then done after its segment).
+    """
+    saved = dataclasses.replace(saved, pipelined=self.pipelined)
+    step = saved.pipeline_step
+    if step > saved.length or saved.start >= self.num_steps:
+      return saved
+    if saved.to_end:
+      planned = self._plan(saved.segment, saved.start)
+      length, to_end = planned.length, planned.to_end
+    else:
+      length, to_end = min(saved.length, self.num_steps - saved.start), False
+    return dataclasses.replace(saved, length=max(length, step), to_end=to_end)

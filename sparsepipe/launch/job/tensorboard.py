@@ -23,16 +23,19 @@ class TensorBoardWriter:
   Args:
     workdir: the job's workdir.
     enabled: write at all; default: this is JAX process 0.
+    purge_step: a resumed job's first step: TensorBoard drops the points
+      saved at this step and later (tensorboardX's purge_step), so every
+      point appears once however often the job was restarted.
   """
 
-  def __init__(self, workdir: str, *, enabled: bool | None = None):
+  def __init__(self, workdir: str, *, enabled: bool | None = None, purge_step: int | None = None):
     self.logdir = os.path.join(workdir, TENSORBOARD_DIR)
     self.enabled = jax.process_index() == 0 if enabled is None else bool(enabled)
     self._writer = None
     if self.enabled:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
 
-      self._writer = SummaryWriter(logdir=self.logdir)
+      self._writer = SummaryWriter(logdir=self.logdir, purge_step=purge_step)
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
     """One scalar per name at `step` (a NaN, e.g. a degenerate AUC, is kept)."""

@@ -58,6 +58,20 @@ class StackLayout:
   def name(self) -> str:
     return self.spec.stack_name
 
+  def physical_rows(self, table_name: str, ids: np.ndarray) -> np.ndarray:
+    """Physical rows in this stacked table of logical `ids` of one of its tables."""
+    table = next((t for t in self.tables if t.name == table_name), None)
+    if table is None:
+      raise EmbeddingLayoutError(f"stack '{self.name}' has no table '{table_name}'")
+    setting = table.setting_in_stack
+    return compute_physical_row_ids(
+      self.num_sparsecores,
+      self.vocab_size,
+      setting.shard_rotation,
+      setting.row_offset_in_shard,
+      np.asarray(ids, np.int64),
+    )
+
   @property
   def vocab_size(self) -> int:
     return self.spec.stack_vocab_size
@@ -266,21 +280,6 @@ def stack_layouts(feature_specs: Any, num_sparsecores: int) -> dict[str, StackLa
     )
     for name in sorted(stacks)
   }
-
-
-def physical_row_ids(layout: StackLayout, table_name: str, ids: np.ndarray) -> np.ndarray:
-  """Physical rows in the stacked table of logical `ids` of one table."""
-  table = next((t for t in layout.tables if t.name == table_name), None)
-  if table is None:
-    raise EmbeddingLayoutError(f"stack '{layout.name}' has no table '{table_name}'")
-  setting = table.setting_in_stack
-  return compute_physical_row_ids(
-    layout.num_sparsecores,
-    layout.vocab_size,
-    setting.shard_rotation,
-    setting.row_offset_in_shard,
-    np.asarray(ids, np.int64),
-  )
 
 
 def _xp(array: Any):

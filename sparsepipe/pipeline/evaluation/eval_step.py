@@ -14,7 +14,7 @@ batches.
 
 `evaluate` runs the pass: it keeps the scores, labels and masks of this
 host's examples and merges them across hosts once at the end
-(metrics.merge_across_processes), so AUC is exact over the whole eval set.
+(metrics.gather_examples_across_processes), so AUC is exact over the whole eval set.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sparsepipe.core.batch import EvalBatch
 from sparsepipe.core.mesh import data_sharding
 from sparsepipe.pipeline.evaluation.metrics import EvalMetrics
 from sparsepipe.pipeline.evaluation.metrics import compute_metrics
-from sparsepipe.pipeline.evaluation.metrics import merge_across_processes
+from sparsepipe.pipeline.evaluation.metrics import gather_examples_across_processes
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.pipelining.state import ScFwdStageFun
 from sparsepipe.pipeline.training.train_state import TrainState
@@ -100,7 +100,7 @@ def evaluate(
     eval_step: from `make_eval_step`.
     train_state: the model to score (read only).
     eval_batches: EvalBatch of global arrays, e.g. one iteration of
-      `make_eval_input_pipeline(...)`; every host must give the same number.
+      `make_eval_input(...)`; every host must give the same number.
 
   Returns:
     EvalMetrics over the whole eval set (the same on every process).
@@ -120,7 +120,7 @@ def evaluate(
     pending = (out, batch)
   if pending is not None:
     collect(*pending)
-  merged_labels, merged_scores = merge_across_processes(
+  merged_labels, merged_scores = gather_examples_across_processes(
     *(np.concatenate(xs) if xs else np.zeros(0, np.float32) for xs in (labels, scores, masks))
   )
   return compute_metrics(merged_labels, merged_scores)

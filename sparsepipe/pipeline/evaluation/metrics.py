@@ -2,7 +2,7 @@
 
 AUC is exact (the Mann-Whitney statistic with average ranks for tied
 scores), not a bucketed estimate, so it needs all scores in one place:
-`merge_across_processes` gathers the valid examples of every process and
+`gather_examples_across_processes` gathers the valid examples of every process and
 every process then computes the same numbers. Nothing is averaged per host
 or per batch.
 
@@ -132,7 +132,9 @@ def compute_metrics(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> EvalM
   )
 
 
-def merge_across_processes(labels: Any, scores: Any, mask: Any) -> tuple[np.ndarray, np.ndarray]:
+def gather_examples_across_processes(
+  labels: Any, scores: Any, mask: Any
+) -> tuple[np.ndarray, np.ndarray]:
   """Labels and scores of the valid examples of every process, process order.
 
   Every process passes arrays of the same length (the eval input gives each

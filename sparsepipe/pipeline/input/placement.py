@@ -1,4 +1,4 @@
-"""Host batches -> global jax.Arrays on the mesh, as a Grain stage.
+"""Host batches -> global jax.Arrays on the mesh.
 
 Every leaf of the host TrainBatch has its leading dimension split over this
 host's devices in mesh order (labels/dense by examples, COO buffers by
@@ -6,16 +6,16 @@ device), so `jax.make_array_from_process_local_data` with the data-axis
 sharding assembles the global batch: local device d of the COO
 preprocessing is the d-th of this process's devices along the data axis.
 
-Placement is a Grain `.map` followed by a thread prefetch, so the transfer
-of batch i+1 overlaps the step of batch i; the prefetch keeps the state of
-the last batch handed out, so checkpoints stay exact.
+The input runs the placement as a Grain `.map` followed by a thread
+prefetch (train_input.py), so the transfer of batch i+1 overlaps the step
+of batch i; the input iterator's position counts batches handed out, so
+checkpoints stay exact.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-import grain
 import jax
 import numpy as np
 from jax.sharding import Mesh
@@ -24,9 +24,6 @@ from sparsepipe import transforms
 from sparsepipe.core.batch import EvalBatch, TrainBatch
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 from sparsepipe.core.mesh import data_sharding
-
-# Batches placed ahead of the step: one in flight while the step runs.
-PREFETCH_BATCHES = 1
 
 
 def to_global_batch(batch: TrainBatch, mesh: Mesh) -> TrainBatch:
@@ -57,102 +54,31 @@ def check_label_range(labels: np.ndarray, label_range: tuple[float, float], wher
     )
 
 
-def place_on_mesh(
-  ds: grain.IterDataset,
+def make_placement(
   mesh: Mesh,
   *,
-  prefetch: int = PREFETCH_BATCHES,
   label_range: tuple[float, float] | None = None,
   where: str = "the data",
-) -> grain.IterDataset:
-  """Host elements -> the same on the mesh as global jax.Arrays.
+) -> Callable[[Any], Any]:
+  """A function putting host elements on the mesh as global jax.Arrays.
 
-  PreprocessedBatch (or TrainBatch) elements become TrainBatch, EvalBatch
-  stays EvalBatch (its mask sharded like the labels). With `label_range`,
-  every batch's labels are checked on the host first.
+  A PreprocessedBatch keeps its statistics and gets its TrainBatch placed;
+  a TrainBatch is placed; an EvalBatch stays an EvalBatch (its mask
+  sharded like the labels). With `label_range`, every batch's labels are
+  checked on the host first (LabelRangeError naming `where`).
   """
 
-  def put(element: Any) -> TrainBatch | EvalBatch:
+  def put(element: Any) -> Any:
     if isinstance(element, EvalBatch):
       mask = jax.make_array_from_process_local_data(data_sharding(mesh), np.asarray(element.mask))
       return EvalBatch(to_global_batch(element.batch, mesh), mask)
     batch = element if isinstance(element, TrainBatch) else element.batch
     if label_range is not None:
       check_label_range(batch.labels, label_range, where)
-    return to_global_batch(batch, mesh)
+    placed = to_global_batch(batch, mesh)
+    return placed if isinstance(element, TrainBatch) else element._replace(batch=placed)
 
-  ds = ds.map(put)
-  if prefetch:
-    ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
-  return ds
-
-
-def _this_host(mesh: Mesh) -> dict[str, int]:
-  """The host pipeline's device and process arguments for this process on `mesh`."""
-  return dict(
-    local_device_count=len(mesh.local_devices),
-    global_device_count=mesh.size,
-    process_index=jax.process_index(),
-    process_count=jax.process_count(),
-  )
-
-
-def make_input_pipeline(
-  config: transforms.InputConfig | Any,
-  feature_specs: Any,
-  mesh: Mesh,
-  *,
-  fdo_client: Any = None,
-  worker_init_fn: Callable[[int, int], None] | None = None,
-  label_range: tuple[float, float] | None = None,
-) -> transforms.InputPipelineIterator:
-  """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
-
-  Args:
-    config: InputConfig (or ConfigDict/mapping with its keys).
-    feature_specs: pytree of prepared FeatureSpecs; each reads the example
-      feature of the same name; global batch = per_host_batch_size * processes.
-    mesh: the 1-D data mesh; local devices = mesh.local_devices, global = mesh.size.
-    fdo_client: optional, gets `record(stats)` for every batch (main process).
-    worker_init_fn: optional `(worker_index, worker_count)` run in each worker
-      (after it starts ignoring SIGTERM).
-    label_range: if given, (lo, hi): a batch with a label outside it is a
-      LabelRangeError naming the dataset.
-  """
-  where = f"dataset '{transforms.InputConfig.from_config(config).data_dir}'"
-  return transforms.make_host_pipeline(
-    config,
-    feature_specs,
-    **_this_host(mesh),
-    fdo_client=fdo_client,
-    worker_init_fn=worker_init_fn,
-    placement=lambda ds: place_on_mesh(ds, mesh, label_range=label_range, where=where),
-  )
-
-
-def make_eval_input_pipeline(
-  config: transforms.InputConfig | Any,
-  feature_specs: Any,
-  mesh: Mesh,
-  *,
-  worker_init_fn: Callable[[int, int], None] | None = None,
-) -> grain.IterDataset:
-  """One eval pass per iteration: EvalBatch of global jax.Arrays on the mesh.
-
-  Args:
-    config: InputConfig with the eval data_dir and the train step's
-      per_host_batch_size (see transforms.make_eval_pipeline).
-    feature_specs: the train step's prepared FeatureSpecs (same limits).
-    mesh: the 1-D data mesh.
-    worker_init_fn: optional `(worker_index, worker_count)` run in each worker.
-  """
-  return transforms.make_eval_pipeline(
-    config,
-    feature_specs,
-    **_this_host(mesh),
-    worker_init_fn=worker_init_fn,
-    placement=lambda ds: place_on_mesh(ds, mesh),
-  )
+  return put
 
 
 def abstract_train_batch(

@@ -37,7 +37,7 @@ import numpy as np
 
 from sparsepipe.pipeline.pipelining import state as ps
 from sparsepipe.pipeline.training.train_state import TrainState
-from sparsepipe.pipeline.training.trainer import PipelinedTrainer
+from sparsepipe.pipeline.training.trainer import Trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +128,7 @@ def _next_batch(data_iterator: Iterator[Any], i: int, num_batches: int) -> tuple
 
 
 def train(
-  trainer: PipelinedTrainer,
+  trainer: Trainer,
   train_state: TrainState,
   data_iterator: Iterator[Any],
   num_batches: int,
@@ -140,7 +140,7 @@ def train(
   """Runs (part of) a pipeline run of `num_batches` batches.
 
   Args:
-    trainer: from `make_pipelined_trainer`.
+    trainer: from `make_trainer`.
     train_state: the TrainState (donated: use the returned one).
     data_iterator: yields the batches.
     num_batches: batches of the whole pipeline run (not of this call).

@@ -1,6 +1,6 @@
 """The pipelined trainer: stages, shardings and the jitted, donating step.
 
-`make_pipelined_trainer` builds a `PipelinedTrainer` from a TrainState, an
+`make_trainer` builds a `Trainer` from a TrainState, an
 example batch and the stage functions; `train` (loop.py) drives it. A
 pipeline run of n batches takes n + 2 pipeline steps: step i feeds batch i
 (i < n) or zero dummies (the two drain steps), and its TC output belongs
@@ -112,10 +112,10 @@ def _unorder(donated: tuple[Any, ...], kept: tuple[Any, ...]) -> tuple[Any, Any,
 
 
 @dataclasses.dataclass(frozen=True)
-class PipelinedTrainer:
+class Trainer:
   """The stages, shardings and jitted step of one pipelined training setup.
 
-  Build it with `make_pipelined_trainer`. The jitted step donates the train
+  Build it with `make_trainer`. The jitted step donates the train
   state, the input and every pipeline state buffer an output can reuse
   (see `_order`) and has explicit in/out shardings, so no step copies the
   state; `fake_tc_step` is static (two programs), or, with
@@ -383,7 +383,7 @@ def _jit_sequential_step(
   )
 
 
-def make_pipelined_trainer(
+def make_trainer(
   mesh: Mesh,
   train_state: TrainState,
   example_batch: Any,
@@ -397,7 +397,7 @@ def make_pipelined_trainer(
   gradient_multiplier: bool = False,
   output_sharding: Any = None,
   pipelining: bool = True,
-) -> PipelinedTrainer:
+) -> Trainer:
   """Builds the stages, shardings and the jitted step.
 
   Args:
@@ -418,7 +418,7 @@ def make_pipelined_trainer(
       update in one step (sequential mode, no one-step delay).
 
   Returns:
-    A PipelinedTrainer.
+    A Trainer.
   """
   if gradient_multiplier and not pipelining:
     raise ValueError("gradient_multiplier is a pipelining mode: it needs pipelining=True")
@@ -435,7 +435,7 @@ def make_pipelined_trainer(
   else:
     jitted = _jit_sequential_step(layout, mesh, stages, trace_log)
   labels = jax.tree.leaves(layout.abstract_input.dense_inputs)
-  return PipelinedTrainer(
+  return Trainer(
     mesh=mesh,
     sc_fwd_function=sc_fwd_function,
     tc_function=tc_function,

@@ -20,8 +20,10 @@ rotation then maps old partitions to new ones the same way for all tables.
 These bounds hold for every batch the saved limits were tuned on (with the
 same headroom), and are clamped by what one batch can produce: every id of
 a SC's samples in one partition. The result is a valid start; FDO retunes
-it at the next segment boundary (from statistics of the new layout only:
-reset the running totals, InputPipelineIterator.reset_stats_maxima).
+it at the next segment boundary. The statistics FDO keeps (the running
+maxima of every batch so far) are carried the same way
+(`carry_stats_maximum`), so the first retune after a resize still rests on
+every batch seen, not only on the few since the resize.
 """
 
 from __future__ import annotations
@@ -50,24 +52,32 @@ def most_ids_per_sparsecore(feature_specs: Any, num_global_sc: int) -> dict[str,
   return most
 
 
+def _partition_count(value: int, n_old: int, n_new: int, bound: int) -> int:
+  """A count of one (SC, partition) (M or U) carried from N=n_old to n_new SCs."""
+  if n_new <= n_old:
+    value *= (n_old // n_new) ** 2
+  return max(1, min(value, bound))
+
+
+def _sc_buffer(per_sc: int, n_old: int, n_new: int) -> int:
+  """One SC's required buffer carried from N=n_old to n_new SCs (not aligned)."""
+  if n_new <= n_old:
+    return per_sc * (n_old // n_new)
+  return per_sc + coo_layout.ALIGNMENT * (n_new - n_old)
+
+
 def _carry_one(
   saved: limits_lib.StackLimits, bound: int, n_old: int, n_new: int, s_per: int
 ) -> dict[str, int | None]:
   """One stack's limits carried from N=n_old to N=n_new SparseCores."""
-  m, u = int(saved["max_ids_per_partition"]), int(saved["max_unique_ids_per_partition"])
+  new_m = _partition_count(int(saved["max_ids_per_partition"]), n_old, n_new, bound)
+  new_u = min(
+    _partition_count(int(saved["max_unique_ids_per_partition"]), n_old, n_new, bound), new_m
+  )
   q = saved["suggested_coo_buffer_size_per_device"]
-  if n_new <= n_old:
-    r = n_old // n_new
-    m, u = m * r * r, u * r * r
-  new_m = max(1, min(m, bound))
-  new_u = max(1, min(u, new_m))
   new_q = None
   if q is not None:
-    per_sc = -(-int(q) // s_per)
-    if n_new <= n_old:
-      per_sc *= n_old // n_new
-    else:
-      per_sc += coo_layout.ALIGNMENT * (n_new - n_old)
+    per_sc = _sc_buffer(-(-int(q) // s_per), n_old, n_new)
     theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(new_m, n_new // s_per, s_per)
     new_q = min(round_up(per_sc, coo_layout.ALIGNMENT) * s_per, theoretical)
   return {
@@ -75,6 +85,36 @@ def _carry_one(
     "max_unique_ids_per_partition": new_u,
     "suggested_coo_buffer_size_per_device": new_q,
   }
+
+
+def carry_stats_maximum(
+  field: str,
+  value: int,
+  *,
+  bound: int,
+  saved_global_device_count: int,
+  global_device_count: int,
+  num_sc_per_device: int,
+) -> int:
+  """A running statistics maximum (as FDO keeps them) carried to another device count.
+
+  Args:
+    field: "max_ids_per_partition", "max_unique_ids_per_partition" or
+      "required_buffer_size_per_sc".
+    value: the stack's maximum of that field on the saved layout.
+    bound: the most ids one SparseCore's samples can hold on the new layout
+      (most_ids_per_sparsecore), which no partition count can exceed.
+    saved_global_device_count, global_device_count, num_sc_per_device: the
+      layouts, as for carry_stack_limits.
+  """
+  s_per = int(num_sc_per_device)
+  n_old = coo_layout.num_global_sparsecores(saved_global_device_count, s_per)
+  n_new = coo_layout.num_global_sparsecores(global_device_count, s_per)
+  if n_old == n_new or value <= 0:
+    return int(value)
+  if field == "required_buffer_size_per_sc":
+    return _sc_buffer(int(value), n_old, n_new)
+  return _partition_count(int(value), n_old, n_new, bound)
 
 
 def carry_stack_limits(

@@ -12,7 +12,7 @@ from sparsepipe.data.example import ExampleBatch
 from sparsepipe.core.batch import TrainBatch
 from sparsepipe.transforms.coo.preprocess import preprocess_sparse_dense_matmul_input
 from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
-from sparsepipe.transforms.input.decode_batch import ParsedBatch
+from sparsepipe.transforms.input.train_batches import ParsedBatch
 
 
 class PreprocessedBatch(NamedTuple):

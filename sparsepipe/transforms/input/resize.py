@@ -1,22 +1,17 @@
 """Input iterator states across a change of the process count.
 
-Host h of P reads a contiguous block of every global batch
-(grain_host_blocks), so after K global batches the data position is global:
-every host has read K blocks of its share. With the same global batch, the
-states of N processes therefore map to those of M processes: host h' of M
-continues at K of its own blocks. The FDO maxima are per local device
-(shapes L*N and L*S per stack); the global device d's samples are the same
-rows of every global batch on any process count, so concatenating the
-saved hosts' arrays in process order and cutting them into M parts keeps
-each device's numbers (when the device count is unchanged). Counters of
-corrupt records and dropped ids are sums over hosts: their totals go to
-process 0.
+A batch is a function of its global index (train_batches.py), so the data
+position, `next_batch`, is the same number on every process and on any
+process count: with the same global batch, host h' of M simply continues
+at the saved `next_batch`. The FDO maxima are per local device (shapes L*N
+and L*S per stack); the global device d's samples are the same rows of
+every global batch on any process count, so concatenating the saved hosts'
+arrays in process order and cutting them into M parts keeps each device's
+numbers (when the device count is unchanged). Counters of corrupt records
+and dropped ids are sums over hosts: their totals go to process 0.
 
 What cannot be converted is refused with IteratorStateMismatchError:
-another global batch, a different worker count, Grain workers (their
-batches interleave per-process record streams), a per-host batch that is
-not whole records (hosts then read strided records), and hosts that are
-not at one global batch boundary.
+another global batch, other data or seed, states of different positions.
 """
 
 from __future__ import annotations
@@ -25,15 +20,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from sparsepipe.transforms.input.record_stats import StatsTotals
-from sparsepipe.transforms.input.record_stats import clear_stats_maxima
-from sparsepipe.transforms.input.record_stats import find_stats_node
-from sparsepipe.transforms.input.record_stats import map_stats_node
-from sparsepipe.transforms.input.host_input import IteratorStateMismatchError
+from sparsepipe.transforms.input.iterator import IteratorStateMismatchError
+from sparsepipe.transforms.input.stats import StatsTotals
 
 # Metadata that differs between the processes of one run, or with their count.
 _PER_PROCESS_KEYS = ("process_index", "process_count", "per_host_batch_size")
-_DECODE_KEYS = ("next_record", "offset")
 
 
 def _ordered(saved: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -59,17 +50,14 @@ def _ordered(saved: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -> None:
-  """Same data, seed, workers and global batch in every saved state and the target."""
+  """Same data, seed and global batch in every saved state and the target."""
   for key in sorted(set(target) - set(_PER_PROCESS_KEYS)):
     for i, state in enumerate(saved):
       value = state["metadata"].get(key)
       if value != target[key]:
-        hint = ""
-        if key == "num_workers":
-          hint = ": batches depend on the worker count, restore with the same num_workers"
         raise IteratorStateMismatchError(
           f"data iterator state of process {i} was saved with {key}={value!r}, but this"
-          f" pipeline has {key}={target[key]!r}{hint}"
+          f" pipeline has {key}={target[key]!r}"
         )
   old = [int(s["metadata"]["per_host_batch_size"]) for s in saved]
   if len(set(old)) != 1:
@@ -84,48 +72,14 @@ def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -
     )
 
 
-def _records_per_batch(per_host: int, examples_per_record: int | None, what: str) -> int:
-  if not isinstance(examples_per_record, int) or examples_per_record < 1:
-    raise ValueError(
-      f"examples_per_record={examples_per_record!r} must be the dataset's positive"
-      " manifest.examples_per_record"
-    )
-  records, rest = divmod(int(per_host), int(examples_per_record))
-  if rest:
+def _global_position(saved: list[Mapping[str, Any]]) -> int:
+  """The next global batch of the saved processes (one number for all of them)."""
+  positions = [int(s["next_batch"]) for s in saved]
+  if len(set(positions)) != 1:
     raise IteratorStateMismatchError(
-      f"{what} per_host_batch_size={per_host} is not a multiple of the dataset's"
-      f" examples_per_record={examples_per_record}: hosts then read strided records,"
-      " so the data position depends on the process count; resume on the saved"
-      " number of processes"
+      f"the saved processes are at different batches {positions}: not one global position"
     )
-  return records
-
-
-def _global_position(saved: list[Mapping[str, Any]], block: int) -> int:
-  """K: the global batches every saved process (0 workers) has consumed."""
-  consumed = []
-  for i, state in enumerate(saved):
-    node = find_stats_node(state["pipeline"])
-    decode, batches = node["parent"], int(node["totals"]["batches"])
-    if not isinstance(decode, Mapping) or set(decode) != set(_DECODE_KEYS):
-      raise IteratorStateMismatchError(
-        f"data iterator state of process {i} has no record position under its"
-        f" statistics stage (found {decode!r})"
-      )
-    if decode["offset"] != 0 or decode["next_record"] != batches * block:
-      raise IteratorStateMismatchError(
-        f"data iterator state of process {i} is at record {decode['next_record']},"
-        f" offset {decode['offset']} after {batches} batches of {block} records: not at"
-        " a global batch boundary (corrupt records skipped?); resume on the saved"
-        " number of processes"
-      )
-    consumed.append(batches)
-  if len(set(consumed)) != 1:
-    raise IteratorStateMismatchError(
-      f"the saved processes consumed different numbers of batches {consumed}: not one"
-      " global position; resume on the saved number of processes"
-    )
-  return consumed[0]
+  return positions[0]
 
 
 def _split_maxima(
@@ -147,22 +101,33 @@ def _split_maxima(
       if joined.size % count:
         raise IteratorStateMismatchError(
           f"stack '{stack}': {field} has {joined.size} entries over all saved processes,"
-          f" not divisible by {count} processes: the device count changed, reset the"
-          " FDO maxima (reset_stats_maxima=True)"
+          f" not divisible by {count} processes: the device count changed, summarize the"
+          " FDO maxima (summarize_stats_maxima=True)"
         )
       out[field][stack] = np.split(joined, count)[index]
   return out
 
 
+def _summarized_maxima(saved: list[StatsTotals]) -> dict[str, dict[str, np.ndarray]]:
+  """Each stack's maximum of each field over every saved process, as a 1-entry array."""
+  out: dict[str, dict[str, np.ndarray]] = {}
+  for totals in saved:
+    for field, stacks in totals.maxima.items():
+      for stack, values in stacks.items():
+        m = int(values.max()) if values.size else 0
+        old = out.setdefault(field, {}).get(stack)
+        out[field][stack] = np.array([m if old is None else max(m, int(old[0]))], np.int64)
+  return out
+
+
 def _converted_totals(
-  saved: list[Mapping[str, Any]], count: int, index: int, reset_maxima: bool
+  saved: list[Mapping[str, Any]], count: int, index: int, summarize: bool
 ) -> dict[str, Any]:
   """The new process's FDO totals: its share of the maxima, the counters on process 0."""
-  old = [StatsTotals.from_state(find_stats_node(s["pipeline"])["totals"]) for s in saved]
+  old = [StatsTotals.from_state(s["stats"]) for s in saved]
   totals = StatsTotals()
   totals.batches = old[0].batches
-  if not reset_maxima:
-    totals.maxima = _split_maxima(old, count, index)
+  totals.maxima = _summarized_maxima(old) if summarize else _split_maxima(old, count, index)
   if index == 0:
     totals.corrupt_records = sum(t.corrupt_records for t in old)
     for t in old:
@@ -177,64 +142,43 @@ def resize_iterator_state(
   saved: Sequence[Mapping[str, Any]],
   target: Mapping[str, Any],
   *,
-  examples_per_record: int | None,
-  reset_stats_maxima: bool = False,
+  summarize_stats_maxima: bool = False,
 ) -> dict[str, Any]:
   """The state for a new pipeline from every saved process's iterator state.
 
   Args:
     saved: get_state() of each of the N saved processes (any order).
-    target: the new pipeline's metadata (InputPipelineIterator.metadata): its
+    target: the new pipeline's metadata (InputIterator.metadata): its
       process_index, process_count M and per_host_batch_size say which state
       to make; everything else must match the saved states.
-    examples_per_record: the dataset's R (manifest.examples_per_record, or
-      InputPipelineIterator.examples_per_record); unused if N == M.
-    reset_stats_maxima: forget the FDO maxima (pass True when the global
-      device count changed: their shapes follow the device layout).
+    summarize_stats_maxima: keep each stack's maximum of each FDO field over
+      all saved processes as a 1-entry array (pass True when the global
+      device count changed: the arrays' shapes follow the device layout;
+      InputIterator.carry_stats_maxima then maps them to the new one).
 
   Returns:
     A state for target's process; set_state continues it where an
     uninterrupted M-process run would be after the same global batches.
 
   Raises:
-    IteratorStateMismatchError: what differs and what to do (see the module).
+    IteratorStateMismatchError: what differs (see the module docstring).
   """
   saved = _ordered(saved)
   _check_metadata(saved, target)
   count, index = int(target["process_count"]), int(target["process_index"])
-  if count == len(saved):
-    state = saved[index]
-    if reset_stats_maxima:
-      state = {**state, "pipeline": clear_stats_maxima(state["pipeline"])}
-    return {"metadata": dict(state["metadata"]), "pipeline": state["pipeline"]}
-  workers = int(target["num_workers"])
-  if workers:
-    raise IteratorStateMismatchError(
-      f"with num_workers={workers} each process's batches interleave its workers'"
-      f" record streams, so a data position of {len(saved)} processes has no"
-      f" equivalent on {count}: resume on {len(saved)} processes (or train with"
-      " data.num_workers=0 to change the process count)"
-    )
-  old_block = _records_per_batch(
-    saved[0]["metadata"]["per_host_batch_size"], examples_per_record, "the saved"
-  )
-  new_block = _records_per_batch(target["per_host_batch_size"], examples_per_record, "the new")
-  consumed = _global_position(saved, old_block)
-  node = {
-    "parent": {"next_record": consumed * new_block, "offset": 0},
-    "totals": _converted_totals(saved, count, index, reset_stats_maxima),
-  }
+  if count == len(saved) and not summarize_stats_maxima:
+    return {**saved[index], "metadata": dict(saved[index]["metadata"])}
+  stats = _converted_totals(saved, count, index, summarize_stats_maxima)
   metadata = dict(saved[0]["metadata"])
   metadata.update({key: target[key] for key in _PER_PROCESS_KEYS})
-  return {"metadata": metadata, "pipeline": map_stats_node(saved[0]["pipeline"], lambda _: node)}
+  return {"metadata": metadata, "next_batch": _global_position(saved), "stats": stats}
 
 
 def resize_iterator_states(
   saved: Sequence[Mapping[str, Any]],
   process_count: int,
   *,
-  examples_per_record: int | None,
-  reset_stats_maxima: bool = False,
+  summarize_stats_maxima: bool = False,
 ) -> list[dict[str, Any]]:
   """The M = process_count states, same global batch, from the N saved ones.
 
@@ -256,8 +200,7 @@ def resize_iterator_states(
       resize_iterator_state(
         ordered,
         target,
-        examples_per_record=examples_per_record,
-        reset_stats_maxima=reset_stats_maxima,
+        summarize_stats_maxima=summarize_stats_maxima,
       )
     )
   return states

@@ -16,7 +16,6 @@ from sparsepipe.pipeline import embedding_variables_sharding
 from sparsepipe.pipeline import init_embedding_variables
 from sparsepipe.pipeline import logical_to_physical
 from sparsepipe.core import make_mesh
-from sparsepipe.pipeline import physical_row_ids
 from sparsepipe.pipeline import physical_to_logical
 from sparsepipe.pipeline import stack_embedding_tables
 from sparsepipe.pipeline import stack_embedding_variables
@@ -82,7 +81,7 @@ def test_physical_rows_follow_the_coo_mod_formula(g):
     t = f.id_transformation
     col = ((ids + t.col_shift) & (n - 1)) + (ids & ~(n - 1)) + t.col_offset
     expected = (col % n) * (layout.vocab_size // n) + col // n
-    np.testing.assert_array_equal(physical_row_ids(layout, f.table_spec.name, ids), expected)
+    np.testing.assert_array_equal(layout.physical_rows(f.table_spec.name, ids), expected)
   # The second table of the stack is rotated once N > 2.
   assert specs["f1"].id_transformation.col_shift == (S if n > S else 0)
 
@@ -97,7 +96,7 @@ def test_physical_rows_agree_with_jax_tpu_embedding():
     expected = table_stacking.compute_physical_row_ids(
       16, layout.vocab_size, setting.shard_rotation, setting.row_offset_in_shard, ids
     )
-    np.testing.assert_array_equal(physical_row_ids(layout, f.table_spec.name, ids), expected)
+    np.testing.assert_array_equal(layout.physical_rows(f.table_spec.name, ids), expected)
 
 
 def test_logical_physical_round_trip_on_host():
@@ -109,7 +108,7 @@ def test_logical_physical_round_trip_on_host():
   assert physical.shape == (layout.vocab_size, 8)
   written = np.zeros(physical.shape, bool)
   for name, values in stacked.items():
-    rows = physical_row_ids(layout, name, np.arange(values.shape[0]))
+    rows = layout.physical_rows(name, np.arange(values.shape[0]))
     np.testing.assert_array_equal(physical[rows, : values.shape[1]], values)
     written[rows, : values.shape[1]] = True
   np.testing.assert_array_equal(physical[~written], 0.0)
@@ -140,7 +139,7 @@ def test_init_is_sharded_nonzero_and_independent_of_devices_and_stacking():
     # Padding rows and columns are zero; every real row is initialised.
     written = np.zeros(v.table.shape, bool)
     for t in layout.tables:
-      rows = physical_row_ids(layout, t.name, np.arange(t.vocabulary_size))
+      rows = layout.physical_rows(t.name, np.arange(t.vocabulary_size))
       written[rows, : t.embedding_dim] = True
     table = np.asarray(v.table)
     np.testing.assert_array_equal(table[~written], 0.0)
@@ -180,7 +179,7 @@ def test_relayout_from_8_to_4_devices_keeps_every_row():
   assert state4["t2"].table.sharding.mesh == mesh4
   # Slot padding holds the slot's initial value, table padding zero.
   layout = stack_layouts(specs4, 8)["t2"]
-  rows = physical_row_ids(layout, "t2", np.arange(70))
+  rows = layout.physical_rows("t2", np.arange(70))
   pad = np.setdiff1d(np.arange(layout.vocab_size), rows)
   np.testing.assert_array_equal(np.asarray(state4["t2"].slots[0])[pad], 0.25)
   np.testing.assert_array_equal(np.asarray(state4["t2"].table)[pad], 0.0)

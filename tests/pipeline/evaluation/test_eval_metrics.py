@@ -78,7 +78,7 @@ def test_bad_input_is_a_clear_error():
 
 
 def test_merge_keeps_valid_examples_of_one_process():
-  labels, scores = evaluation.merge_across_processes(
+  labels, scores = evaluation.gather_examples_across_processes(
     [1, 0, 0, 1], [0.5, 0.25, 0.0, 0.75], [1, 1, 0, 1]
   )
   np.testing.assert_array_equal(labels, [1, 0, 1])

@@ -92,7 +92,7 @@ class Setup:
   def eval_batches(self):
     per_host = B // jax.process_count()
     config = T.InputConfig(self.path, per_host, num_sc_per_device=S)
-    return pipeline.make_eval_input_pipeline(config, self.specs, self.mesh)
+    return pipeline.make_eval_input(config, self.specs, self.mesh)
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def _specs(devices):
 
 def _pipeline(path, specs, devices, **kw):
   config = transforms.InputConfig(path, GLOBAL_BATCH, num_sc_per_device=S, shuffle=False, **kw)
-  return transforms.make_host_pipeline(
+  return transforms.make_host_input(
     config,
     specs,
     local_device_count=devices,
@@ -209,25 +209,75 @@ def test_other_stacks_or_bad_device_counts_are_refused():
     )
 
 
-def test_reset_stats_maxima_forgets_maxima_keeps_counters_and_position(demo_data):
-  specs = _specs(4)
-  it = _pipeline(demo_data, specs, 4)
-  for _ in range(3):
-    next(it)
-  it.reset_stats_maxima()
-  totals = it.stats_totals()
-  assert totals.batches == 3
-  assert totals.maxima == {f: {} for f in totals.maxima}
-  assert totals.id_drops == {STACK: 0}
-  got = next(it)
-  # The next batch is batch 3, and the maxima are that batch's statistics alone.
-  reference = _pipeline(demo_data, specs, 4)
-  for _ in range(3):
-    next(reference)
-  want = next(reference)
-  np.testing.assert_array_equal(got.batch.dense, want.batch.dense)
-  np.testing.assert_array_equal(
-    it.stats_totals().maxima["max_ids_per_partition"][STACK],
-    want.stats.max_ids_per_partition[STACK],
+def _maxima(it):
+  """{field: the stack's maximum} of an iterator's FDO totals."""
+  return {f: int(v[STACK].max()) for f, v in it.stats_totals().maxima.items()}
+
+
+@pytest.mark.parametrize("devices", [2, 8])
+def test_carried_stats_maxima_bound_the_same_batches_on_the_new_layout(demo_data, devices):
+  """The running maxima of 4 devices, carried to 2 or 8: the same batches give no more there."""
+  saved = _pipeline(demo_data, _specs(4), 4)
+  for _ in range(TUNED_BATCHES):
+    next(saved)
+  specs = _specs(devices)
+  bound = transforms.most_ids_per_sparsecore(specs, devices * S)[STACK]
+  carried = _pipeline(demo_data, specs, devices)
+  carried.set_state(saved.get_state())  # as a restore does: the saved layout's maxima
+  carried.carry_stats_maxima(
+    lambda field, stack, value: transforms.carry_stats_maximum(
+      field,
+      value,
+      bound=bound,
+      saved_global_device_count=4,
+      global_device_count=devices,
+      num_sc_per_device=S,
+    )
   )
-  assert it.stats_totals().batches == 4
+  totals = carried.stats_totals()
+  assert totals.batches == TUNED_BATCHES and carried.next_batch == TUNED_BATCHES
+  for field, arrays in totals.maxima.items():  # every entry, in this layout's shape
+    assert arrays[STACK].shape == getattr(next(carried).stats, field)[STACK].shape
+  fresh = _pipeline(demo_data, specs, devices)
+  for _ in range(TUNED_BATCHES):
+    next(fresh)
+  measured, carried_maxima = (
+    _maxima(fresh),
+    {f: int(v[STACK].max()) for f, v in totals.maxima.items()},
+  )
+  for field in measured:
+    assert measured[field] <= carried_maxima[field], (field, measured, carried_maxima)
+  if devices == 8:  # more SCs: partition counts do not grow
+    assert carried_maxima["max_ids_per_partition"] == _maxima(saved)["max_ids_per_partition"]
+
+
+def test_carried_stats_maximum_arithmetic():
+  args = dict(bound=1000, saved_global_device_count=8, num_sc_per_device=2)
+  # 16 -> 4 SCs: r = 4, partition counts x16, a SC's buffer x4.
+  assert (
+    transforms.carry_stats_maximum("max_ids_per_partition", 5, global_device_count=2, **args) == 80
+  )
+  assert (
+    transforms.carry_stats_maximum("required_buffer_size_per_sc", 40, global_device_count=2, **args)
+    == 160
+  )
+  # Clamped by what one SC's samples can hold.
+  assert (
+    transforms.carry_stats_maximum(
+      "max_unique_ids_per_partition", 100, global_device_count=2, **args
+    )
+    == 1000
+  )
+  # 16 -> 32 SCs: counts stay, a SC's buffer may gain 8 per extra partition.
+  assert (
+    transforms.carry_stats_maximum("max_ids_per_partition", 5, global_device_count=16, **args) == 5
+  )
+  assert (
+    transforms.carry_stats_maximum(
+      "required_buffer_size_per_sc", 40, global_device_count=16, **args
+    )
+    == 40 + 8 * 16
+  )
+  assert (
+    transforms.carry_stats_maximum("max_ids_per_partition", 5, global_device_count=8, **args) == 5
+  )

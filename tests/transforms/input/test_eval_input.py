@@ -10,7 +10,8 @@ import pytest
 from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
-from sparsepipe.transforms.input import eval_read as grain_eval
+from sparsepipe.transforms.input import eval_read
+from sparsepipe.transforms.input import example_order
 import datasets
 
 S = 2
@@ -26,35 +27,20 @@ FEATURES = (
 def dataset(tmp_path_factory):
   """93 examples whose dense[:, 0] is the example number + 1, in 4 shards."""
   path = str(tmp_path_factory.mktemp("eval") / "ds")
-  schema = data.synthetic_schema(FEATURES, 2)
-  examples = data.concat_batches(list(data.generate_batches(FEATURES, 2, NUM_EXAMPLES, 3)))
-  examples.dense[:, 0] = np.arange(1, NUM_EXAMPLES + 1)
-  with data.ShardedRecordWriter(
-    path, schema, examples_per_record=PER_RECORD, max_records_per_shard=6
-  ) as writer:
-    writer.write_batch(examples)
+  examples = datasets.write_numbered(
+    path, FEATURES, NUM_EXAMPLES, PER_RECORD, max_records_per_shard=6, first=1
+  )
   return path, examples
 
 
 def make_specs(global_batch, global_devices):
-  specs = {}
-  for f in FEATURES:
-    table = core.TableSpec(
-      f"t_{f.name}",
-      f.vocab_size,
-      8,
-      combiner="sum",
-      max_ids_per_partition=64,
-      max_unique_ids_per_partition=64,
-    )
-    specs[f.name] = core.FeatureSpec(f.name, table, (global_batch, 4), (global_batch, 8))
-  return T.prepare_feature_specs_for_training(specs, global_devices, S)
+  return datasets.feature_specs(FEATURES, global_batch, global_devices, S)
 
 
 def host_batches(path, batch, index, count, **kw):
   specs = make_specs(batch * count, 2 * count)
   config = T.InputConfig(path, batch, num_sc_per_device=S, **kw)
-  ds = T.make_eval_pipeline(
+  ds = T.make_host_eval_input(
     config,
     specs,
     local_device_count=2,
@@ -97,7 +83,7 @@ def test_batches_equal_direct_preprocessing_of_padded_examples(dataset):
   path, examples = dataset
   batches, specs = host_batches(path, 16, 0, 1)
   last = data.slice_batch(examples, 80, 93)
-  padding = grain_eval.padding_examples(data.read_manifest(path).schema, 3)
+  padding = eval_read.padding_examples(data.read_manifest(path).schema, 3)
   padded = data.concat_batches([last, padding])
   np.testing.assert_array_equal(padded.sparse["a"].row_lengths[13:], 0)
   want = (
@@ -128,14 +114,14 @@ def test_record_starts_allow_a_short_last_record_per_shard(dataset):
   manifest = data.read_manifest(path)
   shards = (data.manifest.ShardInfo("x", 3, 13), data.manifest.ShardInfo("y", 2, 6))
   m = dataclasses.replace(manifest, shards=shards)
-  np.testing.assert_array_equal(grain_eval.record_starts(m), [0, 5, 10, 13, 18, 19])
+  np.testing.assert_array_equal(example_order.record_starts(m), [0, 5, 10, 13, 18, 19])
   bad = dataclasses.replace(manifest, shards=(data.manifest.ShardInfo("x", 3, 16),))
   with pytest.raises(
     ValueError,
     match=r"shard 'x' of '.*': 3 records hold 16 examples, not full"
-    r" records of examples_per_record=5 and a last one of 1 to R",
+    r" records of examples_per_record=5 and a last one of 1 to R: its examples cannot be located",
   ):
-    grain_eval.record_starts(bad)
+    example_order.record_starts(bad)
 
 
 def eval_specs(vocab):
@@ -146,7 +132,7 @@ def eval_specs(vocab):
 def test_corrupt_eval_record_is_an_error_even_with_skip_corrupt(tmp_path):
   shard = datasets.write_with_corrupt_records(str(tmp_path / "ds"), bad={4})
   config = T.InputConfig(str(tmp_path / "ds"), 2, num_sc_per_device=S, skip_corrupt=True)
-  ds = T.make_eval_pipeline(
+  ds = T.make_host_eval_input(
     config,
     eval_specs(10),
     local_device_count=1,
@@ -174,7 +160,7 @@ def test_records_that_disagree_with_the_manifest_are_an_error(tmp_path):
     data.Manifest(path, schema, (data.ShardInfo("part-00000.arrayrecord", 3, 5),), 2)
   )
   config = T.InputConfig(path, 2, num_sc_per_device=S)
-  ds = T.make_eval_pipeline(
+  ds = T.make_host_eval_input(
     config,
     eval_specs(10),
     local_device_count=1,

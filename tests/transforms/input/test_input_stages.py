@@ -1,4 +1,4 @@
-"""The Grain transforms on their own: PackArrays/UnpackArrays, StatsTotals, Grain stats."""
+"""The Grain transforms on their own: PackArrays/UnpackArrays, StatsTotals."""
 
 import copy as copy_lib
 import gc
@@ -7,10 +7,7 @@ import os
 import subprocess
 import sys
 from multiprocessing import shared_memory
-import time
 
-import grain
-from grain._src.python.dataset import dataset as grain_dataset
 import numpy as np
 import pytest
 
@@ -98,45 +95,6 @@ def test_stats_totals_state_round_trip_and_shape_check():
     again.add(core.SparseDenseMatmulInputStats({"x": np.int32([1, 2, 3])}, {}, {}, {}))
 
 
-def test_custom_iterators_record_grain_stage_timing(dataset):
-  """DecodeBatch and RecordStats report time and elements like Grain's own stages."""
-  table = core.TableSpec("a", 20, 4, max_ids_per_partition=64, max_unique_ids_per_partition=64)
-  specs = T.prepare_feature_specs_for_training(
-    {"a": core.FeatureSpec("a", table, (4, 2), (4, 4))}, 1, 2
-  )
-  config = T.InputConfig(dataset.directory, 4, num_sc_per_device=2)
-  ds = T.make_host_dataset(
-    config,
-    specs,
-    local_device_count=1,
-    global_device_count=1,
-    process_index=0,
-    process_count=1,
-    manifest=dataset,
-  )
-  options = grain.experimental.DatasetOptions(
-    execution_tracking_mode=grain.experimental.ExecutionTrackingMode.STAGE_TIMING
-  )
-  it = iter(grain.experimental.WithOptionsIterDataset(ds, options))
-  for _ in range(3):
-    next(it)
-  # Grain's reporting thread folds the recorded times into the summary: wait for it.
-  builtin = "MapDatasetIterator(transform=PreprocessSparse)"
-  for _ in range(500):
-    it._stats.report()  # pylint: disable=protected-access
-    nodes = {n.name: n for n in grain_dataset.get_execution_summary(it).nodes.values()}
-    record = nodes["RecordStatsIterator"]
-    if record.num_produced_elements == 3 and nodes[builtin].num_produced_elements:
-      break
-    time.sleep(0.01)
-  decode = nodes["_DecodeBatchIterator(batch_size=4)"]
-  # Counted like Grain's own map stage between them (which misses the first element).
-  assert record.num_produced_elements == 3
-  assert decode.num_produced_elements == nodes[builtin].num_produced_elements >= 2
-  assert decode.total_processing_time_ns > 0 and record.total_processing_time_ns > 0
-  assert "ParsedBatch" in decode.output_spec and "PreprocessedBatch" in record.output_spec
-
-
 def _block_state(name: str) -> int:
   block = shared_memory.SharedMemory(name=name)
   try:
@@ -195,7 +153,7 @@ def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkey
 
   monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
   config = T.InputConfig(dataset.directory, 2, num_sc_per_device=2, num_workers=1)
-  it = T.make_host_pipeline(
+  it = T.make_host_input(
     config, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
   )
   for _ in range(12):

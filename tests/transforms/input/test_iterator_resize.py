@@ -3,12 +3,13 @@
 import copy
 import json
 
+import datasets
+
 import grain
 import numpy as np
 import pytest
 
 from sparsepipe import checkpointing
-from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
 from sparsepipe.checkpointing.integrity import digests as integrity
@@ -17,7 +18,7 @@ S = 2
 GLOBAL_DEVICES = 4
 GLOBAL_BATCH = 16
 PER_RECORD = 2
-NUM_EXAMPLES = 100  # 50 records: 6 global batches of 8 records per epoch, 2 left out
+NUM_EXAMPLES = 100  # 50 records: 6.25 global batches per epoch
 FEATURES = (
   data.SyntheticFeature("a", 40, 1, 3),
   data.SyntheticFeature("b", 24, 0, 4, weighted=True),
@@ -42,17 +43,7 @@ def dataset(tmp_path_factory):
 
 
 def make_specs():
-  specs = {}
-  for f in FEATURES:
-    table = core.TableSpec(
-      f"t_{f.name}",
-      f.vocab_size,
-      8,
-      max_ids_per_partition=LIMIT,
-      max_unique_ids_per_partition=LIMIT,
-    )
-    specs[f.name] = core.FeatureSpec(f.name, table, (GLOBAL_BATCH, 4), (GLOBAL_BATCH, 8))
-  return T.prepare_feature_specs_for_training(specs, GLOBAL_DEVICES, S)
+  return datasets.feature_specs(FEATURES, GLOBAL_BATCH, GLOBAL_DEVICES, S, limit=LIMIT)
 
 
 def hosts(path, count, num_workers=0):
@@ -66,7 +57,7 @@ def hosts(path, count, num_workers=0):
     allow_id_dropping=True,
   )
   return [
-    T.make_host_pipeline(
+    T.make_host_input(
       config,
       make_specs(),
       local_device_count=GLOBAL_DEVICES // count,
@@ -108,7 +99,7 @@ def test_converted_states_continue_like_an_uninterrupted_run(dataset, old, new, 
   saved_run = hosts(dataset, old)
   take(saved_run, first)
   saved = [it.get_state() for it in saved_run]
-  states = T.resize_iterator_states(saved, new, examples_per_record=PER_RECORD)
+  states = T.resize_iterator_states(saved, new)
   resumed = hosts(dataset, new)
   for it, state in zip(resumed, states):
     assert state["metadata"] == it.metadata
@@ -131,14 +122,14 @@ def test_converted_states_continue_like_an_uninterrupted_run(dataset, old, new, 
   assert_same_batches(take(resumed, 4), take(uninterrupted, 4))
 
 
-def test_unchanged_count_with_two_workers_is_the_saved_state(dataset):
+def test_unchanged_count_with_two_workers_is_the_saved_state_and_continues_with_none(dataset):
   uninterrupted = hosts(dataset, 2, num_workers=2)
   take(uninterrupted, 3)
   saved = [it.get_state() for it in uninterrupted]
-  resumed = hosts(dataset, 2, num_workers=2)
+  resumed = hosts(dataset, 2, num_workers=0)
   try:
     for it in resumed:
-      state = T.resize_iterator_state(saved[::-1], it.metadata, examples_per_record=PER_RECORD)
+      state = T.resize_iterator_state(saved[::-1], it.metadata)
       assert state == saved[it.metadata["process_index"]]
       it.set_state(state)
     assert_same_batches(take(resumed, 3), take(uninterrupted, 3))
@@ -147,24 +138,30 @@ def test_unchanged_count_with_two_workers_is_the_saved_state(dataset):
     close(uninterrupted)
 
 
-def test_reset_stats_maxima_on_conversion_keeps_position_and_counters(dataset):
+def test_summarized_stats_maxima_keep_position_counters_and_each_stacks_maximum(dataset):
   saved_run = hosts(dataset, 2)
   take(saved_run, 3)
   saved = [it.get_state() for it in saved_run]
-  (state,) = T.resize_iterator_states(
-    saved, 1, examples_per_record=PER_RECORD, reset_stats_maxima=True
-  )
-  totals = T.StatsTotals.from_state(state["pipeline"]["totals"])
-  assert totals.batches == 3
-  assert totals.maxima == {field: {} for field in totals.maxima}
-  assert totals.id_drops == {
-    stack: sum(it.stats_totals().id_drops[stack] for it in saved_run) for stack in ("t_a", "t_b")
+  want = {
+    field: {
+      stack: max(int(it.stats_totals().maxima[field][stack].max()) for it in saved_run)
+      for stack in ("t_a", "t_b")
+    }
+    for field in saved_run[0].stats_totals().maxima
   }
-  # Unchanged process count: the saved state with empty maxima.
-  same = T.resize_iterator_states(saved, 2, examples_per_record=PER_RECORD, reset_stats_maxima=True)
-  for got, want in zip(same, saved):
-    assert got["pipeline"]["parent"] == want["pipeline"]["parent"]
-    assert got["pipeline"]["totals"]["max_ids_per_partition"] == {}
+  for count in (1, 2):  # another process count, or the same one
+    for index, state in enumerate(
+      T.resize_iterator_states(saved, count, summarize_stats_maxima=True)
+    ):
+      totals = T.StatsTotals.from_state(state["stats"])
+      assert totals.batches == 3 and state["next_batch"] == 3
+      got = {f: {s: v.tolist() for s, v in stacks.items()} for f, stacks in totals.maxima.items()}
+      assert got == {f: {s: [m] for s, m in stacks.items()} for f, stacks in want.items()}
+      drops = {s: sum(it.stats_totals().id_drops[s] for it in saved_run) for s in ("t_a", "t_b")}
+      if index == 0:
+        assert totals.id_drops == drops
+      else:
+        assert totals.id_drops == {"t_a": 0, "t_b": 0}
 
 
 def saved_states(dataset, count=2, batches=3):
@@ -177,30 +174,6 @@ def error(message):
   return pytest.raises(T.IteratorStateMismatchError, match=message)
 
 
-def test_workers_with_another_process_count_are_refused(dataset):
-  saved = saved_states(dataset)
-  for state in saved:  # as saved with 2 workers (their positions are not read)
-    state["metadata"]["num_workers"] = 2
-  with error(
-    r"with num_workers=2 each process's batches interleave its workers' record"
-    r" streams, so a data position of 2 processes has no equivalent on 1: resume"
-    r" on 2 processes \(or train with data.num_workers=0 to change the process"
-    r" count\)"
-  ):
-    T.resize_iterator_states(saved, 1, examples_per_record=PER_RECORD)
-
-
-def test_another_worker_count_is_refused(dataset):
-  saved = saved_states(dataset)
-  target = dict(saved[0]["metadata"], num_workers=2)
-  with error(
-    r"data iterator state of process 0 was saved with num_workers=0, but this"
-    r" pipeline has num_workers=2: batches depend on the worker count, restore"
-    r" with the same num_workers"
-  ):
-    T.resize_iterator_state(saved, target, examples_per_record=PER_RECORD)
-
-
 def test_another_global_batch_is_refused(dataset):
   saved = saved_states(dataset)
   target = dict(saved[0]["metadata"], process_index=0, process_count=1)
@@ -208,53 +181,14 @@ def test_another_global_batch_is_refused(dataset):
     r"the checkpoint's global batch is 16 \(2 processes x 8\), but this job's is 8"
     r" \(1 x 8\): resume with global_batch_size=16"
   ):
-    T.resize_iterator_state(saved, target, examples_per_record=PER_RECORD)
+    T.resize_iterator_state(saved, target)
 
 
-def test_batches_that_are_not_whole_records_are_refused(dataset):
-  saved = saved_states(dataset)
-  with error(
-    r"the saved per_host_batch_size=8 is not a multiple of the dataset's"
-    r" examples_per_record=3: hosts then read strided records, so the data"
-    r" position depends on the process count; resume on the saved number of"
-    r" processes"
-  ):
-    T.resize_iterator_states(saved, 1, examples_per_record=3)
-  with error(
-    r"the new per_host_batch_size=2 is not a multiple of the dataset's"
-    r" examples_per_record=4"
-  ):
-    T.resize_iterator_states(saved, 8, examples_per_record=4)
-
-
-def test_an_unknown_record_size_is_an_error_only_when_needed(dataset):
-  saved = saved_states(dataset)
-  assert T.resize_iterator_states(saved, 2, examples_per_record=None) == saved
-  with pytest.raises(
-    ValueError,
-    match=(r"examples_per_record=None must be the dataset's positive manifest.examples_per_record"),
-  ):
-    T.resize_iterator_states(saved, 1, examples_per_record=None)
-
-
-def test_positions_off_a_global_batch_boundary_are_refused(dataset):
-  saved = saved_states(dataset)
-  shifted = copy.deepcopy(saved)
-  shifted[1]["pipeline"]["parent"]["offset"] = 1
-  with error(
-    r"data iterator state of process 1 is at record 12, offset 1 after 3 batches"
-    r" of 4 records: not at a global batch boundary \(corrupt records skipped\?\);"
-    r" resume on the saved number of processes"
-  ):
-    T.resize_iterator_states(shifted, 1, examples_per_record=PER_RECORD)
-  behind = copy.deepcopy(saved)
-  behind[1]["pipeline"]["parent"]["next_record"] = 8
-  behind[1]["pipeline"]["totals"]["batches"] = 2
-  with error(
-    r"the saved processes consumed different numbers of batches \[3, 2\]: not one"
-    r" global position; resume on the saved number of processes"
-  ):
-    T.resize_iterator_states(behind, 1, examples_per_record=PER_RECORD)
+def test_processes_at_different_batches_are_refused(dataset):
+  behind = copy.deepcopy(saved_states(dataset))
+  behind[1]["next_batch"] = 2
+  with error(r"the saved processes are at different batches \[3, 2\]: not one global position"):
+    T.resize_iterator_states(behind, 1)
 
 
 def test_incomplete_or_mixed_saved_states_are_refused(dataset):
@@ -263,22 +197,22 @@ def test_incomplete_or_mixed_saved_states_are_refused(dataset):
     r"a data iterator state has process_count=2, but 1 states were given: pass"
     r" the states of every saved process"
   ):
-    T.resize_iterator_states(saved[:1], 1, examples_per_record=PER_RECORD)
+    T.resize_iterator_states(saved[:1], 1)
   with error(r"the saved data iterator states have process indices \[0\], expected 0..1"):
-    T.resize_iterator_states([saved[0], saved[0]], 1, examples_per_record=PER_RECORD)
+    T.resize_iterator_states([saved[0], saved[0]], 1)
   with error(r"the global batch 16 does not split over 0 processes"):
-    T.resize_iterator_states(saved, 0, examples_per_record=PER_RECORD)
+    T.resize_iterator_states(saved, 0)
   with error(r"the global batch 16 does not split over 3 processes"):
-    T.resize_iterator_states(saved, 3, examples_per_record=PER_RECORD)
+    T.resize_iterator_states(saved, 3)
   odd = copy.deepcopy(saved)
   for state in odd:
-    state["pipeline"]["totals"]["required_buffer_size_per_sc"]["t_a"] = [8, 8, 8]
+    state["stats"]["required_buffer_size_per_sc"]["t_a"] = [8, 8, 8]
   with error(
     r"stack 't_a': required_buffer_size_per_sc has 6 entries over all saved"
-    r" processes, not divisible by 4 processes: the device count changed, reset"
-    r" the FDO maxima \(reset_stats_maxima=True\)"
+    r" processes, not divisible by 4 processes: the device count changed, summarize"
+    r" the FDO maxima \(summarize_stats_maxima=True\)"
   ):
-    T.resize_iterator_states(odd, 4, examples_per_record=PER_RECORD)
+    T.resize_iterator_states(odd, 4)
 
 
 # ------------------------------------------------- from a checkpoint's files
@@ -303,7 +237,6 @@ def test_restore_resized_iterator_from_grain_files(dataset, tmp_path):
     checkpointing.read_iterator_states(item, digests=[integrity.digest(s) for s in saved]) == saved
   )
   (resumed,) = hosts(dataset, 1)
-  assert resumed.examples_per_record == PER_RECORD
   checkpointing.restore_resized_iterator(resumed, item)
   (uninterrupted,) = hosts(dataset, 1)
   take([uninterrupted], 3)
@@ -352,7 +285,7 @@ def test_only_pipeline_iterators_take_resized_states(dataset, tmp_path):
     T.IteratorStateMismatchError,
     match=(
       r"a \w+ cannot take the data iterator states of 2 processes; only the"
-      r" iterators of transforms.make_host_pipeline convert to another process count"
+      r" iterators of transforms.make_host_input convert to another process count"
     ),
   ):
     checkpointing.restore_resized_iterator(plain, item)

@@ -1,0 +1,85 @@
+"""The launchers' `--config` flag: a shipped config's name or a config file.
+
+ml_collections' config-file flag, with its own command-line overrides
+(`--config.num_steps=100`), whose parser also takes the name of a shipped
+config (`--config=criteo`) and says in one line what is wrong with a path
+that is neither. `config_name` is what names the job's default workdir.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+from absl import flags
+from ml_collections import config_flags
+
+from sparsepipe.launch.config.shipped import config_path
+from sparsepipe.launch.config.shipped import shipped_config_names
+
+
+class _FileOrName(flags.ArgumentParser):
+  """Wraps ml_collections' config-file parser: shipped names resolve to their files."""
+
+  def __init__(self, file_parser: flags.ArgumentParser):
+    self._file_parser = file_parser
+
+  def parse(self, argument: str) -> Any:
+    file, _, arg = argument.partition(":")
+    resolved = config_path(file) or file
+    if not os.path.isfile(resolved):
+      names = ", ".join(shipped_config_names())
+      raise ValueError(
+        f"no config file '{file}' (from {os.getcwd()}); the shipped configs are {names},"
+        " e.g. --config=demo"
+      )
+    return self._file_parser.parse(resolved + (":" + arg if arg else ""))
+
+  def flag_type(self) -> str:
+    return self._file_parser.flag_type()
+
+
+def define_config_flag(default: str = "demo") -> flags.FlagHolder:
+  """Defines --config (a shipped name or a file) with ml_collections' overrides."""
+  holder = config_flags.DEFINE_config_file(
+    "config",
+    config_path(default),
+    "ml_collections config: a shipped config's name "
+    f"({', '.join(shipped_config_names())}) or a config file; fields are overridden with"
+    " --config.FIELD=VALUE (docs/config.md).",
+    lock_config=True,
+  )
+  flag = flags.FLAGS["config"]
+  flag.parser = _FileOrName(flag.parser)
+  return holder
+
+
+def config_name(flag_value: str | None) -> str:
+  """The config's name (the --config value as given: a shipped name, or a file's stem)."""
+  value = (flag_value or "demo").partition(":")[0]
+  return os.path.splitext(os.path.basename(value))[0] or "demo"
+
+
+def parse_flags_or_exit(argv: list[str], parse: Any) -> Any:
+  """Runs `parse` (which parses the flags, or defines --config and applies its
+  overrides); a bad flag or config field exits with one line and status 1."""
+  try:
+    return parse(argv)
+  except (AttributeError, KeyError) as e:  # ml_collections: an override of no field
+    print(unknown_field_message(e), file=sys.stderr)
+  except flags.Error as e:
+    print(f"error: {str(e).removeprefix('flag ')}", file=sys.stderr)
+  sys.exit(1)
+
+
+def unknown_field_message(error: BaseException) -> str:
+  """One line for an override of a field the config lacks (ml_collections' 'did you mean')."""
+  text = str(error.args[0] if error.args else error)
+  match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+  key = match.group(2) if match else re.search(r"(\w+)", text + " ?").group(1)
+  given = [a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")]
+  flag = next((g for g in given if g.split(".")[-1] == key), f"--config.*.{key}")
+  hint = f"; did you mean {match.group(1)}?" if match else ""
+  return f"error: {flag}: the config has no field '{key}'{hint}"

@@ -1,0 +1,163 @@
+"""The training input's iterator: batches by index, a JSON state of plain numbers.
+
+A batch is a function of its global index (train_batches.py), so the
+iterator's position is one number, the index of the next batch to hand
+out. Its state is
+
+    {"metadata": {...}, "next_batch": k, "stats": StatsTotals.to_state()}
+
+The Grain pipeline behind it (read-ahead threads, worker processes, device
+placement) is built from batch k when the first batch is asked for (or at
+`start_prefetch`), and rebuilt after `set_state`; what it has read ahead is
+never part of the state. The statistics are added up here, in the main
+process, as batches are handed out. So the state does not depend on the
+worker count, and a restored iterator continues exactly where the saved one
+stopped, with any number of workers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping
+
+import grain
+import numpy as np
+
+from sparsepipe.transforms.input.preprocess import PreprocessedBatch
+from sparsepipe.transforms.input.stats import StatsSizes
+from sparsepipe.transforms.input.stats import StatsTotals
+
+STATE_VERSION = 2
+
+
+class IteratorStateMismatchError(ValueError):
+  """A saved iterator state that does not belong to this pipeline."""
+
+
+class InputIterator(grain.DatasetIterator):
+  """Hands out the batches of `batches` from index `next_batch` on.
+
+  Args:
+    batches: MapDataset, global batch index -> PreprocessedBatch (host numpy).
+    build: what runs the batches: a MapDataset from the start index on ->
+      an IterDataset (read-ahead threads, workers, placement).
+    place: the placement applied to one element (for `batch_at`), or None.
+    metadata: JSON describing the pipeline; a state saved by another
+      pipeline (other data, batch size, host, seed) is refused on restore.
+    stats_sizes: the lengths of the statistics per stack (stats.stats_sizes),
+      so the state has the same shape before and after the first batch.
+    fdo_client: optional, gets `record(stats)` for every batch handed out.
+    output: what a batch is handed out as (default: the PreprocessedBatch).
+  """
+
+  def __init__(
+    self,
+    batches: grain.MapDataset,
+    build: Callable[[grain.MapDataset], grain.IterDataset],
+    *,
+    place: Callable[[PreprocessedBatch], PreprocessedBatch] | None,
+    metadata: Mapping[str, Any],
+    stats_sizes: StatsSizes | None = None,
+    fdo_client: Any = None,
+    output: Callable[[PreprocessedBatch], Any] = lambda element: element,
+  ):
+    self._chain: Iterator[Any] | None = None  # first: __del__ closes it
+    super().__init__()
+    self._batches = batches
+    self._build = build
+    self._place = place
+    self.metadata = dict(metadata)
+    self._fdo_client = fdo_client
+    self._output = output
+    self._next = 0
+    self._sizes = stats_sizes
+    self._totals = StatsTotals(stats_sizes)
+
+  # -- iteration ---------------------------------------------------------------
+
+  def _running(self) -> Iterator[Any]:
+    if self._chain is None:
+      self._chain = iter(self._build(self._batches[self._next :]))
+    return self._chain
+
+  def __next__(self) -> Any:
+    element = next(self._running())
+    self._totals.add(element.stats, element.num_corrupt_records)
+    if self._fdo_client is not None:
+      self._fdo_client.record(element.stats)
+    self._next += 1
+    return self._output(element)
+
+  def start_prefetch(self) -> None:
+    """Starts reading ahead (workers, threads) from the current position."""
+    self._running()
+
+  def _stop(self) -> None:
+    chain, self._chain = self._chain, None
+    close = getattr(chain, "close", None)
+    if close is not None:
+      close()
+
+  def close(self) -> None:
+    """Stops the workers and read-ahead threads (a later batch restarts them)."""
+    self._stop()
+
+  def batch_at(self, index: int) -> Any:
+    """Batch `index` made again in this process, as `__next__` hands it out.
+
+    Nothing is recorded and the position does not move: for rebuilding the
+    batches a checkpoint had in flight (e.g. for another mesh).
+    """
+    element = self._batches[int(index)]
+    if self._place is not None:
+      element = self._place(element)
+    return self._output(element)
+
+  # -- state -------------------------------------------------------------------
+
+  @property
+  def next_batch(self) -> int:
+    """The global index of the next batch this iterator hands out."""
+    return self._next
+
+  def get_state(self) -> dict[str, Any]:
+    return {
+      "metadata": dict(self.metadata),
+      "next_batch": int(self._next),
+      "stats": self._totals.to_state(),
+    }
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    saved = state.get("metadata", {})
+    for key in sorted(self.metadata):
+      if saved.get(key) != self.metadata[key]:
+        raise IteratorStateMismatchError(
+          f"data iterator state was saved with {key}={saved.get(key)!r}, but this"
+          f" pipeline has {key}={self.metadata[key]!r}"
+        )
+    self._stop()
+    self._next = int(state["next_batch"])
+    self._totals = StatsTotals.from_state(state["stats"], self._sizes)
+
+  def stats_totals(self) -> StatsTotals:
+    """Running totals of the statistics of the batches handed out so far."""
+    return StatsTotals.from_state(self._totals.to_state())
+
+  def carry_stats_maxima(self, carry: Callable[[str, str, int], int]) -> None:
+    """Maps the FDO maxima to this pipeline's layout after a device-count change.
+
+    Their shapes (L*N, L*S per stack) and meaning follow the device layout.
+    Each stack's maximum of each field m (of the saved layout) becomes
+    `carry(field, stack, m)` on every entry of this layout's arrays (e.g.
+    transforms.carry_stats_maximum: a bound on what the same batches give
+    here). Batch, corrupt-record and drop counters are kept.
+    """
+    sizes = self._sizes or {}
+    for field, stacks in sizes.items():
+      saved = self._totals.maxima.get(field, {})
+      for stack, size in stacks.items():
+        old = saved.get(stack)
+        m = int(old.max()) if old is not None and old.size else 0
+        self._totals.maxima[field][stack] = np.full(size, carry(field, stack, m), np.int64)
+
+  def __str__(self) -> str:
+    return f"InputIterator(next_batch={self._next}, {self.metadata})"

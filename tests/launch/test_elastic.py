@@ -1,0 +1,137 @@
+"""Elastic jobs: any checkpoint resumes on any mesh, process and worker count (issue 18).
+
+Real subprocesses (`python -m sparsepipe.launch`, the tiny demo config with a
+global batch of 32, FDO every 4 batches, 12 batches) stopped with real
+signals in the middle of segments, where the PipelineState buffers batches:
+* 8 -> 4 -> 2 -> 8 devices; 2 processes -> 1 and 1 -> 2: per-batch losses
+  equal an uninterrupted 8-device run up to float reassociation (rtol 1e-4);
+* workers 0 -> 2 -> 1: bit for bit (batches do not depend on the workers).
+"""
+
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+from sparsepipe.launch.job.dataset import ensure_dataset
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+BATCH = ("--config.global_batch_size=32", "--config.per_host_batch_size=0")
+NUM_STEPS = 12
+
+
+def _command(workdir, data_dir, *extra, num_steps=NUM_STEPS):
+  return [
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={launch_testing.DEMO_CONFIG}",
+    *launch_testing.flag_overrides(data__dir=data_dir),
+    *BATCH,
+    f"--config.num_steps={num_steps}",
+    *extra,
+  ]
+
+
+def _two_processes(workdir, data_dir):
+  port = harness.free_port()
+  return [
+    _command(
+      workdir,
+      data_dir,
+      f"--coordinator_address=127.0.0.1:{port}",
+      "--num_processes=2",
+      f"--process_id={i}",
+    )
+    for i in range(2)
+  ]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+  root = tmp_path_factory.mktemp("elastic")
+  data_dir = ensure_dataset(launch_testing.tiny_config(), str(root), show_progress=False)
+  envs = {n: harness.cpu_env(n, compilation_cache_dir=root / f"jax_cache_{n}") for n in (2, 4, 8)}
+  reference = str(root / "reference")
+  result = harness.run(_command(reference, data_dir), env=envs[8], timeout_s=300)
+  assert result.returncode == 0, result.describe()
+  return root, data_dir, envs, reference
+
+
+def _stopped(commands, env, after):
+  """One run SIGTERMed after the progress line of batch `after`: it saves and exits 42."""
+  interruption = harness.Interruption(signal.SIGTERM, rf"batch {after}/{NUM_STEPS} .*")
+  runs = harness.run_many(commands, env=env, interruption=interruption, timeout_s=400)
+  assert all(r.returncode == 42 for r in runs), "\n".join(r.describe() for r in runs)
+  return runs
+
+
+def _saved_mid_segment(workdir):
+  """The preemption saved a step whose PipelineState buffers a batch (not drained)."""
+  (preempted, *_) = launch_testing.events(workdir, "preempted")[-1:]
+  assert preempted["batch"] % 4 != 0, preempted  # FDO segments end at multiples of 4
+  return preempted["batch"]
+
+
+def _assert_close_to_reference(workdir, reference, rtol=1e-4):
+  ours, theirs = launch_testing.batch_losses(workdir), launch_testing.batch_losses(reference)
+  assert sorted(ours) == sorted(theirs) == list(range(1, NUM_STEPS + 1))
+  batches = sorted(ours)
+  np.testing.assert_allclose([ours[b] for b in batches], [theirs[b] for b in batches], rtol=rtol)
+
+
+def test_mid_segment_stops_resume_on_four_two_then_eight_devices(shared):
+  root, data_dir, envs, reference = shared
+  workdir = str(root / "devices")
+  command = _command(workdir, data_dir)
+  stops = []
+  for devices, after in ((8, 2), (4, 5), (2, 9)):
+    runs = _stopped([command], envs[devices], after)
+    stops.append(_saved_mid_segment(workdir))
+    if devices != 8:
+      assert any("re-laid out from" in line for line in runs[0].lines), runs[0].lines
+  assert stops == sorted(set(stops))
+  final = harness.run(command, env=envs[8], timeout_s=300)
+  assert final.returncode == 0, final.describe()
+  _assert_close_to_reference(workdir, reference)
+  # launch.evaluate reads any step on any device count, mid-segment ones too.
+  evaluate = [sys.executable, "-m", "sparsepipe.launch.evaluate", f"--workdir={workdir}"]
+  step = stops[-1]
+  out = harness.run(
+    [*evaluate, f"--step={step}", f"--eval_data_dir={data_dir}"], env=envs[2], timeout_s=300
+  )
+  assert out.returncode == 0, out.describe()
+  assert out.lines[-1].startswith(f"checkpoint {step} (after batch {step}): AUC "), out.lines
+
+
+def test_two_processes_to_one_mid_segment_and_back_to_two(shared):
+  root, data_dir, envs, reference = shared
+  workdir = str(root / "processes")
+  _stopped(_two_processes(workdir, data_dir), envs[4], after=1)
+  _saved_mid_segment(workdir)
+  _stopped([_command(workdir, data_dir)], envs[8], after=6)
+  _saved_mid_segment(workdir)
+  runs = harness.run_many(_two_processes(workdir, data_dir), env=envs[4], timeout_s=400)
+  assert [r.returncode for r in runs] == [0, 0], "\n".join(r.describe() for r in runs)
+  _assert_close_to_reference(workdir, reference)
+
+
+def test_another_worker_count_at_each_restart_continues_bit_for_bit(shared):
+  root, data_dir, envs, reference = shared
+  workdir = str(root / "workers")
+  for workers, after in ((0, 2), (2, 6)):
+    _stopped([_command(workdir, data_dir, f"--config.data.num_workers={workers}")], envs[8], after)
+  final = harness.run(
+    _command(workdir, data_dir, "--config.data.num_workers=1"), env=envs[8], timeout_s=300
+  )
+  assert final.returncode == 0, final.describe()
+  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(reference)
+  ours = launch_testing.checkpoint_arrays(workdir, NUM_STEPS)
+  theirs = launch_testing.checkpoint_arrays(reference, NUM_STEPS)
+  assert sorted(ours) == sorted(theirs)
+  for path, value in theirs.items():
+    assert ours[path].tobytes() == value.tobytes(), path
