@@ -108,3 +108,59 @@ def _flatten(tree: Any, prefix: str):
       yield from _flatten(v, f"{prefix}/{i}")
   elif tree is not None:
     yield prefix, tree
+
+
+def shipped_config(name: str, **overrides: Any):
+  """A shipped config with TINY_OVERRIDES' sizes and `overrides` (dotted keys as a__b)."""
+  spec = importlib.util.spec_from_file_location(f"{name}_config", config_path(name))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  sizes = {k: v for k, v in TINY_OVERRIDES.items() if k in flatten_keys(config)}
+  for key, value in {**sizes, **{k.replace("__", "."): v for k, v in overrides.items()}}.items():
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def flatten_keys(config: Any, prefix: str = "") -> set[str]:
+  """Dotted keys of a ConfigDict's leaves."""
+  out = set()
+  for key, value in config.items():
+    name = f"{prefix}{key}"
+    if hasattr(value, "items") and not isinstance(value, dict) and len(value):
+      out |= flatten_keys(value, name + ".")
+    else:
+      out.add(name)
+  return out
+
+
+class BatchRecorder:
+  """Records the global index of every batch the job's input hands out (monkeypatched)."""
+
+  def __init__(self, monkeypatch):
+    from sparsepipe import transforms  # pylint: disable=g-import-not-at-top
+
+    self.indices: list[int] = []
+    original = transforms.InputIterator.__next__
+
+    def recording(iterator):
+      index = iterator.next_batch
+      out = original(iterator)
+      self.indices.append(index)
+      return out
+
+    monkeypatch.setattr(transforms.InputIterator, "__next__", recording)
+
+
+def remove_checkpoints_after(workdir: str, step: int) -> None:
+  """Deletes the checkpoint steps after `step` (as if the job had stopped there)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  directory = os.path.join(workdir, "checkpoints")
+  for name in os.listdir(directory):
+    if name.isdigit() and int(name) > step:
+      shutil.rmtree(os.path.join(directory, name))

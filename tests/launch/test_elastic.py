@@ -8,6 +8,7 @@ signals in the middle of segments, where the PipelineState buffers batches:
 * workers 0 -> 2 -> 1: bit for bit (batches do not depend on the workers).
 """
 
+import shutil
 import signal
 import sys
 
@@ -133,5 +134,27 @@ def test_another_worker_count_at_each_restart_continues_bit_for_bit(shared):
   ours = launch_testing.checkpoint_arrays(workdir, NUM_STEPS)
   theirs = launch_testing.checkpoint_arrays(reference, NUM_STEPS)
   assert sorted(ours) == sorted(theirs)
+  for path, value in theirs.items():
+    assert ours[path].tobytes() == value.tobytes(), path
+
+
+def test_an_extension_stopped_and_resumed_equals_it_uninterrupted(shared):
+  root, data_dir, envs, _ = shared
+  first = str(root / "extend_a")
+  done = harness.run(_command(first, data_dir, num_steps=8), env=envs[8], timeout_s=300)
+  assert done.returncode == 0, done.describe()
+  second = str(root / "extend_b")
+  shutil.copytree(first, second)
+  extended = harness.run(_command(first, data_dir), env=envs[8], timeout_s=300)
+  assert extended.returncode == 0, extended.describe()
+  assert any(
+    "num_steps raised from 8 to 12: training 4 more batches" in line for line in extended.lines
+  )
+  _stopped([_command(second, data_dir)], envs[8], after=9)
+  resumed = harness.run(_command(second, data_dir), env=envs[8], timeout_s=300)
+  assert resumed.returncode == 0, resumed.describe()
+  assert launch_testing.batch_losses(second) == launch_testing.batch_losses(first)
+  ours = launch_testing.checkpoint_arrays(second, NUM_STEPS)
+  theirs = launch_testing.checkpoint_arrays(first, NUM_STEPS)
   for path, value in theirs.items():
     assert ours[path].tobytes() == value.tobytes(), path

@@ -1,0 +1,67 @@
+"""Extending a job (raising num_steps): what is trained stays, the added batches follow it.
+
+In process, with the input's batch indices recorded: a job of N batches
+raised to N2 and then to M reads exactly batches 0..M-1, once each, in
+order (an M-batch job's sequence), FDO off (the dataset config) or on.
+"""
+
+import pytest
+
+from sparsepipe.launch import train_and_evaluate
+from sparsepipe.launch.job.dataset import ensure_dataset
+
+import launch_testing  # pylint: disable=g-bad-import-order
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  root = tmp_path_factory.mktemp("extension")
+  return ensure_dataset(launch_testing.tiny_config(), str(root), show_progress=False)
+
+
+def dataset_config(data_dir, num_steps):
+  """The shipped dataset config (FDO off: one segment to the end) on the tiny data."""
+  return launch_testing.shipped_config(
+    "dataset", data__dir=data_dir, num_steps=num_steps, eval__every_steps=0
+  )
+
+
+@pytest.mark.parametrize("fdo", [False, True])
+def test_raising_num_steps_twice_reads_the_batches_of_the_longer_job(
+  data_dir, tmp_path, monkeypatch, fdo
+):
+  def config(num_steps):
+    if fdo:
+      return launch_testing.tiny_config(data__dir=data_dir, num_steps=num_steps)
+    return dataset_config(data_dir, num_steps)
+
+  recorder = launch_testing.BatchRecorder(monkeypatch)
+  train_and_evaluate(config(11), str(tmp_path / "long"))
+  assert recorder.indices == list(range(11))
+  recorder.indices.clear()
+  workdir = str(tmp_path / "extended")
+  for num_steps in (5, 8, 11):
+    result = train_and_evaluate(config(num_steps), workdir)
+    assert result.batches_trained == num_steps
+  assert recorder.indices == list(range(11))
+  losses = launch_testing.batch_losses(workdir)
+  assert sorted(losses) == list(range(1, 12))
+  resumes = launch_testing.events(workdir, "resume")
+  assert [(r["batch"], r["step"]) for r in resumes] == [(5, 5), (8, 8)]
+
+
+def test_raising_num_steps_mid_segment_lengthens_it_without_fdo(data_dir, tmp_path, monkeypatch):
+  """FDO off: the segment planned to the end follows num_steps; one pipeline run, no drain."""
+  recorder = launch_testing.BatchRecorder(monkeypatch)
+  uninterrupted = str(tmp_path / "uninterrupted")
+  train_and_evaluate(dataset_config(data_dir, 9), uninterrupted)
+  workdir = str(tmp_path / "raised")
+  config = dataset_config(data_dir, 6)
+  config.checkpoint.every_steps = 4  # a mid-segment checkpoint after batch 4
+  train_and_evaluate(config, workdir)
+  launch_testing.remove_checkpoints_after(workdir, 4)
+  recorder.indices.clear()
+  train_and_evaluate(dataset_config(data_dir, 9), workdir)
+  assert recorder.indices == list(range(4, 9))
+  # The same pipeline run as the 9-batch job: the same losses, bit for bit.
+  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(uninterrupted)
