@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import logging as std_logging
 import os
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import grain
 import orbax.checkpoint as ocp
@@ -272,6 +272,7 @@ class TrainingCheckpointManager:
     *,
     step: int | None = None,
     relayouts: Mapping[str, Relayout] | None = None,
+    items: Sequence[str] = ARRAY_ITEMS,
   ) -> RestoredState | None:
     """Restores `step`, or the newest intact step; None if there is none.
 
@@ -284,6 +285,9 @@ class TrainingCheckpointManager:
       relayouts: per item, how to convert it from another device count;
         merged over DEFAULT_RELAYOUTS ("embeddings" needs one, e.g.
         embedding_relayout).
+      items: the array items to read (the others come back None; their
+        targets may be None), e.g. ("train_state", "embeddings") to
+        evaluate or export a step without its PipelineState.
 
     Raises:
       IncompatibleCheckpointError: the newest intact step was written by an
@@ -305,7 +309,7 @@ class TrainingCheckpointManager:
     for candidate in steps:
       try:
         restored = corrupt.agree(
-          functools.partial(self._reader.restore, candidate, read_targets, relayouts)
+          functools.partial(self._reader.restore, candidate, read_targets, relayouts, items)
         )
       except CorruptCheckpointError as e:
         error = self._unless_deleted(candidate, e)

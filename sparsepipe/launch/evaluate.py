@@ -66,10 +66,9 @@ def evaluate_checkpoint(
   with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
     # Without `step`, the newest intact step as of now: a running job may
     # have deleted `config_step` meanwhile (it keeps only its newest steps).
-    restored = JobCheckpoints(mngr, model).restore(step, with_input=False)
+    restored = JobCheckpoints(mngr, model).restore_model(step)
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")
-  restored.setup.close()
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)

@@ -24,6 +24,7 @@ from sparsepipe.pipeline.embedding.variables import embedding_variables_sharding
 from sparsepipe.pipeline.embedding.variables import init_embedding_variables
 from sparsepipe.pipeline.embedding.variables import stack_embedding_tables
 from sparsepipe.pipeline.embedding.variables import stack_embedding_variables
+from sparsepipe.pipeline.embedding.variables import row_sharding
 from sparsepipe.pipeline.embedding.variables import table_sharding
 from sparsepipe.pipeline.embedding.variables import unstack_embedding_tables
 from sparsepipe.pipeline.embedding.variables import unstack_embedding_variables

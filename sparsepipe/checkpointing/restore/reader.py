@@ -12,7 +12,7 @@ device count changed, arrays are read in their saved shapes and re-laid out
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import grain
 import jax
@@ -123,18 +123,25 @@ class StepReader:
       raise CorruptCheckpointError(f"{where}: metadata has no integrity section")
     return meta, checks
 
-  def _items(self, meta: CheckpointMetadata, relayouts: Mapping[str, Relayout], where: str):
-    """The array items to read.
+  def _items(
+    self,
+    meta: CheckpointMetadata,
+    relayouts: Mapping[str, Relayout],
+    where: str,
+    wanted: Sequence[str],
+  ):
+    """The array items to read, of those `wanted`.
 
     When the device count changed, every item needs a relayout, except a
     drained "pipeline_state" without one, which is left out (the caller
     starts a fresh PipelineState).
     """
+    items = [item for item in ARRAY_ITEMS if item in wanted]
     if meta.run.device_count == self._run.device_count:
-      return list(ARRAY_ITEMS)
-    items = list(ARRAY_ITEMS)
-    if "pipeline_state" not in relayouts and meta.progress.pipeline_drained:
-      items.remove("pipeline_state")
+      return items
+    if "pipeline_state" in items and "pipeline_state" not in relayouts:
+      if meta.progress.pipeline_drained:
+        items.remove("pipeline_state")
     for item in sorted(items, key=lambda item: item != "pipeline_state"):
       if item not in relayouts:
         raise IncompatibleCheckpointError(
@@ -273,12 +280,16 @@ class StepReader:
     integrity.check_digest(out["fdo"], checks["fdo_sha256"], what="item 'fdo'", where=where)
 
   def restore(
-    self, step: int, targets: Targets, relayouts: Mapping[str, Relayout]
+    self,
+    step: int,
+    targets: Targets,
+    relayouts: Mapping[str, Relayout],
+    wanted: Sequence[str] = ARRAY_ITEMS,
   ) -> RestoredState:
-    """Reads, checks and (if needed) re-lays out `step`."""
+    """Reads, checks and (if needed) re-lays out the `wanted` array items of `step`."""
     where = self.where(step)
     meta, checks = self._checked_metadata(step)
-    items = self._items(meta, relayouts, where)
+    items = self._items(meta, relayouts, where, wanted)
     relaid = meta.run.device_count != self._run.device_count
     if callable(targets):
       targets = targets(meta)
@@ -312,8 +323,8 @@ class StepReader:
     )
     return RestoredState(
       step=step,
-      train_state=trees["train_state"],
-      embeddings=trees["embeddings"],
+      train_state=trees.get("train_state"),
+      embeddings=trees.get("embeddings"),
       pipeline_state=trees.get("pipeline_state"),
       data_iter=targets.data_iter,
       fdo=out["fdo"],

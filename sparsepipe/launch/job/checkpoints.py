@@ -36,19 +36,30 @@ class Restored:
   """A job state read back from a checkpoint.
 
   Attributes:
-    setup: specs, trainer and input for the restored limits on this mesh.
-    train_state, pipeline_state: the state, laid out for this mesh.
+    setup: specs, trainer and input for the restored limits on this mesh
+      (None when only the model was read: `restore_model`).
+    feature_specs: the feature specs with the restored limits, on this mesh.
+    train_state, pipeline_state: the state, laid out for this mesh
+      (pipeline_state None when only the model was read).
     position: where the saved job stood (its segment as it was planned).
     checkpoint_step: the step restored.
-    format_version: the checkpoint format of that step.
+    metadata: the step's CheckpointMetadata (its run, its format).
+    job_id: the job's identity, the same in every checkpoint of one job
+      (None for checkpoints of format 3 and older).
   """
 
-  setup: Setup
+  setup: Setup | None
+  feature_specs: Any
   train_state: pipeline.TrainState
-  pipeline_state: pipeline.PipelineState
+  pipeline_state: pipeline.PipelineState | None
   position: Position
   checkpoint_step: int
-  format_version: int
+  metadata: checkpointing.CheckpointMetadata
+  job_id: str | None
+
+  @property
+  def format_version(self) -> int:
+    return self.metadata.format_version
 
 
 def split_train_state(train_state: pipeline.TrainState) -> tuple[dict[str, Any], Any]:
@@ -93,6 +104,7 @@ class JobCheckpoints:
     train_state: Any,
     pipeline_state: Any,
     *,
+    job_id: str,
     force: bool = True,
   ) -> bool:
     """Saves the job at batch boundary `position` (asynchronously); False if it exists."""
@@ -105,6 +117,7 @@ class JobCheckpoints:
       "length": position.length,
       "to_end": position.to_end,
       "limits": transforms.get_stack_limits(setup.feature_specs),
+      "job_id": job_id,
     }
     state = checkpointing.CheckpointItems(
       train_state=dense,
@@ -127,25 +140,36 @@ class JobCheckpoints:
       force=force,
     )
 
-  def _targets(self, setups: list[Setup], with_input: bool):
+  def _specs(self, saved: checkpointing.CheckpointMetadata) -> Any:
+    """The feature specs of this mesh with the saved limits carried to it."""
+    model = self.model
+    limits = transforms.carry_stack_limits(
+      saved.feature_limits,
+      model.base_specs,
+      saved_global_device_count=saved.run.device_count,
+      global_device_count=model.mesh.size,
+      num_sc_per_device=model.num_sc,
+    )
+    return transforms.apply_stack_limits(model.base_specs, limits)
+
+  def _targets(self, setups: list[Setup], specs_seen: list[Any], with_setup: bool):
     model = self.model
 
     def targets(saved: checkpointing.CheckpointMetadata) -> checkpointing.RestoreTargets:
-      limits = transforms.carry_stack_limits(
-        saved.feature_limits,
-        model.base_specs,
-        saved_global_device_count=saved.run.device_count,
-        global_device_count=model.mesh.size,
-        num_sc_per_device=model.num_sc,
+      specs = self._specs(saved)
+      specs_seen.append(specs)
+      tracked = saved.format_version >= BATCH_STEPS_FORMAT  # per-row updates from format 4
+      dense, embeddings = split_train_state(
+        model.abstract_train_state(specs, track_updates=tracked)
       )
-      specs = transforms.apply_stack_limits(model.base_specs, limits)
+      if not with_setup:
+        return checkpointing.RestoreTargets(dense, embeddings, None, None)
       setups.append(model.setup(specs))
-      dense, embeddings = split_train_state(model.abstract_train_state(specs))
       return checkpointing.RestoreTargets(
         train_state=dense,
         embeddings=embeddings,
         pipeline_state=setups[-1].trainer.abstract_pipeline_state,
-        data_iter=setups[-1].iterator if with_input else None,
+        data_iter=setups[-1].iterator,
       )
 
     return targets
@@ -166,19 +190,31 @@ class JobCheckpoints:
       ),
     }
 
-  def restore(self, step: int | None = None, *, with_input: bool = True) -> Restored | None:
-    """The newest intact checkpoint (or `step`) on this mesh, or None if there is none.
+  def _carry_stats(self, setup: Setup, saved_devices: int) -> None:
+    """The FDO maxima of another device count, carried to this one as bounds."""
+    mesh_size, num_sc = self.model.mesh.size, self.model.num_sc
+    bounds = transforms.most_ids_per_sparsecore(setup.feature_specs, mesh_size * num_sc)
+    setup.iterator.carry_stats_maxima(
+      lambda field, stack, value: transforms.carry_stats_maximum(
+        field,
+        value,
+        bound=bounds[stack],
+        saved_global_device_count=saved_devices,
+        global_device_count=mesh_size,
+        num_sc_per_device=num_sc,
+      )
+    )
 
-    The restore targets depend on the saved FDO limits (buffer shapes of the
-    PipelineState and of the input), so they are built from each candidate
-    step's metadata; corrupt steps are skipped by the manager.
-    `with_input=False` leaves the data iterator's state unread (to evaluate
-    or export a step).
-    """
+  def _read(self, step: int | None, with_setup: bool) -> Restored | None:
     setups: list[Setup] = []
+    specs_seen: list[Any] = []
+    items = checkpointing.ARRAY_ITEMS if with_setup else ("train_state", "embeddings")
     try:
       restored = self.mngr.restore(
-        self._targets(setups, with_input), step=step, relayouts=self._relayouts(setups)
+        self._targets(setups, specs_seen, with_setup),
+        step=step,
+        relayouts=self._relayouts(setups),
+        items=items,
       )
     finally:
       for unused in setups[:-1]:  # from steps that turned out corrupt
@@ -187,23 +223,9 @@ class JobCheckpoints:
       if setups:
         setups[-1].close()
       return None
-    setup = setups[-1]
-    saved_devices = restored.metadata.run.device_count
-    if saved_devices != self.model.mesh.size and with_input:
-      # The FDO maxima are per device of the saved layout: carried as bounds.
-      bounds = transforms.most_ids_per_sparsecore(
-        setup.feature_specs, self.model.mesh.size * self.model.num_sc
-      )
-      setup.iterator.carry_stats_maxima(
-        lambda field, stack, value: transforms.carry_stats_maximum(
-          field,
-          value,
-          bound=bounds[stack],
-          saved_global_device_count=saved_devices,
-          global_device_count=self.model.mesh.size,
-          num_sc_per_device=self.model.num_sc,
-        )
-      )
+    setup = setups[-1] if setups else None
+    if setup is not None and restored.metadata.run.device_count != self.model.mesh.size:
+      self._carry_stats(setup, restored.metadata.run.device_count)
     train_state = pipeline.TrainState(
       step=restored.train_state["step"],
       params=restored.train_state["params"],
@@ -212,9 +234,27 @@ class JobCheckpoints:
     )
     return Restored(
       setup,
+      specs_seen[-1],
       train_state,
       restored.pipeline_state,
       saved_position(restored.fdo, restored.metadata),
       restored.step,
-      restored.metadata.format_version,
+      restored.metadata,
+      restored.fdo.get("job_id"),
     )
+
+  def restore(self, step: int | None = None) -> Restored | None:
+    """The newest intact checkpoint (or `step`) on this mesh, or None if there is none.
+
+    The restore targets depend on the saved FDO limits (buffer shapes of the
+    PipelineState and of the input), so they are built from each candidate
+    step's metadata; corrupt steps are skipped by the manager.
+    """
+    return self._read(step, with_setup=True)
+
+  def restore_model(self, step: int | None = None) -> Restored | None:
+    """Only the model of a checkpoint (TrainState): no PipelineState, input or trainer.
+
+    For evaluating or exporting a step.
+    """
+    return self._read(step, with_setup=False)

@@ -35,6 +35,8 @@ class JobContext:
     watcher: the preemption signals.
     evaluation: the eval passes, or None without an eval set.
     setup, train_state, pipeline_state, position: the current ones.
+    job_id: the job's identity, made at its first start and kept in every
+      checkpoint (exports name it, so deltas apply only to their own job).
     resumed_from: the checkpoint step the job started from, or None.
     preempted: set when a preemption stops the job at this boundary.
     hooks: the job's hooks by kind, for the ones that work together.
@@ -53,6 +55,7 @@ class JobContext:
   train_state: pipeline.TrainState
   pipeline_state: pipeline.PipelineState | None
   position: Position
+  job_id: str
   resumed_from: int | None = None
   preempted: bool = False
   hooks: dict[str, Any] = dataclasses.field(default_factory=dict)

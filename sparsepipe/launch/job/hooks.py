@@ -173,7 +173,10 @@ class CheckpointHook(JobHook):
     job = self.job
     job.hooks["losses"].flush()
     job.hooks["progress"].disturbed()
-    if job.checkpoints.save(job.position, job.setup, job.train_state, job.pipeline_state):
+    saved = job.checkpoints.save(
+      job.position, job.setup, job.train_state, job.pipeline_state, job_id=job.job_id
+    )
+    if saved:
       self.last_saved = job.batch
       job.output.event("checkpoint", job.batch, f"checkpoint after batch {job.batch} saving")
       job.output.mark(f"ckpt @{job.batch}")

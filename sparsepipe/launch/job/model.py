@@ -62,10 +62,14 @@ class JobModel:
       self.config, global_batch_size=self.global_batch, global_device_count=global_device_count
     )
 
-  def abstract_train_state(self, feature_specs: Any) -> pipeline.TrainState:
+  def abstract_train_state(
+    self, feature_specs: Any, *, track_updates: bool = True
+  ) -> pipeline.TrainState:
+    """The TrainState's shapes and shardings; `track_updates`: with the embedding
+    variables' per-row last update (what checkpoints of format 4 and later hold)."""
     params = jax.eval_shape(self.init_params, jax.random.key(0))
     embeddings = pipeline.abstract_embedding_variables(
-      feature_specs, self.mesh, num_sc_per_device=self.num_sc
+      feature_specs, self.mesh, num_sc_per_device=self.num_sc, track_updates=track_updates
     )
     return pipeline.abstract_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
@@ -81,7 +85,7 @@ class JobModel:
     params_key, tables_key = jax.random.split(jax.random.key(int(self.config.seed)))
     params = self.init_params(params_key)
     embeddings = pipeline.init_embedding_variables(
-      tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc
+      tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc, track_updates=True
     )
     return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 

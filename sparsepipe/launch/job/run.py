@@ -13,6 +13,7 @@ Call on every process (after jax.distributed.initialize when multi-host).
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 import jax
@@ -89,7 +90,7 @@ class _Job:
         finally:
           self.output.close()
 
-  def _context(self, ckpts, watcher, setup, train_state, pipeline_state, position, resumed):
+  def _context(self, ckpts, watcher, setup, train_state, pipeline_state, position, resumed, job_id):
     return JobContext(
       config=self.config,
       workdir=self.workdir,
@@ -103,6 +104,7 @@ class _Job:
       train_state=train_state,
       pipeline_state=pipeline_state,
       position=position,
+      job_id=job_id,
       resumed_from=resumed,
     )
 
@@ -112,7 +114,14 @@ class _Job:
     if restored is None:
       setup = self.model.setup(self.model.base_specs)
       job = self._context(
-        ckpts, watcher, setup, self.model.fresh_train_state(), None, self.schedule.first(), None
+        ckpts,
+        watcher,
+        setup,
+        self.model.fresh_train_state(),
+        None,
+        self.schedule.first(),
+        None,
+        uuid.uuid4().hex,
       )
       self.output.resume_after(0)
       announce.fresh_start(job)
@@ -135,6 +144,7 @@ class _Job:
       restored.pipeline_state,
       position,
       restored.checkpoint_step,
+      restored.job_id,
     )
     self.output.resume_after(position.batches_trained)
     if job.batch < self.schedule.num_steps:

@@ -53,6 +53,7 @@ def _update_stack(
   buffers: tuple[jax.Array, ...],
   grads: jax.Array,
   hyper: jax.Array,
+  step: jax.Array,
 ) -> EmbeddingVariables:
   """One device: route row gradients to owners and update touched rows."""
   b, dim = layout.samples_per_sc, layout.dim
@@ -76,9 +77,13 @@ def _update_stack(
     combined,
   )
   write = lambda x, v: x.at[touched].set(v, mode="drop")
+  updated = variables.updated
+  if updated is not None:  # the batch number of this update: `step` updates came before
+    updated = updated.at[touched].set((step + 1).astype(jnp.int32), mode="drop")
   return EmbeddingVariables(
     write(variables.table, new_rows),
     tuple(write(x, v) for x, v in zip(variables.slots, new_slots)),
+    updated,
   )
 
 
@@ -137,17 +142,19 @@ def sparse_dense_matmul_grad(
       )
     hyper[name] = step_hyperparameters(layout.spec.optimizer, step)
 
-  def per_device(variables, buffers, grads, hyper):
+  def per_device(variables, buffers, grads, hyper, step):
     out = {}
     for name, layout in layouts.items():
       stacked = _stack_gradients(layout, grads, s)
-      out[name] = _update_stack(layout, s, variables[name], buffers[name], stacked, hyper[name])
+      out[name] = _update_stack(
+        layout, s, variables[name], buffers[name], stacked, hyper[name], step
+      )
     return out
 
   spec = PartitionSpec(DATA_AXIS)
   return jax.shard_map(
     per_device,
     mesh=mesh,
-    in_specs=(spec, spec, spec, PartitionSpec()),
+    in_specs=(spec, spec, spec, PartitionSpec(), PartitionSpec()),
     out_specs=spec,
-  )(variables, buffers, grads, hyper)
+  )(variables, buffers, grads, hyper, jnp.asarray(step, jnp.int32))

@@ -1,9 +1,16 @@
 """Sharded embedding tables and optimizer slots: creation, shardings, re-layout.
 
-State is `{stack name: EmbeddingVariables(table, slots)}`; every array is
-[stack_vocab_size, stack_embedding_dim] float32 in the physical MOD layout of
-embedding_layout.py, sharded by rows over the data axis. Slots follow the
-stack optimizer's slot_names().
+State is `{stack name: EmbeddingVariables(table, slots, updated)}`; table
+and slots are [stack_vocab_size, stack_embedding_dim] float32 in the
+physical MOD layout of embedding_layout.py, sharded by rows over the data
+axis. Slots follow the stack optimizer's slot_names().
+
+`updated` (optional, made with `track_updates=True`) is an int32 array of
+one entry per physical row, sharded the same way: the number of the last
+batch whose embedding update wrote that row (0: never). The update kernel
+sets it for exactly the rows it writes, so the rows that changed between two
+checkpoints are known (incremental exports), exactly across resume and
+re-layout (it moves with its rows).
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ from sparsepipe.transforms.stacking import get_stacked_table_specs
 
 
 class EmbeddingVariables(NamedTuple):
-  """One stacked table and its optimizer slots (same shape and sharding)."""
+  """One stacked table, its optimizer slots (same shape and sharding), and
+  optionally the last batch that updated each row (see the module docstring)."""
 
   table: Any
   slots: tuple[Any, ...] = ()
+  updated: Any = None
 
 
 def num_sparsecores(mesh: Mesh, num_sc_per_device: int) -> int:
@@ -46,35 +55,52 @@ def table_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(DATA_AXIS, None))
 
 
+def row_sharding(mesh: Mesh) -> NamedSharding:
+  """A per-row vector split like the table's rows."""
+  return NamedSharding(mesh, PartitionSpec(DATA_AXIS))
+
+
 def _layouts(feature_specs: Any, mesh: Mesh, num_sc_per_device: int):
   return stack_layouts(feature_specs, num_sparsecores(mesh, num_sc_per_device))
 
 
-def _structure(layout: StackLayout, leaf: Any) -> EmbeddingVariables:
+def _structure(layout: StackLayout, leaf: Any, updated: Any = None) -> EmbeddingVariables:
   slots = tuple(leaf for _ in layout.spec.optimizer.slot_names())
-  return EmbeddingVariables(leaf, slots)
+  return EmbeddingVariables(leaf, slots, updated)
 
 
-def embedding_variables_sharding(feature_specs: Any, mesh: Mesh) -> dict[str, EmbeddingVariables]:
+def embedding_variables_sharding(
+  feature_specs: Any, mesh: Mesh, *, track_updates: bool = False
+) -> dict[str, EmbeddingVariables]:
   """{stack: EmbeddingVariables of NamedSharding} (for jit in/out_shardings)."""
   sharding = table_sharding(mesh)
+  rows = row_sharding(mesh) if track_updates else None
   stacks = get_stacked_table_specs(feature_specs)
   return {
-    name: EmbeddingVariables(sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names()))
+    name: EmbeddingVariables(
+      sharding, tuple(sharding for _ in stacks[name].optimizer.slot_names()), rows
+    )
     for name in sorted(stacks)
   }
 
 
 def abstract_embedding_variables(
-  feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int, track_updates: bool = False
 ) -> dict[str, EmbeddingVariables]:
   """ShapeDtypeStructs with shardings: restore targets for Orbax."""
   sharding = table_sharding(mesh)
   layouts = _layouts(feature_specs, mesh, num_sc_per_device)
+
+  def updated(layout):
+    if not track_updates:
+      return None
+    return jax.ShapeDtypeStruct((layout.vocab_size,), jnp.int32, sharding=row_sharding(mesh))
+
   return {
     name: _structure(
       layout,
       jax.ShapeDtypeStruct((layout.vocab_size, layout.dim), jnp.float32, sharding=sharding),
+      updated(layout),
     )
     for name, layout in layouts.items()
   }
@@ -95,9 +121,10 @@ def _slot_fills(layout: StackLayout, key: jax.Array) -> list[jax.Array]:
 
 
 @functools.lru_cache(maxsize=64)
-def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh):
+def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh, track_updates: bool):
   """The jitted initializer of a set of stacks (cached: compiled once)."""
   sharding = table_sharding(mesh)
+  rows = row_sharding(mesh) if track_updates else None
 
   def init(key):
     state = {}
@@ -113,15 +140,21 @@ def _init_function(layouts: tuple[tuple[str, StackLayout], ...], mesh: Mesh):
       table = logical_to_physical(layout, logical, row_sharding=sharding)
       slot_key = jax.random.fold_in(table_key(key, name), 1)
       slots = tuple(_slot_fills(layout, slot_key))
-      state[name] = EmbeddingVariables(table, slots)
+      updated = jnp.zeros((layout.vocab_size,), jnp.int32) if track_updates else None
+      state[name] = EmbeddingVariables(table, slots, updated)
     return state
 
-  out = {name: _structure(layout, sharding) for name, layout in layouts}
+  out = {name: _structure(layout, sharding, rows) for name, layout in layouts}
   return jax.jit(init, out_shardings=out)
 
 
 def init_embedding_variables(
-  key: jax.Array, feature_specs: Any, mesh: Mesh, *, num_sc_per_device: int
+  key: jax.Array,
+  feature_specs: Any,
+  mesh: Mesh,
+  *,
+  num_sc_per_device: int,
+  track_updates: bool = False,
 ) -> dict[str, EmbeddingVariables]:
   """Fresh tables and slots, created sharded (never whole on one device).
 
@@ -129,10 +162,10 @@ def init_embedding_variables(
   (vocabulary_size, embedding_dim))`, so the same key gives the same
   logical tables for any device count or stacking; padding rows and
   columns are zero. Slots are the optimizer's slot_initializers() over the
-  whole stacked array.
+  whole stacked array. With `track_updates`, `updated` starts at 0 (never).
   """
   layouts = _layouts(feature_specs, mesh, num_sc_per_device)
-  return _init_function(tuple(layouts.items()), mesh)(key)
+  return _init_function(tuple(layouts.items()), mesh, bool(track_updates))(key)
 
 
 def _to_host(array: Any) -> np.ndarray:
@@ -177,9 +210,15 @@ def unstack_embedding_variables(
       )
     table = physical_to_logical(layout, _to_host(stacked.table))
     slots = [physical_to_logical(layout, _to_host(s)) for s in stacked.slots]
+    updated = None if stacked.updated is None else _to_host(stacked.updated)
     for t in layout.tables:
-      out[t.name] = EmbeddingVariables(table[t.name], tuple(s[t.name] for s in slots))
+      rows = None if updated is None else updated[layout.physical_rows(t.name, _rows(t))]
+      out[t.name] = EmbeddingVariables(table[t.name], tuple(s[t.name] for s in slots), rows)
   return out
+
+
+def _rows(table: Any) -> np.ndarray:
+  return np.arange(table.vocabulary_size, dtype=np.int64)
 
 
 def unstack_embedding_tables(
@@ -293,8 +332,25 @@ def stack_embedding_variables(
         ),
       )
 
-    out[name] = jax.jit(place, out_shardings=_structure(layout, sharding))(table, slots)
+    placed = jax.jit(place, out_shardings=_structure(layout, sharding))(table, slots)
+    out[name] = placed._replace(updated=_stack_updated(layout, logical, mesh))
   return out
+
+
+def _stack_updated(
+  layout: StackLayout, logical: Mapping[str, EmbeddingVariables], mesh: Mesh
+) -> jax.Array | None:
+  """The stack's per-row `updated` from its tables' (None unless every table has one)."""
+  given = [logical[t.name].updated for t in layout.tables if t.name in logical]
+  if not given or any(u is None for u in given):
+    return None
+  physical = np.zeros((layout.vocab_size,), np.int32)
+  for t in layout.tables:
+    if t.name in logical:
+      physical[layout.physical_rows(t.name, _rows(t))] = np.asarray(logical[t.name].updated)
+  return jax.make_array_from_callback(
+    physical.shape, row_sharding(mesh), lambda index: physical[index]
+  )
 
 
 def stack_embedding_tables(

@@ -195,12 +195,24 @@ def _assert_close(actual, expected):
   np.testing.assert_allclose(actual, expected, rtol=2e-6, atol=2e-7)
 
 
+def _touched(specs, batches):
+  """{table: the rows some sample's ids name}: what an update writes."""
+  rows = {}
+  for key, spec in specs.items():
+    for _, ids, _ in _samples(spec, batches[key]):
+      rows.setdefault(spec.table_spec.name, set()).update(int(i) for i in ids)
+  return rows
+
+
 @pytest.mark.parametrize("g,s", CONFIGS)
 def test_lookup_and_update_match_dense_references(g, s):
   specs, mesh, lookup, update = _setup(g, s)
   n = g * s
-  state = init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=s)
+  state = init_embedding_variables(
+    jax.random.key(1), specs, mesh, num_sc_per_device=s, track_updates=True
+  )
   logical = unstack_embedding_variables(state, specs, num_sc_per_device=s)
+  updated = {name: np.zeros(v.table.shape[0], np.int32) for name, v in logical.items()}
   rng = np.random.default_rng(g * 10 + s)
   for step in range(2):
     batches = {k: _ragged(rng, f, n, weighted=step == 0) for k, f in specs.items()}
@@ -213,6 +225,8 @@ def test_lookup_and_update_match_dense_references(g, s):
       _assert_close(np.asarray(acts[key]), _reference_activations(spec, batches[key], logical))
     grads = {k: jnp.asarray(rng.normal(size=a.shape), jnp.float32) for k, a in acts.items()}
     expected = _reference_update(specs, batches, grads, logical, step)
+    for name, rows in _touched(specs, batches).items():
+      updated[name][sorted(rows)] = step + 1  # the batch number of this update
     old_tables = [v.table for v in state.values()]
     state = update(grads, sparse, state, step=jnp.int32(step))
     assert all(t.is_deleted() for t in old_tables)  # donated: in place
@@ -222,19 +236,24 @@ def test_lookup_and_update_match_dense_references(g, s):
       assert len(logical[name].slots) == len(slots)
       for got, want in zip(logical[name].slots, slots):
         _assert_close(got, want)
-  # Padding rows and columns are never written.
+      np.testing.assert_array_equal(logical[name].updated, updated[name], err_msg=name)
+  # Padding rows and columns are never written, nor marked updated.
   for name, v in state.items():
     table = np.asarray(v.table)
     assert table.shape[0] % (8 * n) == 0
   padded_t3 = np.asarray(state["t3"].table)
   np.testing.assert_array_equal(padded_t3[:, 4:], 0.0)
+  marked = sum(int(np.count_nonzero(np.asarray(v.updated))) for v in state.values())
+  assert marked == sum(int(np.count_nonzero(u)) for u in updated.values())
 
 
 @pytest.mark.parametrize("g,s", [(2, 2)])
 def test_all_zero_buffers_change_nothing(g, s):
   """The pipeline's dummy inputs (all zeros) select no entry at all."""
   specs, mesh, lookup, update = _setup(g, s)
-  state = init_embedding_variables(jax.random.key(2), specs, mesh, num_sc_per_device=s)
+  state = init_embedding_variables(
+    jax.random.key(2), specs, mesh, num_sc_per_device=s, track_updates=True
+  )
   batches = {k: _ragged(np.random.default_rng(0), f, g * s, True) for k, f in specs.items()}
   sparse = _preprocess(specs, batches, g, s, mesh)
   zeros = jax.tree.map(jnp.zeros_like, sparse)

@@ -56,7 +56,7 @@ def _mesh(g):
   return make_mesh(jax.devices()[:g])
 
 
-def _random_logical(specs, seed):
+def _random_logical(specs, seed, *, updated=False):
   rng = np.random.default_rng(seed)
   out = {}
   for f in specs.values():
@@ -65,6 +65,7 @@ def _random_logical(specs, seed):
     out[t.name] = EmbeddingVariables(
       rng.normal(size=shape).astype(np.float32),
       (rng.uniform(0.1, 1.0, shape).astype(np.float32),),
+      rng.integers(0, 1000, t.vocabulary_size).astype(np.int32) if updated else None,
     )
   return out
 
@@ -161,7 +162,7 @@ def test_init_is_sharded_nonzero_and_independent_of_devices_and_stacking():
 
 
 def test_relayout_from_8_to_4_devices_keeps_every_row():
-  logical = _random_logical(_specs(8), 1)
+  logical = _random_logical(_specs(8), 1, updated=True)
   specs8, mesh8 = _specs(8), _mesh(8)
   specs4, mesh4 = _specs(4), _mesh(4)
   state8 = stack_embedding_variables(logical, specs8, mesh8, num_sc_per_device=S)
@@ -173,6 +174,8 @@ def test_relayout_from_8_to_4_devices_keeps_every_row():
     for name, v in logical.items():
       np.testing.assert_array_equal(back[name].table, v.table)
       np.testing.assert_array_equal(back[name].slots[0], v.slots[0])
+      # The last update of each row moves with the row.
+      np.testing.assert_array_equal(back[name].updated, v.updated)
   # Padding is to multiples of 8*N rows: the physical arrays differ.
   assert state8["t0_t1"].table.shape == (256, 8)
   assert state4["t0_t1"].table.shape == (128, 8)
@@ -183,6 +186,8 @@ def test_relayout_from_8_to_4_devices_keeps_every_row():
   pad = np.setdiff1d(np.arange(layout.vocab_size), rows)
   np.testing.assert_array_equal(np.asarray(state4["t2"].slots[0])[pad], 0.25)
   np.testing.assert_array_equal(np.asarray(state4["t2"].table)[pad], 0.0)
+  np.testing.assert_array_equal(np.asarray(state4["t2"].updated)[pad], 0)
+  assert state4["t2"].updated.sharding == NamedSharding(mesh4, PartitionSpec(DATA_AXIS))
 
 
 def test_stack_embedding_tables_from_host_and_device_arrays():
@@ -267,7 +272,7 @@ def test_init_never_holds_a_whole_table_on_one_device():
   )
   mesh = _mesh(8)
   layouts = stack_layouts(specs, 16)
-  init = embedding_variables._init_function(tuple(layouts.items()), mesh)
+  init = embedding_variables._init_function(tuple(layouts.items()), mesh, False)
   memory = init.lower(jax.random.key(0)).compile().memory_analysis()
   table_bytes = (1 << 20) * 16 * 4
   shard_bytes = table_bytes // 8
