@@ -14,7 +14,7 @@ import sparsepipe
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "sparsepipe")
 # Lower layers first: a module may import its own layer and the ones before it.
-LAYERS = ("core", "data", "transforms", "pipeline", "checkpointing", "launch")
+LAYERS = ("core", "data", "transforms", "pipeline", "checkpointing", "serving", "launch")
 MAX_FUNCTION_LINES = 80
 # Modules in one package folder: more means a part wants its own subpackage.
 MAX_MODULES_PER_FOLDER = 15

@@ -75,6 +75,12 @@ class Position:
     return self.start + min(max(self.pipeline_step - lag, 0), self.length)
 
   @property
+  def updates_applied(self) -> int:
+    """Batches whose embedding update is in the tables (the update lags two steps)."""
+    lag = 2 if self.pipelined else 0
+    return self.start + min(max(self.pipeline_step - lag, 0), self.length)
+
+  @property
   def drained(self) -> bool:
     """No batch buffered in the PipelineState."""
     return not self.pipelined or self.pipeline_step in (0, self.steps)

@@ -1,0 +1,13 @@
+"""Using a trained model: exports, predictions, incremental embedding exports."""
+
+from sparsepipe.serving.delta import apply_delta
+from sparsepipe.serving.delta import changed_rows
+from sparsepipe.serving.delta import check_applies
+from sparsepipe.serving.delta import rows_to_export
+from sparsepipe.serving.export_format import ExportError
+from sparsepipe.serving.export_format import ExportInfo
+from sparsepipe.serving.export_format import new_export_id
+from sparsepipe.serving.export_format import read_info
+from sparsepipe.serving.export_format import write_export
+from sparsepipe.serving.lookup import combined_embeddings
+from sparsepipe.serving.predictor import Predictor

@@ -1,0 +1,59 @@
+"""python -m sparsepipe.serving.predict --export E [--delta D ...] --data DIR --output scores.npy
+
+Scores every example of a converted dataset (in its order) with an export
+(and its deltas), writes the click probabilities as a float32 .npy and
+prints the dataset's AUC and log loss when its labels are clicks (0/1).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from sparsepipe.data.convert import cli
+
+
+def _define_flags() -> None:
+  flags.DEFINE_string("export", None, "A full export.", required=True)
+  flags.DEFINE_list("delta", [], "Deltas made after it, in order.")
+  flags.DEFINE_string("data", None, "A converted dataset (with manifest.json).", required=True)
+  flags.DEFINE_string("output", None, "Where to write the scores (.npy).", required=True)
+  flags.DEFINE_integer("batch_size", 4096, "Examples scored at once.")
+  flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  jax.config.update("jax_platforms", "cpu")
+  from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top
+  from sparsepipe.serving.predictor import Predictor  # pylint: disable=g-import-not-at-top
+  from sparsepipe.serving.scoring import score_dataset  # pylint: disable=g-import-not-at-top
+
+  f = flags.FLAGS
+  predictor = Predictor.load(f.export, f.delta)
+  scores, labels = score_dataset(predictor, f.data, batch_size=f.batch_size, show_progress=True)
+  output = os.path.abspath(f.output)
+  tmp = f"{output}.tmp-{os.getpid()}.npy"
+  np.save(tmp, scores)
+  os.replace(tmp, output)
+  line = f"{len(scores):,} scores: {output}"
+  if labels.size and np.all((labels == 0) | (labels == 1)):
+    metrics = pipeline.compute_metrics(labels, scores)
+    line += f"; AUC {metrics.auc:.4f}, log loss {metrics.logloss:.4f}"
+  print(line)
+  return 0
+
+
+if __name__ == "__main__":
+  _define_flags()
+  sys.exit(app.run(cli.reports_errors(main)))
