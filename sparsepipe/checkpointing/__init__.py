@@ -1,6 +1,8 @@
 """Orbax checkpoints of the whole training state, exact resume, preemption."""
 
 from sparsepipe.checkpointing.errors import CheckpointError
+from sparsepipe.checkpointing.errors import ConfigMismatchError
+from sparsepipe.checkpointing.errors import StepNotKeptError
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.manager import DEFAULT_RELAYOUTS

@@ -24,3 +24,29 @@ class CorruptCheckpointError(CheckpointError):
   with a warning; it is raised when no step can be restored or when an
   explicitly requested step is corrupt.
   """
+
+
+class ConfigMismatchError(IncompatibleCheckpointError):
+  """The checkpoint was written with another config (keys that may not change).
+
+  `differences` holds every (dotted key, saved value, current value); the
+  message names the first few (`MISMATCHES_SHOWN`) and how many more there are.
+  """
+
+  MISMATCHES_SHOWN = 3
+
+  def __init__(self, where: str, differences: list[tuple[str, str, str]]):
+    self.where = where
+    self.differences = differences
+    super().__init__(f"{where} was written with another config: {self.summary()}")
+
+  def summary(self) -> str:
+    """'config.a=1, current run has 2; ... (and 4 more)': the first few differences."""
+    shown = self.differences[: self.MISMATCHES_SHOWN]
+    text = "; ".join(f"{key}={saved}, current run has {now}" for key, saved, now in shown)
+    more = len(self.differences) - len(shown)
+    return text + (f" (and {more} more)" if more else "")
+
+
+class StepNotKeptError(CheckpointError):
+  """A step was asked for that the checkpoint directory does not hold."""

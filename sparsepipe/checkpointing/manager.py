@@ -50,6 +50,7 @@ from sparsepipe.checkpointing.integrity import corrupt
 from sparsepipe.checkpointing import empty_arrays
 from sparsepipe.checkpointing import saving
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.errors import StepNotKeptError
 from sparsepipe.checkpointing.handlers import array_handler
 from sparsepipe.checkpointing.handlers import MetadataHandler
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
@@ -192,6 +193,7 @@ class TrainingCheckpointManager:
 
   def read_metadata(self, step: int) -> CheckpointMetadata:
     """The saved CheckpointMetadata of `step` (checked against its digest)."""
+    self._require_kept(step)
     return CheckpointMetadata.from_json(self._reader.sealed_metadata(step), self.where(step))
 
   # -- saving -----------------------------------------------------------------
@@ -257,6 +259,16 @@ class TrainingCheckpointManager:
 
   # -- restoring --------------------------------------------------------------
 
+  def _require_kept(self, step: int) -> None:
+    """StepNotKeptError naming the steps there are, if `step` is not one of them."""
+    if self._reader.step_path(step).exists():
+      return
+    kept = ", ".join(map(str, sorted(self.all_steps()))) or "none"
+    raise StepNotKeptError(
+      f"{self.directory} holds no step {step}: the steps kept are {kept} (a job keeps its"
+      " newest checkpoint.keep steps)"
+    )
+
   def _unless_deleted(self, step: int, error: CorruptCheckpointError) -> CorruptCheckpointError:
     """`error`, or that `step` was deleted while it was read (not corruption)."""
     if self._reader.step_path(step).exists():
@@ -294,8 +306,11 @@ class TrainingCheckpointManager:
         incompatible run (config, counts, mesh, dataset, or a layout that
         cannot follow the device count).
       CorruptCheckpointError: no step could be read.
+      StepNotKeptError: `step` is not in the directory.
     """
     relayouts = {**DEFAULT_RELAYOUTS, **(relayouts or {})}
+    if step is not None:
+      self._require_kept(step)
     steps = [step] if step is not None else sorted(self.all_steps(), reverse=True)
     if not steps:
       return None

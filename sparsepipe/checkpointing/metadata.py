@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import jax
 import numpy as np
 
+from sparsepipe.checkpointing.errors import ConfigMismatchError
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 
@@ -265,8 +266,8 @@ def check_compatible(
 ) -> None:
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
-  Checked in order: mesh axis names, then every differing config key (all
-  listed). The device, process and data worker counts may differ.
+  Checked in order: mesh axis names, then every differing config key
+  (ConfigMismatchError: all of them kept, the first few in the message). The device, process and data worker counts may differ.
   """
   run = saved.run
   if tuple(run.mesh_shape) != tuple(current.mesh_shape):
@@ -276,7 +277,4 @@ def check_compatible(
     )
   diffs = config_differences(run.config, current.config, mutable_config_keys)
   if diffs:
-    raise IncompatibleCheckpointError(
-      f"{where} was written with "
-      + "; ".join(f"{key}={_render(a)}, current run has {_render(b)}" for key, a, b in diffs)
-    )
+    raise ConfigMismatchError(where, [(key, _render(a), _render(b)) for key, a, b in diffs])

@@ -7,6 +7,6 @@ from sparsepipe.launch.job.run import MUTABLE_CONFIG_KEYS
 from sparsepipe.launch.job.run import train_and_evaluate
 from sparsepipe.launch.job.schedule import Position
 from sparsepipe.launch.job.schedule import Schedule
-from sparsepipe.launch.job.workdir_lock import LOCK_FILENAME
-from sparsepipe.launch.job.workdir_lock import WorkdirInUseError
-from sparsepipe.launch.job.workdir_lock import exclusive_workdir
+from sparsepipe.launch.workdir.lock import LOCK_FILENAME
+from sparsepipe.launch.workdir.lock import WorkdirInUseError
+from sparsepipe.launch.workdir.lock import exclusive_workdir

@@ -65,7 +65,8 @@ def main(argv) -> int:
     _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
   )
   try:
-    result = train_and_evaluate(flags.FLAGS.config, workdir())
+    name = config_name(flags.FLAGS["config"].config_filename)
+    result = train_and_evaluate(flags.FLAGS.config, workdir(), config_name=name)
   finally:
     distributed.shutdown(started)
   return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0

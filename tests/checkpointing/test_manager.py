@@ -20,6 +20,7 @@ import subprocess_harness as harness
 from sparsepipe.checkpointing import CorruptCheckpointError
 from sparsepipe.checkpointing import CHECKPOINT_FORMAT_VERSION
 from sparsepipe.checkpointing import IncompatibleCheckpointError
+from sparsepipe.checkpointing import StepNotKeptError
 from sparsepipe.checkpointing import LoopPosition
 from sparsepipe.checkpointing import RestoreTargets
 from sparsepipe.checkpointing import RunInfo
@@ -167,11 +168,11 @@ def test_absolute_directory(tmp_path, monkeypatch):
   [
     (
       run_info(config={**CONFIG, "model": {"dim": 32, "vocab": 256}}),
-      "was written with config.model.dim=16, current run has 32",
+      "was written with another config: config.model.dim=16, current run has 32",
     ),
     (
       run_info(config={**CONFIG, "extra": "x", "num_steps": 9}),
-      'was written with config.extra=(unset), current run has "x";'
+      'was written with another config: config.extra=(unset), current run has "x";'
       " config.num_steps=8, current run has 9",
     ),
     (
@@ -450,6 +451,20 @@ def test_read_metadata(saved):
     meta = manager.read_metadata(2)
   assert meta.progress == LoopPosition(2, 2, False)
   assert meta.run == run_info()
+
+
+def test_a_step_not_kept_is_named_with_the_steps_kept(saved):
+  directory, _ = saved
+  message = (
+    f"{directory} holds no step 3: the steps kept are 2, 4 (a job keeps its newest"
+    " checkpoint.keep steps)"
+  )
+  with TrainingCheckpointManager(directory, run_info(), read_only=True) as manager:
+    with pytest.raises(StepNotKeptError) as read:
+      manager.read_metadata(3)
+    with pytest.raises(StepNotKeptError) as restored:
+      manager.restore(Job().targets(), step=3)
+  assert str(read.value) == str(restored.value) == message
 
 
 GOLDEN = pathlib.Path(paths.GOLDEN)

@@ -8,6 +8,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from sparsepipe.checkpointing import CheckpointMetadata
+from sparsepipe.checkpointing import ConfigMismatchError
 from sparsepipe.checkpointing import CorruptCheckpointError
 from sparsepipe.checkpointing import CHECKPOINT_FORMAT_VERSION
 from sparsepipe.checkpointing import IncompatibleCheckpointError
@@ -122,7 +123,8 @@ def test_newer_format_is_incompatible():
   [
     (
       run_info(config={"model": {"embedding_dim": 32}}),
-      "checkpoint at /x step 40 was written with config.model.embedding_dim=16, current run has 32",
+      "checkpoint at /x step 40 was written with another config:"
+      " config.model.embedding_dim=16, current run has 32",
     ),
     (
       run_info(mesh_shape={"data": 4, "model": 2}),
@@ -135,6 +137,22 @@ def test_incompatible_messages(current, message):
   with pytest.raises(IncompatibleCheckpointError) as info:
     check_compatible(metadata(), current, where=WHERE)
   assert str(info.value) == message
+
+
+def test_a_config_mismatch_names_the_first_three_differences_and_keeps_all():
+  saved = metadata()
+  current = run_info(config={"model": {"embedding_dim": 8}, "a": 1, "b": [2], "c": "x", "d": None})
+  with pytest.raises(ConfigMismatchError) as info:
+    check_compatible(saved, current, where=WHERE)
+  assert str(info.value) == (
+    "checkpoint at /x step 40 was written with another config: config.a=(unset), current run"
+    ' has 1; config.b=(unset), current run has [2]; config.c=(unset), current run has "x"'
+    " (and 2 more)"
+  )
+  assert info.value.differences[3:] == [
+    ("config.d", "(unset)", "null"),
+    ("config.model.embedding_dim", "16", "8"),
+  ]
 
 
 def test_device_count_alone_is_compatible():

@@ -2,6 +2,7 @@
 goes with the process that held it."""
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -115,3 +116,48 @@ def test_a_file_system_without_locks_runs_unguarded_with_a_warning(tmp_path, mon
     f"cannot lock {path} ([Errno {errno.ENOLCK}] No locks available): a second job in it"
     " would not be detected"
   ]
+
+
+def test_a_failed_launch_leaves_no_lock_file_and_no_empty_workdir(tmp_path):
+  workdir = str(tmp_path / "new")
+  out = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.launch", "--config=dataset", f"--workdir={workdir}"],
+    env=harness.cpu_env(1),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stderr) == (
+    1,
+    "error: config.features_from_manifest: the features come from the train data, set"
+    " --config.data.dir to a dataset directory (with manifest.json)\n",
+  )
+  assert not os.path.exists(workdir)
+  existing = tmp_path / "existing"
+  existing.mkdir()
+  with exclusive_workdir(str(existing)):
+    assert os.listdir(existing) == [LOCK_FILENAME]
+  assert os.path.isdir(existing) and os.listdir(existing) == []  # not made here: kept
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path, monkeypatch):
+  """The holder removes the file as a second job opens it: the second locks a new one."""
+  workdir = str(tmp_path / "job")
+  os.makedirs(workdir)
+  path = os.path.join(workdir, LOCK_FILENAME)
+  opened = []
+  real_open = open
+
+  def racing_open(name, *args, **kwargs):
+    handle = real_open(name, *args, **kwargs)
+    if name == path and not opened:
+      opened.append(os.fstat(handle.fileno()).st_ino)
+      os.unlink(path)  # as a releasing holder would, right after this open
+    return handle
+
+  monkeypatch.setattr("builtins.open", racing_open)
+  with exclusive_workdir(workdir):
+    with real_open(path) as other:  # the file at the path now is the one held
+      with pytest.raises(BlockingIOError):
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+  assert len(opened) == 1

@@ -13,7 +13,6 @@ Call on every process (after jax.distributed.initialize when multi-host).
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Any
 
 import jax
@@ -36,7 +35,8 @@ from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.output import JobOutput
 from sparsepipe.launch.job.schedule import Schedule
-from sparsepipe.launch.job.workdir_lock import exclusive_workdir
+from sparsepipe.launch.workdir import owner
+from sparsepipe.launch.workdir.lock import exclusive_workdir
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
@@ -52,10 +52,11 @@ MUTABLE_CONFIG_KEYS = (
 class _Job:
   """One process's share of a job (see train_and_evaluate)."""
 
-  def __init__(self, config: Any, workdir: str):
+  def __init__(self, config: Any, workdir: str, config_name: str):
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
     self.config = config
+    self.config_name = config_name
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = core.make_mesh()
@@ -82,7 +83,10 @@ class _Job:
     ) as mngr:
       with checkpointing.PreemptionWatcher(mngr) as watcher:
         try:
-          job = self._start(JobCheckpoints(mngr, self.model), watcher)
+          try:
+            job = self._start(JobCheckpoints(mngr, self.model), watcher)
+          except checkpointing.ConfigMismatchError as e:
+            raise owner.another_job_error(self.workdir, e) from e
           try:
             return self._train(job)
           finally:
@@ -121,8 +125,9 @@ class _Job:
         None,
         self.schedule.first(),
         None,
-        uuid.uuid4().hex,
+        owner.new_job_id(),
       )
+      owner.write_job_record(self.workdir, owner.new_job_record(job.job_id, self.config_name))
       self.output.resume_after(0)
       announce.fresh_start(job)
       return job
@@ -210,20 +215,22 @@ class _Job:
     return Setup(specs, self.model.make_trainer(specs), iterator)
 
 
-def train_and_evaluate(config: Any, workdir: str) -> JobResult:
+def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> JobResult:
   """Trains config.num_steps batches (resuming from workdir's checkpoints).
 
   Args:
     config: an ml_collections config like the shipped `demo` config.
     workdir: where the dataset (if generated), checkpoints, FDO statistics
       and metrics.jsonl live.
+    config_name: the config's name for people, recorded in <workdir>/job.json
+      at the job's first start (launch/workdir/owner.py).
 
   Returns:
     A JobResult; `preempted` tells the caller to exit with
     checkpointing.PREEMPTED_EXIT_CODE.
 
   Raises:
-    WorkdirInUseError: another job is running in `workdir` (workdir_lock.py).
+    WorkdirInUseError: another job is running in `workdir` (launch/workdir/lock.py).
   """
   with exclusive_workdir(os.path.abspath(workdir)):
-    return _Job(config, workdir).run()
+    return _Job(config, workdir, config_name).run()

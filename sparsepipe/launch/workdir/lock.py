@@ -7,9 +7,12 @@ one's Orbax manager deletes the other's saves in progress. So a job takes
 an exclusive lock before it touches its workdir, and a second job stops
 with an error naming the first (pid, host, start time). The lock is the
 kernel's (flock): it goes with the process that holds it, also when that
-one is killed, so no stale lock is left behind. Where the file system has
-no locks (some network or FUSE mounts) the job warns and runs unguarded.
-Readers (launch.evaluate) take no lock.
+one is killed, so no stale lock is left behind. The holder removes the file
+when it lets go (a job that failed to start leaves no file, and no workdir
+it made and left empty); a job that takes the lock checks that the file it
+locked is still the one at the path, so one removed meanwhile is not held
+twice. Where the file system has no locks (some network or FUSE mounts)
+the job warns and runs unguarded. Readers (launch.evaluate) take no lock.
 """
 
 from __future__ import annotations
@@ -59,22 +62,44 @@ def _acquire(workdir: str) -> tuple[IO[str] | None, str]:
   except ImportError:  # not POSIX
     logging.warning("cannot lock %s here: a second job in it would not be detected", path)
     return None, ""
-  handle = open(path, "a+", encoding="utf-8")  # not truncated before it is ours
-  try:
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    handle.seek(0)
-    owner = handle.read()
-    handle.close()
-    return None, _in_use(workdir, owner)
-  except OSError as e:  # a file system without locks
-    handle.close()
-    logging.warning("cannot lock %s (%s): a second job in it would not be detected", path, e)
-    return None, ""
+  for _ in range(100):
+    handle = open(path, "a+", encoding="utf-8")  # not truncated before it is ours
+    try:
+      fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      handle.seek(0)
+      owner = handle.read()
+      handle.close()
+      return None, _in_use(workdir, owner)
+    except OSError as e:  # a file system without locks
+      handle.close()
+      logging.warning("cannot lock %s (%s): a second job in it would not be detected", path, e)
+      return None, ""
+    if _still_there(handle, path):
+      break
+    handle.close()  # its holder removed it as we opened it: lock the new one
   handle.truncate(0)
   handle.write(_owner())
   handle.flush()
   return handle, ""
+
+
+def _still_there(handle: IO[str], path: str) -> bool:
+  """Whether `path` still names the file `handle` has open (not removed by its holder)."""
+  try:
+    return os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+  except FileNotFoundError:
+    return False
+
+
+def _release(handle: IO[str], workdir: str, made: bool) -> None:
+  """Removes the lock file (still holding it), lets go, removes a workdir left empty."""
+  with contextlib.suppress(OSError):
+    os.unlink(os.path.join(workdir, LOCK_FILENAME))
+  handle.close()
+  if made:
+    with contextlib.suppress(OSError):
+      os.rmdir(workdir)  # only if nothing else was written
 
 
 @contextlib.contextmanager
@@ -85,6 +110,7 @@ def exclusive_workdir(workdir: str) -> Iterator[None]:
   WorkdirInUseError when another job holds it (or process 0's error when it
   could not open the lock file, e.g. in an unwritable workdir).
   """
+  made = not os.path.exists(workdir)
   os.makedirs(workdir, exist_ok=True)
   handle, problem, error = None, "", None
   if jax.process_index() == 0:
@@ -104,4 +130,4 @@ def exclusive_workdir(workdir: str) -> Iterator[None]:
     yield
   finally:
     if handle is not None:
-      handle.close()
+      _release(handle, workdir, made)
