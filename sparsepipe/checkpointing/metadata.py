@@ -267,7 +267,8 @@ def check_compatible(
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
   Checked in order: mesh axis names, then every differing config key
-  (ConfigMismatchError: all of them kept, the first few in the message). The device, process and data worker counts may differ.
+  (ConfigMismatchError: all of them kept, the first few in the message).
+  The device, process and data worker counts may differ.
   """
   run = saved.run
   if tuple(run.mesh_shape) != tuple(current.mesh_shape):
