@@ -10,6 +10,7 @@ import jax
 
 from sparsepipe import pipeline
 from sparsepipe import transforms
+from sparsepipe.launch.config import fields
 from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.config.shipped import config_path
 
@@ -67,6 +68,27 @@ def test_zero_limits_mean_the_worst_case_of_the_batch():
 
 
 @pytest.mark.parametrize(
+  "devices, max_ids, max_unique",
+  [
+    # 4096 / (1 x 4 SCs) = 1024 samples x 26 ids: the worst case bounds both.
+    (1, 26624, 26624),
+    (2, 13312, 8192),  # 512 x 26 bounds 1024 * 4**2; 512 * 4**2 is under it
+    (4, 4096, 2048),  # 1024 and 512 times 2**2, under the worst case 6656
+    (8, 1024, 512),  # the devices the limits were set for: as configured
+    (16, 1024, 512),  # more partitions: a partition's ids do not grow
+  ],
+)
+def test_criteo_limits_follow_the_device_count(devices, max_ids, max_unique):
+  config = _load("criteo")
+  specs = config_specs.build_feature_specs(
+    config, global_batch_size=4096, global_device_count=devices
+  )
+  for limits in transforms.get_stack_limits(specs).values():
+    assert limits["max_ids_per_partition"] == max_ids
+    assert limits["max_unique_ids_per_partition"] == max_unique
+
+
+@pytest.mark.parametrize(
   "field, value, message",
   [
     ("stacking", "some", r"stacking='some' is not 'auto' or 'none'"),
@@ -86,3 +108,14 @@ def test_bad_config_values_are_named(field, value, message):
   node[key] = value
   with pytest.raises(ValueError, match=message):
     config_specs.build_feature_specs(config, global_batch_size=128, global_device_count=8)
+
+
+def test_every_config_field_is_documented_once():
+  assert sorted(fields.FIELD_DOCS) == sorted(fields.config_fields())
+
+
+def test_the_config_reference_is_current():
+  with open(os.path.join(paths.REPO_ROOT, "docs", "config.md"), encoding="utf-8") as f:
+    assert f.read() == fields.render_reference(), (
+      "docs/config.md is stale: python -m sparsepipe.launch.config.fields > docs/config.md"
+    )

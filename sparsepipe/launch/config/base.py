@@ -1,64 +1,10 @@
-"""The config every job reads: fields, meanings and defaults.
+"""The config every job reads: its fields and their defaults.
 
 Config files (configs/*.py) start from `base_config()` and change what
 their job needs; every field can be overridden on the command line
 (`--config.num_steps=100`, `--config.model.bottom_mlp_dims="(64,16)"`).
-
-  seed: parameter init, data shuffle and generated data.
-  num_steps: batches to train (a resumed job may raise it).
-  global_batch_size / per_host_batch_size: examples per batch, set exactly
-    one (0 means unset). global_batch_size is the same on any number of
-    processes, so a checkpoint resumes on another process count with the
-    same batches; each host then reads global_batch_size / processes (an
-    error if that does not divide). per_host_batch_size fixes the host's
-    share instead: the global batch is per_host_batch_size * processes.
-    Either way the global batch must be a multiple of devices * SCs.
-  num_sc_per_device: "SparseCores" per device, the S of the COO layout (4 on
-    TPU v5p/v6e; elsewhere a layout parameter).
-  log_every_steps: progress-line interval (batches).
-  data.dir: an ArrayRecord dataset (a manifest.json directory); empty means
-    <workdir>/data, generated from `synthetic` and `features` if missing.
-  data.num_workers: Grain worker processes (0: in the main process); the
-    batches do not depend on it, and a resumed job may change it.
-  data.shuffle / data.skip_corrupt / data.allow_id_dropping: shuffle
-    records; skip and count corrupt records instead of failing; drop (and
-    count) ids over the limits instead of failing.
-  synthetic: the generated dataset: examples, dense width, examples packed
-    per record, records per shard, and eval_examples: a held-out split of
-    that many examples from the same click model (0: none).
-  features: one entry per sparse feature: vocab_size, min_ids/max_ids per
-    example, zipf_exponent (generated data), combiner (sum, mean, sqrtn).
-  model: name: a built-in model, "dlrm" or "dcn_v2"; factory:
-    "package.module:function" of your own model (called with config.model,
-    returns an object with init and apply; see README "Bring your own
-    model"), overrides name; embedding_dim: shared by all tables;
-    bottom_mlp_dims (dlrm): the bottom MLP, its last width the interaction
-    dim; top_mlp_dims (dlrm: the top MLP; dcn_v2: the MLP after the cross
-    layers); cross_layers, cross_rank (dcn_v2: cross layers, and the rank
-    of their kernels, 0 for full rank).
-  dense_optimizer / embedding_optimizer: name (dense: sgd, adagrad, adam;
-    embedding: also adagrad_momentum, ftrl, laprop, with their default
-    hyperparameters) and learning rate. The dense state is ZeRO-sharded.
-  stacking: "auto" stacks compatible tables into one physical table,
-    "none" keeps one per feature.
-  limits: COO limits per table before FDO tunes them; 0 means the worst
-    case of the batch (always safe; large buffers until the first retune).
-  fdo.every_steps: batches between FDO retunes (0: never); the pipeline
-    drains and the step recompiles at each. fdo.headroom: new limits are
-    the observed maxima times this.
-  features_from_manifest: take `features` (names, vocab sizes, ids per
-    example) from the manifest of data.dir (configs/dataset.py).
-  pipelining: True (default) overlaps the lookup of batch i and the update
-    of batch i-2 with the dense step of batch i-1; False runs them in order
-    per batch (sequential mode: to debug, and to see what pipelining costs).
-  eval.data_dir: a held-out dataset with the train set's features (empty:
-    the generated eval split when synthetic.eval_examples > 0, else no
-    eval); eval.every_steps: batches between evals (0: only at the end; with
-    an eval set the job always evaluates at the end).
-  checkpoint: every_steps (checkpoint steps, i.e. pipeline steps: a segment
-    of n batches takes n + 2, see docs/pipeline_schedule.md), keep (newest
-    kept), async_save, verify_arrays (store a fingerprint of every array so a
-    garbled file is detected on restore).
+What each field means, in its units, is in fields.py (FIELD_DOCS), from
+which docs/config.md is generated.
 """
 
 from __future__ import annotations
@@ -95,6 +41,7 @@ def base_config(
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.num_steps = 1000
+  config.num_epochs = 0.0
   config.global_batch_size = 256
   config.per_host_batch_size = 0
   config.num_sc_per_device = 2
@@ -136,6 +83,7 @@ def base_config(
     dict(
       max_ids_per_partition=0,
       max_unique_ids_per_partition=0,
+      for_devices=0,
     )
   )
   config.fdo = ml_collections.ConfigDict(dict(every_steps=0, headroom=1.5))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -78,6 +79,13 @@ def global_batch_size(config: Any, process_count: int) -> int:
   return per_host_batch_size(config, process_count) * int(process_count)
 
 
+def num_steps_of_epochs(config: Any, epoch_examples: int) -> int:
+  """The batches of config.num_epochs epochs of `epoch_examples` (the last one may be partial)."""
+  epochs = float(config.num_epochs)
+  batch = global_batch_size(config, jax.process_count())
+  return max(1, math.ceil(epochs * epoch_examples / batch))
+
+
 def worst_case_ids_per_partition(
   config: Any, global_batch_size: int, global_device_count: int
 ) -> int:
@@ -141,7 +149,30 @@ def build_feature_specs(
     )
   elif config.stacking != "none":
     raise ValueError(f"stacking={config.stacking!r} is not 'auto' or 'none'")
-  return transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
+  specs = transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
+  if worst_case_limits:
+    return specs
+  for_devices = int(limits.get("for_devices", 0))  # absent in configs of 0.2
+  return _carried_to_mesh(specs, for_devices, global_device_count, num_sc)
+
+
+def _carried_to_mesh(specs: Any, for_devices: int, global_device_count: int, num_sc: int) -> Any:
+  """Limits set for `for_devices` devices made valid on this mesh (as a resize does).
+
+  With fewer devices each partition takes the ids of several: the limits
+  grow by the bounds of transforms.carry_stack_limits, at most to the worst
+  case; with more they stay. 0 or this device count: unchanged.
+  """
+  if for_devices in (0, global_device_count):
+    return specs
+  carried = transforms.carry_stack_limits(
+    transforms.get_stack_limits(specs),
+    specs,
+    saved_global_device_count=for_devices,
+    global_device_count=global_device_count,
+    num_sc_per_device=num_sc,
+  )
+  return transforms.apply_stack_limits(specs, carried)
 
 
 def input_config(

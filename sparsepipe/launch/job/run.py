@@ -22,6 +22,7 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import from_manifest
+from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
@@ -41,11 +42,19 @@ from sparsepipe.launch.workdir.lock import exclusive_workdir
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
   "config.num_steps",
+  "config.num_epochs",
   "config.data.num_workers",
   "config.log_every_steps",
   "config.fdo.every_steps",
   "config.checkpoint.*",
   "config.eval.*",
+)
+
+# What to do when a batch exceeds the COO limits (FDO has not seen such a batch).
+LIMIT_HINT = (
+  "raise config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the"
+  " worst case of the batch, always enough; FDO then tunes them), or let the input drop"
+  " and count such ids with --config.data.allow_id_dropping=true"
 )
 
 
@@ -60,10 +69,12 @@ class _Job:
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = core.make_mesh()
-    self.schedule = Schedule.from_config(config)
     is_chief = jax.process_index() == 0
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
+    if float(config.num_epochs) > 0:
+      config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
+    self.schedule = Schedule.from_config(config)
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)
     eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = JobEval(self.model, data_dir=eval_dir) if eval_dir else None
@@ -89,6 +100,8 @@ class _Job:
             raise owner.another_job_error(self.workdir, e) from e
           try:
             return self._train(job)
+          except transforms.LimitExceededError as e:
+            raise transforms.LimitExceededError(f"{e}; {LIMIT_HINT}") from e
           finally:
             job.setup.close()
         finally:

@@ -17,11 +17,10 @@ With data.dir empty the job generates a synthetic dataset of the same shape
 Sizes: the 26 tables hold sum(VOCAB_SIZES) = 5.8M rows of embedding_dim 16,
 0.35 GiB of float32 plus the same again for the Adagrad slot, sharded by
 rows over all devices. The global batch is the same on any number of hosts.
-Limits start from a generous guess for 8 devices x 4 SCs; FDO
-retunes them every `fdo.every_steps` batches (headroom 1.25). With other
-device counts, set limits to 0 (automatic worst case) for the first
-segment, or allow_id_dropping if the data is very skewed. The fields are
-documented in sparsepipe/launch/config/base.py.
+Limits start from a generous guess for 8 devices x 4 SCs (`limits.for_devices`);
+on fewer devices they grow to what those can need, at most the worst case
+of the batch, and FDO retunes them every `fdo.every_steps` batches
+(headroom 1.25). The fields are documented in docs/config.md.
 """
 
 import ml_collections
@@ -77,6 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.top_mlp_dims = (1024, 1024, 512, 256)
   config.limits.max_ids_per_partition = 1024
   config.limits.max_unique_ids_per_partition = 512
+  config.limits.for_devices = 8
   config.fdo.every_steps = 1000
   config.fdo.headroom = 1.25
   config.checkpoint.every_steps = 1000

@@ -1,0 +1,129 @@
+"""What every config field means, in its units: the source of docs/config.md.
+
+`FIELD_DOCS` describes each field of `base_config()` (a test checks that
+every field has exactly one entry); `render_reference()` writes the
+reference page, and `python -m sparsepipe.launch.config.fields` prints it
+(a test checks that docs/config.md is current).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sparsepipe.launch.config.base import base_config
+from sparsepipe.launch.config.base import feature
+
+# Dotted field -> meaning. `features.NAME.*` stands for every feature's entry.
+FIELD_DOCS = {
+  "seed": "Seed of parameter init, the data shuffle and generated data.",
+  "num_steps": "Batches to train. A finished or running job may raise it (it trains the"
+  " added batches); a value at or below the batches trained says the job is done.",
+  "num_epochs": "If > 0, passes over the train data to train instead of num_steps:"
+  " num_steps becomes ceil(num_epochs * examples / global batch). May be a fraction;"
+  " a job may raise it.",
+  "global_batch_size": "Examples per batch over all hosts; the same on any number of"
+  " processes (each reads global / processes). Set this or per_host_batch_size (0: unset);"
+  " a multiple of devices x num_sc_per_device.",
+  "per_host_batch_size": "Examples per batch per host instead: the global batch is this"
+  " times the processes (0: unset).",
+  "num_sc_per_device": "SparseCores per device, the S of the COO layout (4 on TPU"
+  " v5p/v6e; elsewhere a layout parameter).",
+  "log_every_steps": "Batches between progress lines.",
+  "data.dir": "The train dataset (a directory with manifest.json); empty: <workdir>/data,"
+  " generated from `synthetic` and `features` when missing.",
+  "data.num_workers": "Grain worker processes per host (0: in the main process). Batches"
+  " and results do not depend on it; a resumed job may change it.",
+  "data.shuffle": "Shuffle the records: a seeded permutation of the dataset's records,"
+  " another each epoch; the examples of one record stay together, in order (write records"
+  " of one example for an example-level shuffle).",
+  "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
+  "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
+  " instead of stopping.",
+  "synthetic.num_examples": "Examples of the generated train set.",
+  "synthetic.num_dense": "Dense features of the generated data.",
+  "synthetic.examples_per_record": "Examples packed in one ArrayRecord record.",
+  "synthetic.records_per_shard": "Records per ArrayRecord file.",
+  "synthetic.eval_examples": "Examples of a generated held-out split (0: none).",
+  "features.NAME.vocab_size": "Rows of the feature's table (ids lie in [0, vocab_size)).",
+  "features.NAME.min_ids": "Fewest ids of one example (generated data).",
+  "features.NAME.max_ids": "Most ids of one example; sizes the batch's id buffers.",
+  "features.NAME.zipf_exponent": "Skew of the generated ids (bounded Zipf).",
+  "features.NAME.combiner": "How an example's embeddings are combined: sum, mean or sqrtn.",
+  "model.name": "A built-in model: dlrm or dcn_v2.",
+  "model.factory": "'package.module:function' returning your own model (README, Bring"
+  " your own model); overrides name.",
+  "model.embedding_dim": "Width of every embedding table.",
+  "model.bottom_mlp_dims": "dlrm: the bottom MLP on the dense features; its last width is"
+  " the interaction width.",
+  "model.top_mlp_dims": "dlrm: the top MLP; dcn_v2: the MLP after the cross layers.",
+  "model.cross_layers": "dcn_v2: stacked cross layers.",
+  "model.cross_rank": "dcn_v2: rank of the cross kernels (0: full rank).",
+  "dense_optimizer.name": "sgd, adagrad or adam, for the dense parameters (ZeRO-sharded).",
+  "dense_optimizer.learning_rate": "Learning rate of the dense optimizer.",
+  "embedding_optimizer.name": "sgd, adagrad, adam, adagrad_momentum, ftrl or laprop, for"
+  " the embedding rows a batch touches.",
+  "embedding_optimizer.learning_rate": "Learning rate of the embedding optimizer.",
+  "stacking": "auto: stack compatible tables into one physical table; none: one per feature.",
+  "limits.max_ids_per_partition": "COO limit before FDO tunes it: ids of one SparseCore's"
+  " samples in one partition (0: the worst case of the batch, always enough).",
+  "limits.max_unique_ids_per_partition": "The same for distinct ids (0: the worst case).",
+  "limits.for_devices": "The global device count the limits were set for (0: any); on"
+  " fewer devices they grow as a resized checkpoint's do, at most to the worst case.",
+  "fdo.every_steps": "Batches between FDO retunes of the limits (0: never); the pipeline"
+  " drains and the step recompiles at each. A job may change it (from its next segment).",
+  "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
+  "pipelining": "Overlap the lookup of batch i and the update of batch i-2 with the dense"
+  " step of batch i-1 (False: all three per batch, in order).",
+  "features_from_manifest": "Take `features` from data.dir's manifest (--config=dataset).",
+  "eval.data_dir": "A held-out dataset with the train set's features (empty: the generated"
+  " split when synthetic.eval_examples > 0, else none).",
+  "eval.every_steps": "Batches between evals (0: only at the end; with an eval set the job"
+  " always evaluates at the end).",
+  "checkpoint.every_steps": "Batches between checkpoints (the job also saves at its end, at"
+  " FDO boundaries and when preempted).",
+  "checkpoint.keep": "Newest checkpoints kept.",
+  "checkpoint.async_save": "Save in the background while training goes on.",
+  "checkpoint.verify_arrays": "Store a fingerprint of every array, so a garbled file is"
+  " found on restore.",
+}
+
+
+def config_fields() -> dict[str, Any]:
+  """{dotted field: default} of base_config(), one feature's entry as features.NAME.*."""
+  config = base_config([("NAME", feature(1000))]).to_dict()
+  out: dict[str, Any] = {}
+
+  def walk(node: dict[str, Any], prefix: str) -> None:
+    for key, value in node.items():
+      if isinstance(value, dict):
+        walk(value, f"{prefix}{key}.")
+      else:
+        out[f"{prefix}{key}"] = value
+
+  walk(config, "")
+  return out
+
+
+def render_reference() -> str:
+  """docs/config.md: every field, its default and its meaning, sorted by name."""
+  lines = [
+    "# Config reference",
+    "",
+    "Every field of a job config, its default in `base_config()` and what it means."
+    " Shipped configs (`--config=demo`, `criteo`, `dataset`) change some defaults;"
+    " any field is set on the command line as `--config.FIELD=VALUE`.",
+    "Generated by `python -m sparsepipe.launch.config.fields` from"
+    " `sparsepipe/launch/config/fields.py`; a test checks it is current.",
+    "",
+    "| field | default | meaning |",
+    "|---|---|---|",
+  ]
+  for name, default in config_fields().items():
+    value = json.dumps(list(default) if isinstance(default, tuple) else default)
+    lines.append(f"| `{name}` | `{value}` | {FIELD_DOCS[name]} |")
+  return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+  print(render_reference(), end="")
