@@ -17,10 +17,11 @@ Figures (each from full jobs run through `train_and_evaluate`, CPU):
       nothing is committed). Ratings joined with the user and movie files
       into a CSV (user, movie, age, gender, occupation, genres), converted
       with the CSV converter (rating >= 4 is a click, 10% eval split), then
-      trained with the default hyperparameters of configs/dataset.py,
-      against logistic regression on the one-hot (genres multi-hot) features
-      of the same split (numpy, full-batch Adagrad to convergence). Target:
-      at least the logistic regression's AUC.
+      trained with the default hyperparameters of configs/dataset.py, as a
+      DLRM and as a DCN-v2 (config.model.name), against logistic regression
+      on the one-hot (genres multi-hot) features of the same split (numpy,
+      full-batch Adagrad to convergence). Target: at least the logistic
+      regression's AUC.
   (d) the demo config: its AUC at every eval must rise.
 """
 
@@ -198,12 +199,16 @@ def ratings(root: str, wheel: str) -> dict[str, float]:
     eval_fraction=0.1,
     overwrite=True,
   )
-  config = _load("dataset")
-  config.data.dir, config.eval.data_dir = train_dir, eval_dir
-  result = train_and_evaluate(config, os.path.join(root, "ratings_job"))
+  aucs = {}
+  for model in ("dlrm", "dcn_v2"):
+    config = _load("dataset")
+    config.data.dir, config.eval.data_dir = train_dir, eval_dir
+    config.model.name = model
+    result = train_and_evaluate(config, os.path.join(root, f"ratings_{model}"))
+    aucs[f"ratings_{model}_auc"] = result.last_eval.auc
   lr_auc = logistic_regression_auc(_read_all(train_dir), _read_all(eval_dir))
   return {
-    "ratings_dlrm_auc": result.last_eval.auc,
+    **aucs,
     "ratings_logistic_regression_auc": lr_auc,
     "ratings_train_examples": data.read_manifest(train_dir).num_examples,
     "ratings_batches": int(config.num_steps),
