@@ -18,7 +18,6 @@ from typing import Any
 from absl import app
 from absl import flags
 from absl import logging
-import ml_collections
 
 from sparsepipe.data.convert import cli
 
@@ -39,22 +38,12 @@ def evaluate_checkpoint(
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job.checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.evaluation import JobEval  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(workdir)
-  directory = os.path.join(workdir, "checkpoints")
-  if not os.path.isdir(directory):
-    raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
-  # Read-only: the job may be running and writing here (a writable manager
-  # would delete its save in progress).
-  with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
-    config_step = reader.latest_step() if step is None else step
-    if config_step is None:
-      raise ValueError(f"no checkpoint in '{directory}'")
-    saved = reader.read_metadata(config_step)
-  config = ml_collections.ConfigDict(saved.run.config)
+  directory, config = checkpoints.saved_config(workdir, step)
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
   eval_dir = (
@@ -63,12 +52,9 @@ def evaluate_checkpoint(
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
-  with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
-    # Without `step`, the newest intact step as of now: a running job may
-    # have deleted `config_step` meanwhile (it keeps only its newest steps).
-    restored = JobCheckpoints(mngr, model).restore_model(step)
-  if restored is None:
-    raise ValueError(f"no checkpoint in '{directory}'")
+  # Without `step`, the newest intact step as of now: a running job may have
+  # deleted the step whose config was read (it keeps only its newest steps).
+  restored = checkpoints.restore_saved_model(directory, model, run, step)
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)

@@ -21,7 +21,6 @@ from typing import Any, Iterator
 from absl import app
 from absl import flags
 from absl import logging
-import ml_collections
 import numpy as np
 
 from sparsepipe.data.convert import cli
@@ -35,26 +34,15 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job.checkpoints import JobCheckpoints  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  if not os.path.isdir(directory):
-    raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
-  with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
-    config_step = reader.latest_step() if step is None else step
-    if config_step is None:
-      raise ValueError(f"no checkpoint in '{directory}'")
-    saved = reader.read_metadata(config_step)
-  config = ml_collections.ConfigDict(saved.run.config)
+  directory, config = checkpoints.saved_config(workdir, step)
   mesh = core.make_mesh(jax.devices("cpu")[:1])
   data_dir = dataset.ensure_dataset(config, os.path.abspath(workdir), show_progress=False)
   model = JobModel(config, data_dir, mesh)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=0)
-  with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
-    restored = JobCheckpoints(mngr, model).restore_model(step)
-  if restored is None:
-    raise ValueError(f"no checkpoint in '{directory}'")
+  restored = checkpoints.restore_saved_model(directory, model, run, step)
   yield model, restored, data_dir
 
 

@@ -14,20 +14,25 @@ from sparsepipe.launch.job.output import JobOutput
 from sparsepipe.launch.job.tensorboard import TensorBoardWriter
 
 
-def read_scalars(logdir):
-  """(step, tag, value) of every scalar in the event files (TFRecord framing)."""
-  out = []
+def read_events(logdir):
+  """Every Event of the event files, files in name order (TFRecord framing)."""
   for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
     with open(path, "rb") as f:
       data = f.read()
     pos = 0
     while pos < len(data):
       (length,) = struct.unpack("<Q", data[pos : pos + 8])
-      event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+      yield event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
       pos += 12 + length + 4
-      for value in event.summary.value:
-        out.append((event.step, value.tag, value.simple_value))
-  return out
+
+
+def read_scalars(logdir):
+  """(step, tag, value) of every scalar in the event files."""
+  return [
+    (event.step, value.tag, value.simple_value)
+    for event in read_events(logdir)
+    for value in event.summary.value
+  ]
 
 
 def test_scalars_round_trip(tmp_path):
@@ -58,20 +63,13 @@ def tensorboard_view(logdir):
   """{(step, tag): value} as TensorBoard shows the event files: a SessionLog START at
   step s (a writer's purge_step) drops the points of step >= s read before it."""
   points = {}
-  for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
-    with open(path, "rb") as f:
-      data = f.read()
-    pos = 0
-    while pos < len(data):
-      (length,) = struct.unpack("<Q", data[pos : pos + 8])
-      event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
-      pos += 12 + length + 4
-      if event.HasField("session_log") and event.session_log.status == 1:  # START
-        points = {k: v for k, v in points.items() if k[0] < event.step}
-      for value in event.summary.value:
-        key = (event.step, value.tag)
-        assert key not in points, f"{key} shown twice"
-        points[key] = value.simple_value
+  for event in read_events(logdir):
+    if event.HasField("session_log") and event.session_log.status == 1:  # START
+      points = {k: v for k, v in points.items() if k[0] < event.step}
+    for value in event.summary.value:
+      key = (event.step, value.tag)
+      assert key not in points, f"{key} shown twice"
+      points[key] = value.simple_value
   return points
 
 

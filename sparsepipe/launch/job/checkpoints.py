@@ -17,7 +17,10 @@ data iterator continues at the same global batch on any process count.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
+
+import ml_collections
 
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
@@ -258,3 +261,32 @@ class JobCheckpoints:
     For evaluating or exporting a step.
     """
     return self._read(step, with_setup=False)
+
+
+def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
+  """(checkpoint directory, the ConfigDict of `step`, else of the newest step) of a workdir.
+
+  Read-only, as everything that reads a job's checkpoints from outside the
+  job (evaluate, export): the job may be running and writing there, and a
+  writable manager would delete its save in progress.
+  """
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  if not os.path.isdir(directory):
+    raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
+  with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
+    config_step = reader.latest_step() if step is None else step
+    if config_step is None:
+      raise ValueError(f"no checkpoint in '{directory}'")
+    saved = reader.read_metadata(config_step)
+  return directory, ml_collections.ConfigDict(saved.run.config)
+
+
+def restore_saved_model(
+  directory: str, model: JobModel, run: checkpointing.RunInfo, step: int | None
+) -> Restored:
+  """The model of `step`, or of the newest intact step as of now (read-only)."""
+  with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
+    restored = JobCheckpoints(mngr, model).restore_model(step)
+  if restored is None:
+    raise ValueError(f"no checkpoint in '{directory}'")
+  return restored
