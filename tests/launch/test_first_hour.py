@@ -2,7 +2,11 @@
 error that says what to do, a step no longer kept named as such."""
 
 import os
+import re
+import subprocess
 import sys
+
+from sparsepipe import data
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
@@ -54,3 +58,63 @@ def test_a_batch_over_the_limits_is_one_line_saying_what_to_do(tmp_path):
     " tunes them), or let the input drop and count such ids with"
     " --config.data.allow_id_dropping=true"
   ), line
+
+
+def test_a_config_path_outside_a_checkout_names_the_shipped_configs(tmp_path):
+  out = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.launch", "--config=configs/dataset.py"],
+    env=harness.cpu_env(1),
+    cwd=str(tmp_path),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --config=configs/dataset.py: no config file 'configs/dataset.py' (from"
+    f" {tmp_path}); the shipped configs are criteo, dataset, demo, e.g. --config=demo\n",
+  )
+  assert os.listdir(tmp_path) == []
+
+
+def test_the_dataset_config_prints_its_features_and_the_steady_state_rate(tmp_path):
+  csv = tmp_path / "ratings.csv"
+  lines = ["user,movie,genres,rating"]
+  lines += [
+    f"{i % 37},{i % 101},{'Comedy|Drama' if i % 3 else ''},{1 + i % 5}" for i in range(1024)
+  ]
+  csv.write_text("\n".join(lines) + "\n")
+  data.convert_csv(
+    [str(csv)],
+    str(tmp_path / "data"),
+    label_column="rating",
+    label_threshold=4.0,
+    sparse_columns=["user", "movie", "genres"],
+    multivalent_columns=["genres"],
+    integer_id_columns=["user", "movie"],
+    vocab_sizes=["128"],
+  )
+  workdir = str(tmp_path / "job")
+  out = _run(
+    "sparsepipe.launch",
+    "--config=dataset",
+    f"--config.data.dir={tmp_path / 'data'}",
+    f"--workdir={workdir}",
+    "--config.num_steps=12",
+    "--config.global_batch_size=64",
+    "--config.log_every_steps=2",
+  )
+  assert out.returncode == 0, out.describe()
+  assert out.lines[:4] == [
+    f"sparsepipe: training 12 batches of 64 (0.75 epochs of 1,024 examples) on 1 device"
+    f" (1 process); workdir {workdir}",
+    "  feature 'genres': vocab 128, 0 to 2 ids per example, combiner mean, table dim 16",
+    "  feature 'movie': vocab 128, 0 to 1 ids per example, combiner sum, table dim 16",
+    "  feature 'user': vocab 128, 0 to 1 ids per example, combiner sum, table dim 16",
+  ]
+  assert re.fullmatch(
+    r"sparsepipe: done: 12 batches, last loss [0-9.]+, [0-9,]+ examples/s \([0-9,]+ in steady"
+    rf" state\); checkpoint 12 in {re.escape(workdir)}/checkpoints; metrics in"
+    rf" {re.escape(workdir)}/metrics.jsonl",
+    out.lines[-1],
+  ), out.lines[-1]

@@ -7,7 +7,7 @@ Features come from the train manifest when the job starts (names, vocab
 sizes, ids per example and so sum/mean combiners: see
 sparsepipe/launch/config/from_manifest.py); an eval set whose manifest disagrees
 with it (names, vocab sizes, dense width) is an error. Everything else is
-the base config (sparsepipe/launch/config/base.py) plus the command line,
+the base config (docs/config.md) plus the command line,
 e.g. `--config.model.embedding_dim=32 --config.global_batch_size=1024`.
 """
 
