@@ -4,7 +4,8 @@ One frozen dataclass per optimizer, all derived from `OptimizerSpec`, with the
 hyperparameters, defaults and names of jax-tpu-embedding 0.1.0's specs. Each
 class holds everything about its optimizer in one place: the slot variables
 and their initial values (`slot_defaults`), the per-step scalars
-(`get_hyperparameters`, computed once per step outside shard_map) and the
+(`get_hyperparameters` as the reference reports them; `update_hyperparameters`,
+computed once per step outside shard_map, for the update) and the
 update of the touched rows (`update_rows`, jnp on [n, D] rows). The rules
 read the step-dependent scalars from the hyperparameters and the constants
 from the spec itself (Python floats: constant expressions such as 1 - beta
@@ -105,8 +106,13 @@ class OptimizerSpec(abc.ABC):
     return _f32(rate(step))
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
-    """The per-step scalars `update_rows` reads (the reference's order)."""
+    """The per-step scalars, the reference's values in the reference's order."""
     return (self.get_learning_rate(step),)
+
+  def update_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
+    """The per-step scalars `update_rows` reads: `get_hyperparameters` unless
+    an optimizer computes them more exactly (Adam)."""
+    return self.get_hyperparameters(step)
 
   def slot_defaults(self) -> dict[str, float]:
     """Slot variable name -> initial value, in slot order."""
@@ -174,6 +180,9 @@ class AdamOptimizerSpec(OptimizerSpec):
   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; w -= alpha_t m / (sqrt(v) +
   eps_hat) with alpha_t = lr sqrt(1-b2^t) / (1-b1^t), eps_hat = eps
   sqrt(1-b2^t), t = step + 1: the bias-corrected form the reference uses.
+  The update computes 1 - beta^t as -expm1(t log beta) from the Python
+  float betas (`update_hyperparameters`); `get_hyperparameters` reports the
+  reference's float32 values, up to 1e-5 relative away from those.
   """
 
   beta_1: float = 0.9
@@ -184,7 +193,22 @@ class AdamOptimizerSpec(OptimizerSpec):
     return {"momentum": 0.0, "velocity": 0.0}
 
   def get_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
-    """(alpha_t, beta_1, beta_2, epsilon_hat), as the reference."""
+    """(alpha_t, beta_1, beta_2, epsilon_hat), bit for bit the reference's.
+
+    The betas are rounded to float32 first and every operation is float32
+    (1 - b2^t included), as jax-tpu-embedding does, so lr=1 gives alpha_0 =
+    0.31622565 where the formula gives 0.31622776. No step counts as step 0
+    (also for the learning rate), as in the reference.
+    """
+    step = 0 if step is None else step
+    beta_1, beta_2 = _f32(self.beta_1), _f32(self.beta_2)
+    c2 = jnp.sqrt(1.0 - jnp.power(beta_2, step + 1))
+    alpha = self.get_learning_rate(step) * c2 / (1.0 - jnp.power(beta_1, step + 1))
+    return alpha, beta_1, beta_2, _f32(self.epsilon) * c2
+
+  def update_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
+    """(alpha_t, beta_1, beta_2, epsilon_hat) without float32 cancellation
+    (lr=1, step 0: alpha_0 = 0.31622776), for the update."""
     t = (0 if step is None else step) + 1
     c2 = jnp.sqrt(_one_minus_power(self.beta_2, t))
     alpha = self.get_learning_rate(step) * c2 / _one_minus_power(self.beta_1, t)

@@ -78,8 +78,13 @@ class StackedTableSpec:
 class TableSpec:
   """A logical embedding table.
 
-  `setting_in_stack` and `stacked_table_spec` are None until the feature
-  specs are prepared for training (stacking.py), which returns new specs.
+  `stacked_table_spec` is None until the feature specs are prepared for
+  training (stacking.py), which returns new specs. Until then the table sits
+  alone in its own stack, and `setting_in_stack` says so (as in the
+  reference): its name, vocabulary_size and embedding_dim, offsets 0. That
+  setting is derived, not kept: a table without `stacked_table_spec` always
+  gets it (any given one is replaced), so `dataclasses.replace` of a name or
+  size never leaves a stale one behind.
   """
 
   name: str
@@ -102,6 +107,9 @@ class TableSpec:
         f"table '{self.name}': vocabulary_size={self.vocabulary_size} and"
         f" embedding_dim={self.embedding_dim} must be positive"
       )
+    if self.stacked_table_spec is None:
+      own = TableSettingInStack(self.name, self.vocabulary_size, self.embedding_dim)
+      object.__setattr__(self, "setting_in_stack", own)
 
 
 @dataclasses.dataclass(frozen=True)

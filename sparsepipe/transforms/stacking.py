@@ -127,12 +127,6 @@ def prepare_feature_specs_for_training(
   by_table: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
   for f in leaves:
     if not _is_stacked(f.table_spec):
-      setting = f.table_spec.setting_in_stack
-      if setting is not None and setting.stack_name != f.table_spec.name:
-        raise errors.StackingError(
-          f"table '{f.table_spec.name}' has no StackedTableSpec but its"
-          f" setting_in_stack names stack '{setting.stack_name}'"
-        )
       by_table[f.table_spec.name].append(f)
 
   row_offsets: dict[str, int] = {}
@@ -352,7 +346,8 @@ def _verify_stack(
   counts = collections.Counter(table_names)
   for name, count in counts.items():
     if count > 1:
-      raise errors.StackingError(f"table '{name}' is repeated in stack '{stack_name}'")
+      # The reference's words, which its users may match on.
+      raise errors.StackingError(f"Table {name} is repeated in group {stack_name}.")
     if name not in tables:
       raise errors.StackingError(f"table '{name}' of stack '{stack_name}' is used by no feature")
     if _stacked_elsewhere(tables[name]):

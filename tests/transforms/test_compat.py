@@ -1,10 +1,11 @@
 """What jax-tpu-embedding users rely on: inputs, spec forms and exported names.
 
 Each test pins one behaviour of the reference that we used to refuse or
-lack: specs stacked without an id transformation, 2-D object id arrays,
-`batch_number`, the lhs_* properties, statistics without drop counters, and
-the table-stacking helpers (exact values, and the reference's own results
-when it is installed).
+lack: specs stacked without an id transformation, the own-stack setting of
+an unstacked table, 2-D object id arrays, `batch_number`, the lhs_*
+properties, statistics without drop counters, and the table-stacking
+helpers (exact values, and the reference's own results when it is
+installed).
 """
 
 import dataclasses
@@ -13,6 +14,7 @@ import re
 import numpy as np
 import pytest
 
+from reference import reference_module
 from sparsepipe import core
 from sparsepipe import transforms as T
 
@@ -61,6 +63,37 @@ def test_prepare_fills_missing_id_transformations():
     ),
   ):
     T.prepare_feature_specs_for_training({"fa": no_setting}, 1, 2)
+
+
+def test_unstacked_table_sits_in_its_own_stack():
+  table = core.TableSpec("table_a", 64, 12)
+  own = core.TableSettingInStack("table_a", 64, 12, row_offset_in_shard=0, shard_rotation=0)
+  assert table.setting_in_stack == own
+  assert table.stacked_table_spec is None
+  # Derived, never stale: a replaced name or size gives the new table's own
+  # setting, and a setting given without a StackedTableSpec is replaced.
+  renamed = dataclasses.replace(table, name="b", vocabulary_size=40)
+  assert renamed.setting_in_stack == core.TableSettingInStack("b", 40, 12)
+  assert renamed == core.TableSpec("b", 40, 12)
+  elsewhere = core.TableSettingInStack("s", 64, 16, row_offset_in_shard=8, shard_rotation=1)
+  assert core.TableSpec("table_a", 64, 12, setting_in_stack=elsewhere) == table
+  prepared = T.prepare_feature_specs_for_training(
+    {"f": core.FeatureSpec("f", table, (8, 2), (8, 12))}, 1, 2
+  )["f"]
+  assert prepared.stack_name == "table_a"
+  assert prepared.table_spec.setting_in_stack == core.TableSettingInStack("table_a", 64, 16)
+  assert dataclasses.replace(prepared.table_spec, stacked_table_spec=None) == table
+  embedding_spec = reference_module("nn.embedding_spec")
+  if embedding_spec is not None:
+    theirs = embedding_spec.TableSpec(
+      name="table_a",
+      vocabulary_size=64,
+      embedding_dim=12,
+      initializer=None,
+      optimizer=embedding_spec.SGDOptimizerSpec(),
+      combiner="sum",
+    ).setting_in_stack
+    assert dataclasses.astuple(table.setting_in_stack) == dataclasses.astuple(theirs)
 
 
 def test_unset_id_transformation_reads_as_zero():

@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 
+from reference import reference_module
 from sparsepipe import core
 from sparsepipe import transforms as T
 
@@ -133,7 +134,7 @@ def test_stack_tables_rejects_incompatible_tables(tables, message):
 
 def test_stack_tables_errors():
   specs = {"fa": _feature("fa", _table("a")), "fb": _feature("fb", _table("b"))}
-  with pytest.raises(T.StackingError, match="^table 'a' is repeated in stack 'a_a'$"):
+  with pytest.raises(T.StackingError, match=r"^Table a is repeated in group a_a\.$"):
     T.stack_tables(specs, ["a", "a"], 1, 2)
   with pytest.raises(T.StackingError, match="^table 'x' of stack 'a_x' is used by no feature$"):
     T.stack_tables(specs, ["a", "x"], 1, 2)
@@ -145,6 +146,38 @@ def test_stack_tables_errors():
     T.stack_tables(other, ["c"], 1, 2, stack_name="s")
   with pytest.raises(T.StackingError, match="^feature 'fa' is defined 2 times$"):
     T.stack_tables([specs["fa"], specs["fa"]], ["a"], 1, 2)
+
+
+def test_repeated_table_is_reported_in_the_reference_words():
+  # The reference's own case: ("A", "B", "A") in one manual stack.
+  specs = [_feature(f"feature_{n.lower()}", _table(n)) for n in "ABC"]
+  with pytest.raises(T.StackingError) as ours:
+    T.stack_tables(specs, ("A", "B", "A"), 1, 2)
+  assert str(ours.value) == "Table A is repeated in group A_B_A."
+  embedding_spec = reference_module("nn.embedding_spec")
+  if embedding_spec is None:
+    return
+  table_stacking = reference_module("nn.table_stacking")
+  tables = [
+    embedding_spec.TableSpec(
+      name=n,
+      vocabulary_size=100,
+      embedding_dim=8,
+      initializer=None,
+      optimizer=embedding_spec.SGDOptimizerSpec(),
+      combiner="sum",
+    )
+    for n in "ABC"
+  ]
+  ref = [
+    embedding_spec.FeatureSpec(
+      name=f"feature_{t.name.lower()}", table_spec=t, input_shape=[16, 4], output_shape=[16, 8]
+    )
+    for t in tables
+  ]
+  with pytest.raises(ValueError) as theirs:
+    table_stacking.stack_tables(ref, ("A", "B", "A"), 1, 2)
+  assert str(ours.value) == str(theirs.value)
 
 
 def test_auto_stack_groups_compatible_tables_and_splits_by_memory():

@@ -33,7 +33,7 @@ def _checked(optimizer: Any) -> OptimizerSpec:
 
 def step_hyperparameters(optimizer: Any, step: jax.Array) -> tuple[jax.Array, ...]:
   """The optimizer's per-step scalars at `step` (updates applied before)."""
-  return tuple(_checked(optimizer).get_hyperparameters(step))
+  return tuple(_checked(optimizer).update_hyperparameters(step))
 
 
 def apply_rows(

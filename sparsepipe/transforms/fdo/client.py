@@ -3,9 +3,10 @@
 Statistics of every preprocessed batch (SparseDenseMatmulInputStats) are
 recorded by a per-process client, published to shared storage, and loaded
 back merged over all processes; `update_preprocessing_parameters` turns the
-merged statistics into new limits. All merging is an element-wise maximum,
-the only reduction the limits need, which also keeps the running state of
-a client small and JSON-able (for checkpoints).
+merged statistics into new limits. Merging across processes (and batches,
+in `merge_stats`) is an element-wise maximum, the only reduction the limits
+need; what one client recorded is kept as the reference keeps it
+(history.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ FIELD_SUFFIXES = {
   "required_buffer_size_per_sc": "_required_buffer_size",
   "id_drop_counters": "_id_drop_counters",
 }
-STATE_VERSION = 1
+
+
+def split_key(key: str, source: str) -> tuple[str, str]:
+  """(field, stack) of a `{stack}{suffix}` key of a stats file."""
+  for field, suffix in FIELD_SUFFIXES.items():
+    if key.endswith(suffix) and len(key) > len(suffix):
+      return field, key[: -len(suffix)]
+  raise errors.FDOStatsError(
+    f"{source}: unexpected key '{key}', expected names ending with"
+    f" {sorted(FIELD_SUFFIXES.values())}"
+  )
 
 
 def _reduce(field: str, value: Any) -> np.ndarray:
@@ -72,26 +83,8 @@ class StatsAccumulator:
   def add_flat(self, arrays: Mapping[str, Any], source: str) -> None:
     """Adds `{stack}{suffix}` arrays, as stored in stats files."""
     for key, value in arrays.items():
-      for field, suffix in FIELD_SUFFIXES.items():
-        if key.endswith(suffix) and len(key) > len(suffix):
-          _merge_field(field, self._fields[field], key[: -len(suffix)], value, source)
-          break
-      else:
-        raise errors.FDOStatsError(
-          f"{source}: unexpected key '{key}', expected names ending with"
-          f" {sorted(FIELD_SUFFIXES.values())}"
-        )
-
-  def is_empty(self) -> bool:
-    return not any(self._fields.values())
-
-  def flat(self) -> dict[str, np.ndarray]:
-    """`{stack}{suffix}` -> array, the stats file layout."""
-    return {
-      f"{stack}{FIELD_SUFFIXES[field]}": value
-      for field, per_stack in self._fields.items()
-      for stack, value in per_stack.items()
-    }
+      field, stack = split_key(key, source)
+      _merge_field(field, self._fields[field], stack, value, source)
 
   def stats(self) -> coo_types.SparseDenseMatmulInputStats:
     f = self._fields
@@ -101,28 +94,6 @@ class StatsAccumulator:
       required_buffer_size_per_sc=dict(f["required_buffer_size_per_sc"]),
       id_drop_counters={k: int(v) for k, v in f["id_drop_counters"].items()},
     )
-
-  def get_state(self) -> dict[str, Any]:
-    """JSON-able state: {"version", "stats": {field: {stack: list|int}}}."""
-    return {
-      "version": STATE_VERSION,
-      "stats": {
-        field: {stack: value.tolist() for stack, value in per_stack.items()}
-        for field, per_stack in self._fields.items()
-      },
-    }
-
-  def set_state(self, state: Mapping[str, Any]) -> None:
-    version = state.get("version") if isinstance(state, Mapping) else None
-    if version != STATE_VERSION:
-      raise errors.FDOStatsError(f"FDO state version {version!r} is not {STATE_VERSION}")
-    fields: dict[str, dict[str, np.ndarray]] = {f: {} for f in FIELD_SUFFIXES}
-    for field, per_stack in state.get("stats", {}).items():
-      if field not in FIELD_SUFFIXES:
-        raise errors.FDOStatsError(f"FDO state: unknown field '{field}'")
-      for stack, value in per_stack.items():
-        _merge_field(field, fields[field], stack, value, "FDO state")
-    self._fields = fields
 
 
 def merge_stats(
@@ -153,7 +124,7 @@ class FDOClient(abc.ABC):
 
   @abc.abstractmethod
   def load(self) -> coo_types.SparseDenseMatmulInputStats:
-    """Returns the statistics merged (max) over all processes' publications."""
+    """Returns all processes' published statistics (merged with max across processes)."""
 
   @abc.abstractmethod
   def get_state(self) -> dict[str, Any]:

@@ -3,9 +3,11 @@ jax-tpu-embedding's NPZFileFDOClient (same file names and keys).
 
 `publish` writes `fdo_stats_{process_index}_{time_ns}.npz` with keys
 `{stack}_max_ids`, `{stack}_max_unique_ids`, `{stack}_required_buffer_size`
-and `{stack}_id_drop_counters`; `load` reads the newest file of every
-process and merges them element-wise with max. Files the reference wrote
-(which may hold a stacked history per key) load too.
+and `{stack}_id_drop_counters`, each holding what was recorded as the
+reference holds it: one record as given, several as one row each
+(history.py). `load` reads the newest file of every process; as in the
+reference, a single file comes back as written (a history stays a
+history), several are merged element-wise with max over all their rows.
 
 Writes are atomic: the data goes to a hidden temporary file in the same
 directory, is fsync'ed, and is renamed into place with os.replace, so a
@@ -26,6 +28,7 @@ import numpy as np
 from sparsepipe.core import coo_types
 from sparsepipe.transforms import errors
 from sparsepipe.transforms.fdo import client as fdo_client
+from sparsepipe.transforms.fdo import history
 
 FILE_PATTERN = re.compile(r"^fdo_stats_(\d+)_(\d+)\.npz$")
 
@@ -87,6 +90,9 @@ class NPZFileFDOClient(fdo_client.FDOClient):
     client.publish()            # every process
     merged = client.load()      # after a barrier
     specs = update_preprocessing_parameters(specs, merged, num_sc_per_device)
+
+  Every `record` adds a row (the reference's history), so memory and files
+  grow with the number of records.
   """
 
   def __init__(self, base_dir: str, process_index: int | None = None):
@@ -102,7 +108,7 @@ class NPZFileFDOClient(fdo_client.FDOClient):
 
       process_index = jax.process_index()
     self._process_index = int(process_index)
-    self._local = fdo_client.StatsAccumulator()
+    self._local = history.StatsHistory()
     self._last_stamp = 0
 
   @property
@@ -110,7 +116,7 @@ class NPZFileFDOClient(fdo_client.FDOClient):
     return self._base_dir
 
   def record(self, stats: coo_types.SparseDenseMatmulInputStats) -> None:
-    """Merges one batch's statistics into the running (max) state."""
+    """Adds one batch's statistics as a row of the history."""
     self._local.add(stats)
 
   def _next_stamp(self) -> int:
@@ -120,14 +126,18 @@ class NPZFileFDOClient(fdo_client.FDOClient):
     return self._last_stamp
 
   def publish(self) -> str:
-    """Writes the running state; returns the file path."""
+    """Writes the recorded history; returns the file path."""
     os.makedirs(self._base_dir, exist_ok=True)
     path = os.path.join(self._base_dir, stats_file_name(self._process_index, self._next_stamp()))
     write_stats_file(path, self._local.flat())
     return path
 
   def load(self) -> coo_types.SparseDenseMatmulInputStats:
-    """Newest file of every process, merged with element-wise max.
+    """Newest file of every process: one as written, several merged with max.
+
+    With one process the result is its history (one row per record when it
+    recorded several times); with several, the element-wise max over all
+    rows of all files (1-D), as the reference returns them.
 
     Raises:
       NoFDOStatsError: no stats file in base_dir.
@@ -137,6 +147,10 @@ class NPZFileFDOClient(fdo_client.FDOClient):
     files = latest_files(self._base_dir) if os.path.isdir(self._base_dir) else []
     if not files:
       raise NoFDOStatsError(f"no FDO stats files (fdo_stats_*_*.npz) in {self._base_dir}")
+    if len(files) == 1:
+      written = history.StatsHistory()
+      written.add_flat(read_stats_file(files[0]), files[0])
+      return written.stats()
     merged = fdo_client.StatsAccumulator()
     for path in files:
       merged.add_flat(read_stats_file(path), path)

@@ -221,7 +221,7 @@ def test_layout_errors_name_the_problem():
   raw = _raw_specs()
   with pytest.raises(
     EmbeddingLayoutError,
-    match=r"feature 'f0' \(table 't0'\): table_spec.setting_in_stack is None;"
+    match=r"feature 'f0' \(table 't0'\): table_spec.stacked_table_spec is None;"
     " pass feature specs returned by prepare_feature_specs_for_training",
   ):
     stack_layouts(raw, 4)

@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from reference import reference_module
 from sparsepipe import core
 from sparsepipe.core import data_sharding
 from sparsepipe.core import make_mesh
@@ -219,11 +220,69 @@ def test_hyperparameters_and_names():
   assert float(laprop.get_decay_rate(0)) == 0.0
   assert float(laprop.get_decay_rate(1)) == pytest.approx(0.5 * 0.5 / 0.75)
   alpha, b1, b2, eps = core.AdamOptimizerSpec(0.1).get_hyperparameters(0)
-  assert float(alpha) == pytest.approx(0.1 * math.sqrt(0.001) / 0.1, rel=1e-6)
-  assert float(eps) == pytest.approx(1e-8 * math.sqrt(0.001), rel=1e-6)
+  # float32 throughout, as the reference: not 0.1 * sqrt(0.001) / 0.1 exactly.
+  assert float(alpha) == pytest.approx(0.1 * math.sqrt(0.001) / 0.1, rel=1e-5)
+  assert float(eps) == pytest.approx(1e-8 * math.sqrt(0.001), rel=1e-5)
   assert (float(b1), float(b2)) == (np.float32(0.9), np.float32(0.999))
   with pytest.raises(ValueError, match="rms_clip_threshold=1.0 is not supported"):
     core.LaPropOptimizerSpec(rms_clip_threshold=1.0)
+
+
+def _adam_steps(spec, steps):
+  """[step][scalar] of get_hyperparameters, eagerly and jitted (as the kernel calls it)."""
+  jitted = jax.jit(spec.get_hyperparameters)
+  eager = [[np.asarray(x) for x in spec.get_hyperparameters(s)] for s in steps]
+  traced = [[np.asarray(x) for x in jitted(jnp.int32(s))] for s in steps if s is not None]
+  return eager, traced
+
+
+def test_adam_hyperparameters_are_the_reference_float32_values():
+  spec = core.AdamOptimizerSpec(1.0)
+  steps = (None, 0, 1, 999)
+  eager, traced = _adam_steps(spec, steps)
+  f32 = np.float32
+  # alpha_0 = sqrt(1 - f32(0.999)) / (1 - f32(0.9)) in float32: 0.31622565,
+  # where the exact sqrt(0.001) / 0.1 is 0.31622777.
+  assert [x.dtype for x in eager[0]] == [np.float32] * 4
+  assert [x.item() for x in eager[1]] == [
+    f32(0.31622565),
+    f32(0.9),
+    f32(0.999),
+    f32(3.1622574e-10),
+  ]
+  assert [[x.item() for x in h[::3]] for h in eager] == [
+    [f32(0.31622565), f32(3.1622574e-10)],
+    [f32(0.31622565), f32(3.1622574e-10)],
+    [f32(0.23531435), f32(4.4709741e-10)],
+    [f32(0.7951709), f32(7.951709e-09)],
+  ]
+  # Jitted, a traced step goes through pow rather than repeated products.
+  assert [[x.item() for x in h[::3]] for h in traced] == [
+    [f32(0.31622565), f32(3.1622574e-10)],
+    [f32(0.23531435), f32(4.4709741e-10)],
+    [f32(0.7951728), f32(7.951728e-09)],
+  ]
+  schedule = core.AdamOptimizerSpec(lambda step: 0.5 / (1 + step))
+  assert schedule.get_hyperparameters()[0].item() == f32(0.15811282)  # no step: step 0
+  # The update keeps the exact formula: 1 - beta^t without float32 cancellation.
+  from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+
+  update = [x.item() for x in optimizers.step_hyperparameters(spec, jnp.int32(0))]
+  assert update == [f32(0.31622776), f32(0.9), f32(0.999), f32(3.1622774e-10)]
+  assert update[0] == f32(math.sqrt(0.001) / 0.1)
+  embedding_spec = reference_module("nn.embedding_spec")
+  if embedding_spec is None:
+    return
+  for ours, theirs in (
+    (spec, embedding_spec.AdamOptimizerSpec(1.0)),
+    (
+      core.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6),
+      embedding_spec.AdamOptimizerSpec(0.1, 0.8, 0.99, 1e-6),
+    ),
+  ):
+    for got, want in zip(_adam_steps(ours, steps), _adam_steps(theirs, steps)):
+      for g, w in zip(got, want):
+        assert [(x.dtype, x.tobytes()) for x in g] == [(x.dtype, x.tobytes()) for x in w]
 
 
 def test_array_hyperparameters_and_named_slots():

@@ -1,5 +1,6 @@
-"""FDO clients: record/publish/load, max merging, atomic files, JSON state,
-and file interchange with jax-tpu-embedding's NPZFileFDOClient."""
+"""FDO clients: record/publish/load (a history per process, max merging
+across processes), atomic files, JSON state, and results and files
+interchangeable with jax-tpu-embedding's NPZFileFDOClient."""
 
 import fnmatch
 import json
@@ -8,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from reference import reference_module
 from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.transforms.fdo import npz_client as npz_fdo_client
@@ -26,23 +28,94 @@ def _assert_stats(stats, ids, unique, required, drops, stack="s"):
   np.testing.assert_array_equal(stats.max_ids_per_partition[stack], ids)
   np.testing.assert_array_equal(stats.max_unique_ids_per_partition[stack], unique)
   np.testing.assert_array_equal(stats.required_buffer_size_per_sc[stack], required)
-  assert stats.id_drop_counters[stack] == drops
+  np.testing.assert_array_equal(stats.id_drop_counters[stack], drops)
 
 
-def test_record_publish_load_roundtrip(tmp_path):
+def _specs():
+  table = core.TableSpec(name="s", vocabulary_size=64, embedding_dim=8)
+  return T.prepare_feature_specs_for_training(
+    {"f": core.FeatureSpec("f", table, (8, 1), (8, 8))}, 1, 2
+  )
+
+
+def _limits(specs):
+  st = specs["f"].table_spec.stacked_table_spec
+  return (
+    st.max_ids_per_partition,
+    st.max_unique_ids_per_partition,
+    st.suggested_coo_buffer_size_per_device,
+  )
+
+
+def test_record_publish_load_roundtrip_keeps_the_history(tmp_path):
   client = T.NPZFileFDOClient(str(tmp_path), process_index=0)
-  client.record(_stats(ids=(1, 5), unique=(1, 2), required=(8, 8), drops=3))
-  client.record(_stats(ids=(4, 2), unique=(3, 1), required=(16, 8), drops=1))
+  first = _stats(ids=(1, 5), unique=(1, 2), required=(8, 8), drops=3)
+  second = _stats(ids=(4, 2), unique=(3, 1), required=(16, 8), drops=1)
+  client.record(first)
+  client.record(second)
   path = client.publish()
   assert os.path.basename(path).startswith("fdo_stats_0_")
   with np.load(path, allow_pickle=False) as data:
-    assert sorted(data.files) == [
-      "s_id_drop_counters",
-      "s_max_ids",
-      "s_max_unique_ids",
-      "s_required_buffer_size",
-    ]
-  _assert_stats(client.load(), [4, 5], [3, 2], [16, 8], 3)
+    assert {k: (data[k].dtype, data[k].tolist()) for k in data.files} == {
+      "s_id_drop_counters": (np.int64, [[3], [1]]),
+      "s_max_ids": (np.int32, [[1, 5], [4, 2]]),
+      "s_max_unique_ids": (np.int32, [[1, 2], [3, 1]]),
+      "s_required_buffer_size": (np.int32, [[8, 8], [16, 8]]),
+    }
+  loaded = client.load()  # one row per record, as the reference returns it
+  _assert_stats(loaded, [[1, 5], [4, 2]], [[1, 2], [3, 1]], [[8, 8], [16, 8]], [[3], [1]])
+  # Limits take the max of the history: the same as of the running maxima.
+  tuned = T.update_preprocessing_parameters(_specs(), loaded, 2)
+  assert _limits(tuned) == _limits(
+    T.update_preprocessing_parameters(_specs(), T.merge_stats(first, second), 2)
+  )
+  assert _limits(tuned) == (5, 3, 32)
+
+
+def test_multiple_records_load_as_the_reference_loads_them(tmp_path):
+  """The reference's own case: the same statistics recorded twice."""
+  values = {"tab_one": ([10, 20, 30, 40], [1, 2, 3, 4], [256])}
+
+  def stats(cls):
+    return cls(
+      max_ids_per_partition={k: np.array(v[0]) for k, v in values.items()},
+      max_unique_ids_per_partition={k: np.array(v[1]) for k, v in values.items()},
+      required_buffer_size_per_sc={k: np.array(v[2]) for k, v in values.items()},
+    )
+
+  ours = T.NPZFileFDOClient(str(tmp_path / "ours"), process_index=0)
+  ours.record(stats(core.SparseDenseMatmulInputStats))
+  ours.record(stats(core.SparseDenseMatmulInputStats))
+  ours.publish()
+  got = ours.load()
+  want = {
+    "max_ids_per_partition": [[10, 20, 30, 40], [10, 20, 30, 40]],
+    "max_unique_ids_per_partition": [[1, 2, 3, 4], [1, 2, 3, 4]],
+    "required_buffer_size_per_sc": [[256], [256]],
+  }
+  for field, value in want.items():
+    assert {k: v.tolist() for k, v in getattr(got, field).items()} == {"tab_one": value}
+  assert got.id_drop_counters == {}
+  file_client = reference_module("fdo.file_fdo_client")
+  if file_client is None:
+    return
+  embedding = reference_module("nn.embedding")
+  (tmp_path / "ref").mkdir()
+  ref = file_client.NPZFileFDOClient(str(tmp_path / "ref"))
+  ref.record(stats(embedding.SparseDenseMatmulInputStats))
+  ref.record(stats(embedding.SparseDenseMatmulInputStats))
+  ref.publish()
+  # Each loads the other's file to what the writer loads itself.
+  for theirs in (ref.load(), T.NPZFileFDOClient(str(tmp_path / "ref"), process_index=0).load()):
+    for field, value in want.items():
+      assert {k: np.asarray(v).tolist() for k, v in getattr(theirs, field).items()} == {
+        "tab_one": value
+      }
+  mirrored = file_client.NPZFileFDOClient(str(tmp_path / "ours")).load()
+  for field in want:
+    assert {k: v.tolist() for k, v in getattr(mirrored, field).items()} == {
+      k: v.tolist() for k, v in getattr(got, field).items()
+    }
 
 
 def test_load_takes_newest_file_per_process_and_merges_with_max(tmp_path):
@@ -167,8 +240,15 @@ def test_state_is_json_and_restores(tmp_path):
   restored = T.NPZFileFDOClient(str(tmp_path), process_index=0)
   restored.set_state(state)
   restored.record(_stats(ids=(5, 1)))
+  history = json.loads(json.dumps(restored.get_state()))
+  assert history["stats"]["max_ids_per_partition"] == {"s": [[3, 4], [5, 1]], "t": [1]}
+  assert history["stats"]["id_drop_counters"] == {"s": [[7], [0]], "t": 0}
   restored.publish()
-  _assert_stats(restored.load(), [5, 4], [1, 1], [8, 16], 7)
+  loaded = restored.load()
+  _assert_stats(loaded, [[3, 4], [5, 1]], [[1, 1], [1, 1]], [[8, 16], [8, 16]], [[7], [0]])
+  again = T.NPZFileFDOClient(str(tmp_path), process_index=0)
+  again.set_state(history)
+  assert again.get_state() == history
   with pytest.raises(T.FDOStatsError, match="FDO state version 2 is not 1"):
     restored.set_state({"version": 2, "stats": {}})
   with pytest.raises(T.FDOStatsError, match="FDO state: unknown field 'x'"):
@@ -208,7 +288,10 @@ def test_interchange_with_reference_client(tmp_path, monkeypatch):
   ref.record(ref_stats([3, 4], 5))
   ref.publish()
   ours = T.NPZFileFDOClient(str(ref_dir), process_index=1)
-  _assert_stats(ours.load(), [3, 6], [1, 1], [8, 8], 5)
+  mine, theirs = ours.load(), file_fdo_client.NPZFileFDOClient(str(ref_dir)).load()
+  _assert_stats(mine, [[1, 6], [3, 4]], [[1, 1], [1, 1]], [[8, 8], [8, 8]], [[2], [5]])
+  for field in ("max_ids_per_partition", "id_drop_counters"):
+    np.testing.assert_array_equal(getattr(mine, field)["s"], getattr(theirs, field)["s"])
   # Files we write are read by the reference, merged with its own.
   ours.record(_stats(ids=(9, 1), unique=(2, 2), required=(16, 8), drops=1))
   ours.publish()
