@@ -49,13 +49,6 @@ def _raises(error, message):
   return pytest.raises(error, match="^" + re.escape(message) + "$")
 
 
-def test_errors_are_value_errors():
-  assert issubclass(T.LimitExceededError, T.PreprocessingError)
-  assert issubclass(T.PreprocessingError, ValueError)
-  assert issubclass(T.StackingError, ValueError)
-  assert issubclass(T.FDOStatsError, ValueError)
-
-
 def test_max_ids_per_partition_exceeded():
   with _raises(
     T.LimitExceededError,
