@@ -8,8 +8,19 @@ Measures, on a generated Criteo-shaped TSV file (gzip and plain):
       file (the baseline, no line numbers in errors);
   (b) the whole Criteo conversion (parse, hash, write), for scale;
   (c) batched random record reads: data.source.ShardSource (unreadable
-      records named and skippable) against Grain's ArrayRecordDataSource.
+      records named and skippable) against Grain's ArrayRecordDataSource;
+  (d) the Parquet converter against the CSV converter on one generated
+      Criteo-shaped table (label, 13 integer columns with nulls, 26 string
+      columns of Zipf-distributed categories, a list<string> column of 0-4
+      items) written both ways, with equivalent flags; both give the same
+      dataset (checked), rows/s of each.
 Ratios are against the baseline measured in the same run.
+
+    python benchmarks/converters.py --parquet_rss_rows 1000000,4000000
+
+instead measures the peak RSS of `python -m sparsepipe.data.parquet` on
+generated files of those many rows (row groups of pyarrow's default 1Mi
+rows), next to a process that only imports sparsepipe.data.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ import gzip
 import io
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -25,12 +38,29 @@ from absl import app
 from absl import flags
 import grain
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
 
 from sparsepipe import data
 from sparsepipe.data.convert.text_input import read_lines
 
 _JSON = flags.DEFINE_string("json", None, "Write the results here.")
 _LINES = flags.DEFINE_integer("lines", 200_000, "Lines in the generated Criteo file.")
+_TABLE_ROWS = flags.DEFINE_integer("table_rows", 200_000, "Rows of the CSV/Parquet table.")
+_RSS_ROWS = flags.DEFINE_list("parquet_rss_rows", [], "Measure peak RSS at these row counts.")
+
+_DENSE = [f"I{i}" for i in range(1, 14)]
+_SPARSE = [f"C{i}" for i in range(1, 27)]
+# Equivalent flags for both converters; the CSV one also splits "tags" on "|".
+_COLUMNS = dict(
+  label_column="label",
+  dense_columns=_DENSE,
+  dense_transform="log1p",
+  sparse_columns=[*_SPARSE, "tags"],
+  vocab_sizes=100_000,
+)
 
 
 def _best_of(fn, repeats: int = 3) -> float:
@@ -69,8 +99,120 @@ def _reads(source, order: np.ndarray, batch: int) -> None:
     source.__getitems__(order[start : start + batch].tolist())
 
 
+def _click_table(n: int, seed: int) -> pa.Table:
+  """A Criteo-shaped table, generated column by column (no per-row Python).
+
+  Categories are Zipf-distributed numbers as text (exponent 1.2): a few
+  frequent ones and a long tail of rare ones, as in click logs.
+  """
+  rng = np.random.default_rng(seed)
+  categories = lambda size: pa.array(rng.zipf(1.2, size)).cast(pa.string())
+  columns = {"label": pa.array(rng.integers(0, 2, n))}
+  for name in _DENSE:
+    values = rng.exponential(20, n).astype(np.int64)
+    columns[name] = pa.array(values, mask=rng.random(n) < 0.2)
+  for name in _SPARSE:
+    columns[name] = categories(n)
+  lengths = rng.integers(0, 5, n)
+  offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+  columns["tags"] = pa.ListArray.from_arrays(offsets, categories(int(lengths.sum())))
+  return pa.table(columns)
+
+
+def _write_table_both_ways(directory: str, n: int) -> tuple[str, str]:
+  table = _click_table(n, 0)
+  parquet = os.path.join(directory, "table.parquet")
+  pq.write_table(table, parquet)
+  as_text = table.set_column(
+    table.schema.get_field_index("tags"), "tags", pc.binary_join(table["tags"], "|")
+  )
+  csv_path = os.path.join(directory, "table.csv")
+  pa_csv.write_csv(as_text, csv_path)
+  return csv_path, parquet
+
+
+def _parquet_against_csv(directory: str, n: int) -> dict:
+  """Seconds and rows/s of both converters on the same table; their outputs must agree."""
+  csv_path, parquet = _write_table_both_ways(directory, n)
+  outputs = {k: os.path.join(directory, k) for k in ("csv", "parquet")}
+  csv_s = _best_of(
+    lambda: data.convert_csv(
+      [csv_path], outputs["csv"], multivalent_columns=["tags"], overwrite=True, **_COLUMNS
+    ),
+    repeats=2,
+  )
+  parquet_s = _best_of(
+    lambda: data.convert_parquet([parquet], outputs["parquet"], overwrite=True, **_COLUMNS),
+    repeats=2,
+  )
+  a, b = (data.manifest_source(data.read_manifest(outputs[k])) for k in ("csv", "parquet"))
+  if len(a) != len(b) or any(a[i] != b[i] for i in range(len(a))):
+    raise AssertionError("the CSV and Parquet conversions of the same table differ")
+  return {"rows": n, "csv_s": csv_s, "parquet_s": parquet_s}
+
+
+# Runs `python -m MODULE ARGS...` (or only imports sparsepipe.data when MODULE is "-") and
+# prints its own peak RSS at exit. The kernel's VmHWM of the process, not getrusage's
+# ru_maxrss: that one keeps the parent's size at fork (this script's generated tables).
+_REPORT_PEAK = """
+import atexit, runpy, sys
+def report():
+  status = open("/proc/self/status").read().split("VmHWM:")[1]
+  print("peak_kib", status.split()[0], file=sys.stderr)
+atexit.register(report)
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "-":
+  import sparsepipe.data
+else:
+  runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def _peak_rss_mib(module: str, args: list[str]) -> float:
+  """Peak resident memory of `python -m module args...` in a child process, in MiB."""
+  out = subprocess.run(
+    [sys.executable, "-c", _REPORT_PEAK, module, *args],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+    text=True,
+    check=True,
+  )
+  return int(out.stderr.split("peak_kib")[-1].split()[0]) / 1024
+
+
+def _parquet_rss(row_counts: list[int]) -> list[dict]:
+  """Peak RSS of the Parquet command line on files of `row_counts` rows."""
+  results = []
+  with tempfile.TemporaryDirectory() as tmp:
+    base = _peak_rss_mib("-", [])
+    for n in row_counts:
+      path = os.path.join(tmp, f"rows{n}.parquet")
+      with pq.ParquetWriter(path, _click_table(1, 0).schema) as writer:
+        for start in range(0, n, 1 << 20):  # written in parts: the generator stays small too
+          writer.write_table(_click_table(min(1 << 20, n - start), start), 1 << 20)
+      flag_values = [
+        *("--label_column", "label", "--dense_columns", ",".join(_DENSE)),
+        *("--dense_transform", "log1p", "--sparse_columns", ",".join([*_SPARSE, "tags"])),
+        *("--vocab_sizes", "100000", "--input", path, "--output", os.path.join(tmp, "out")),
+      ]
+      rss = _peak_rss_mib("sparsepipe.data.parquet", [*flag_values, "--overwrite"])
+      size = os.path.getsize(path) / 2**20
+      results.append({"rows": n, "file_mib": size, "peak_rss_mib": rss, "import_rss_mib": base})
+      print(
+        f"{n:>10,} rows ({size:,.0f} MiB Parquet): peak RSS {rss:,.0f} MiB"
+        f" (importing sparsepipe.data alone: {base:,.0f} MiB)"
+      )
+  return results
+
+
 def main(argv) -> None:
   del argv
+  if _RSS_ROWS.value:
+    results = _parquet_rss([int(n) for n in _RSS_ROWS.value])
+    if _JSON.value:
+      with open(_JSON.value, "w") as f:
+        json.dump(results, f, indent=1)
+    return
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     for compress in (False, True):
@@ -93,16 +235,22 @@ def main(argv) -> None:
     base = _best_of(lambda: _reads(grain_source, order, 64))
     ours = _best_of(lambda: _reads(checked, order, 64))
     rows.append(("random record reads, 64 per call", base, ours))
+    table = _parquet_against_csv(tmp, _TABLE_ROWS.value)
+    rows.append(("parquet conversion (baseline: csv)", table["csv_s"], table["parquet_s"]))
   print(f"{'measure':40s} {'baseline s':>11s} {'ours s':>9s} {'ours/base':>10s}")
   for name, base, ours in rows:
     print(f"{name:40s} {base:11.3f} {ours:9.3f} {ours / base:10.3f}")
+  table_rows = table["rows"]
+  csv_rate, parquet_rate = table_rows / table["csv_s"], table_rows / table["parquet_s"]
+  print(
+    f"{table_rows:,} rows: csv {csv_rate:,.0f} rows/s, parquet {parquet_rate:,.0f} rows/s"
+    f" (parquet/csv {parquet_rate / csv_rate:.2f}x)"
+  )
   if _JSON.value:
+    results = [{"measure": n, "baseline_s": b, "ours_s": o, "ratio": o / b} for n, b, o in rows]
+    results[-1].update(rows=table_rows, csv_rows_per_s=csv_rate, parquet_rows_per_s=parquet_rate)
     with open(_JSON.value, "w") as f:
-      json.dump(
-        [{"measure": n, "baseline_s": b, "ours_s": o, "ratio": o / b} for n, b, o in rows],
-        f,
-        indent=1,
-      )
+      json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

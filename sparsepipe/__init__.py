@@ -1,3 +1,3 @@
 """sparsepipe: a JAX training pipeline for large-embedding models."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -45,3 +45,4 @@ from sparsepipe.data.synthetic.click_model import synthetic_click_probabilities
 from sparsepipe.data.criteo.convert import convert_criteo
 from sparsepipe.data.criteo.convert import criteo_schema
 from sparsepipe.data.csv.convert import convert_csv
+from sparsepipe.data.parquet.convert import convert_parquet

@@ -9,13 +9,17 @@ import zlib
 
 
 class InputFormatError(ValueError):
-  """A line of a text input that does not parse; names the file and line."""
+  """A line of a text input that does not parse; names the file and line.
 
-  def __init__(self, path: str, line: int, reason: str):
+  `unit` names what `line` counts in other inputs: a Parquet file's "row"
+  or "row group".
+  """
+
+  def __init__(self, path: str, line: int, reason: str, *, unit: str = "line"):
     self.path = path
     self.line = line
     self.reason = reason
-    super().__init__(f"'{path}' line {line}: {reason}")
+    super().__init__(f"'{path}' {unit} {line}: {reason}")
 
 
 # Values at or past this magnitude round to +-inf when stored as float32:

@@ -1,0 +1,1 @@
+"""Parquet files -> a sharded ArrayRecord dataset (`python -m sparsepipe.data.parquet`)."""

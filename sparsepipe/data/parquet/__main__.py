@@ -1,0 +1,63 @@
+"""Command line: convert Parquet files or directories (see convert.py for the columns).
+
+    python -m sparsepipe.data.parquet --input ratings.parquet --output DIR \
+        --label_column rating --label_threshold 4 --dense_columns age \
+        --sparse_columns user_id,movie_id,genres --integer_id_columns user_id,movie_id \
+        --vocab_sizes 100000,user_id=6041,movie_id=3953 \
+        [--weight_columns genres=genre_weights] \
+        [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
+
+List columns (e.g. genres as list<string>) are multivalent by their type.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+from sparsepipe.data.convert import cli
+from sparsepipe.data.csv.convert import DENSE_TRANSFORMS
+from sparsepipe.data.parquet.convert import DEFAULT_BATCH_ROWS, convert_parquet
+
+
+def _define_flags():
+  cli.define_input_flag(
+    "Parquet files or directories of them (.parquet files, sorted); more may follow as arguments."
+  )
+  flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
+  flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
+  flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
+  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
+  flags.DEFINE_list("sparse_columns", [], "Categorical columns (scalar or list), in order.")
+  flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
+  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
+  flags.DEFINE_list(
+    "weight_columns", [], "feature=column entries: the column holds the feature's id weights."
+  )
+  flags.DEFINE_integer("batch_rows", DEFAULT_BATCH_ROWS, "Rows read and converted at a time.")
+  cli.define_writer_flags()
+  cli.define_split_flags()
+
+
+def _main(argv):
+  f = flags.FLAGS
+  cli.run_and_summarize(
+    convert_parquet,
+    cli.input_paths(argv),
+    batch_rows=f.batch_rows,
+    label_column=f.label_column,
+    label_threshold=f.label_threshold,
+    dense_columns=f.dense_columns,
+    dense_transform=f.dense_transform,
+    sparse_columns=f.sparse_columns,
+    integer_id_columns=f.integer_id_columns,
+    vocab_sizes=f.vocab_sizes,
+    weight_columns=f.weight_columns,
+    **cli.split_kwargs(),
+  )
+
+
+if __name__ == "__main__":
+  from absl import app  # pylint: disable=g-import-not-at-top
+
+  _define_flags()
+  app.run(cli.reports_errors(_main))
