@@ -1,22 +1,33 @@
 """Input pipeline throughput on a Criteo-shaped synthetic dataset.
 
     python benchmarks/loader.py [--json out.json] [--workers 0,2] [--seconds 6]
+        [--packing 1,128]
 
 Measures examples/s of
-  (a) raw record reads (the pipeline's shuffled record order, batched
-      ArrayRecord reads, bytes dropped),
-  (b) decode + batch (DecodeBatchIterDataset: batched reads, bulk decode),
-  (c) the full host pipeline with COO preprocessing and stats recording,
+  (a) raw record reads (the pipeline's shuffled record order, ExampleOrder,
+      one batched source read per batch, bytes dropped),
+  (b) decode + batch (make_example_batches: batched reads, bulk decode),
+  (c) the full host pipeline (make_host_input) with COO preprocessing and
+      stats recording,
 each with every worker count in --workers, and reports (c)/(a) per worker
 count. The dataset has 13 dense and 26 sparse features of 1..20 ids
-(Zipf ids); the preprocessing limits come from an FDO pass over a few
-batches (ids above them are dropped and counted, as in training with
-allow_id_dropping). Worker start-up is excluded (the clock starts after the
-first batch). The machine may be shared: compare figures from one run.
-"(c) cores busy" is CPU-seconds per wall second of (c), workers included:
-the in-process pipeline already keeps more than one core busy (its read-ahead
-threads run the compiled passes without the GIL), so on C cores the wall
-speed-up of workers is at most C / that figure.
+(Zipf ids, vocabulary 100k: no shipped config, a heavier multi-id shape;
+the criteo config has one id per feature), packed 128 examples per record
+(--examples_per_record); the preprocessing limits come from an FDO pass
+over a few batches (ids above them are dropped and counted, as in training
+with allow_id_dropping). Worker start-up is excluded (the clock starts
+after the first batch). The machine may be shared: compare figures from
+one run. "(c) cores busy" is CPU-seconds per wall second of (c), workers
+included: the in-process pipeline already keeps more than one core busy
+(its read-ahead threads run the compiled passes without the GIL), so on C
+cores the wall speed-up of workers is at most C / that figure.
+
+  (d) the cost per example (CPU-microseconds) of (a), (b) and (c) at 0
+      workers on the same examples written with each --packing (examples
+      per record; the shipped configs generate records of 1), with the
+      ratio of (c) to the largest packing. Records of one example pay
+      ArrayRecord's per-record read (each record is its own zstd-compressed
+      chunk, group_size 1): (a) of 1 per record is that floor.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ _DEVICES = flags.DEFINE_integer(
 _SC = flags.DEFINE_integer("num_sc_per_device", 2, "SparseCores per device.")
 _WORKERS = flags.DEFINE_list("workers", ["0", "2"], "Worker counts to measure.")
 _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per stage.")
+_PACKING = flags.DEFINE_list(
+  "packing", ["1", "128"], "Examples per record compared in (d) (generated data only)."
+)
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
 
 
@@ -85,33 +99,34 @@ def _mp(ds, workers):
   return T.prefetch_in_workers(ds, workers)
 
 
-class _ReadGroup(grain.transforms.Map):
-  """Reads a group of records in one batched source call; keeps only their size."""
+class _ReadBatch(grain.transforms.Map):
+  """Global batch index -> the total size of its records, read as the pipeline reads them."""
 
-  def __init__(self, source):
-    self.source = source
+  def __init__(self, manifest, batch_size):
+    self.order = T.ExampleOrder(manifest, shuffle=True, seed=0)
+    self.source = data.manifest_source(manifest)
+    self.batch_size = batch_size
 
-  def map(self, indices):
-    records = self.source.__getitems__([int(i) % len(self.source) for i in indices])
-    return np.int64(sum(map(len, records)))
+  def map(self, k):
+    run = self.order.locate(k * self.batch_size, (k + 1) * self.batch_size)
+    return np.int64(sum(map(len, self.source.__getitems__(run.records.tolist()))))
 
 
 def raw_reads(manifest, workers, seconds):
-  """The pipeline's record order, read with batched ArrayRecord reads, bytes dropped."""
-  group = max(1, _BATCH.value // manifest.examples_per_record)
-  indices = grain.MapDataset.range(manifest.num_records).seed(0).shuffle().repeat()
-  ds = indices.batch(group, batch_fn=list).map(_ReadGroup(data.manifest_source(manifest)))
+  """The pipeline's record order (ExampleOrder), one batched source read a batch, bytes dropped."""
+  ds = grain.MapDataset.range(1 << 40).map(_ReadBatch(manifest, _BATCH.value))
   ds = _mp(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)), workers)
   it = iter(ds)
-  rate = _rate(it, group * manifest.examples_per_record, seconds)
+  rate = _rate(it, _BATCH.value, seconds)
   it.close()
   return rate
 
 
 def decode_batch(manifest, workers, seconds):
   cfg = T.InputConfig(manifest.directory, _BATCH.value, num_workers=workers)
+  batches = T.make_example_batches(cfg, process_index=0, process_count=1, manifest=manifest)
   ds = _mp(
-    T.make_example_dataset(cfg, process_index=0, process_count=1, manifest=manifest), workers
+    batches.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)), workers
   )
   it = iter(ds)
   rate = _rate(it, _BATCH.value, seconds)
@@ -133,7 +148,7 @@ def _specs(manifest, devices):
     specs[f.name] = core.FeatureSpec(f.name, table, (_BATCH.value, 20), (_BATCH.value, 16))
   specs = T.prepare_feature_specs_for_training(specs, devices, _SC.value)
   # FDO: limits from a few batches, as training would derive them.
-  warm = T.make_host_pipeline(
+  warm = T.make_host_input(
     T.InputConfig(manifest.directory, _BATCH.value, seed=1, num_sc_per_device=_SC.value),
     specs,
     local_device_count=devices,
@@ -156,7 +171,7 @@ def full_pipeline(manifest, specs, workers, seconds):
     num_sc_per_device=_SC.value,
     allow_id_dropping=True,
   )
-  it = T.make_host_pipeline(
+  it = T.make_host_input(
     cfg,
     specs,
     local_device_count=_DEVICES.value,
@@ -170,30 +185,28 @@ def full_pipeline(manifest, specs, workers, seconds):
   return rate, sum(totals.id_drops.values())
 
 
-def main(argv):
-  del argv
-  tmp = None
-  if _DATA_DIR.value:
-    manifest = data.read_manifest(_DATA_DIR.value)
-  else:
-    tmp = tempfile.TemporaryDirectory()
-    start = time.perf_counter()
-    manifest = data.write_synthetic(
-      os.path.join(tmp.name, "criteo_like"),
-      data.criteo_like_features(26, _VOCAB.value, min_ids=1, max_ids=20),
-      num_examples=_NUM_EXAMPLES.value,
-      num_dense=13,
-      seed=0,
-      examples_per_record=_PER_RECORD.value,
-    )
-    print(
-      f"generated {manifest.num_examples:,} examples ({manifest.num_records:,} records of"
-      f" {manifest.examples_per_record}, {len(manifest.shards)} shards) in"
-      f" {time.perf_counter() - start:.1f} s",
-      file=sys.stderr,
-    )
-  specs = _specs(manifest, _DEVICES.value)
-  seconds = _SECONDS.value
+def _generate(directory, examples_per_record):
+  """The benchmark's dataset: the same examples (same seed) whatever the packing."""
+  start = time.perf_counter()
+  manifest = data.write_synthetic(
+    directory,
+    data.criteo_like_features(26, _VOCAB.value, min_ids=1, max_ids=20),
+    num_examples=_NUM_EXAMPLES.value,
+    num_dense=13,
+    seed=0,
+    examples_per_record=examples_per_record,
+  )
+  print(
+    f"generated {manifest.num_examples:,} examples ({manifest.num_records:,} records of"
+    f" {manifest.examples_per_record}, {len(manifest.shards)} shards) in"
+    f" {time.perf_counter() - start:.1f} s",
+    file=sys.stderr,
+  )
+  return manifest
+
+
+def _worker_rows(manifest, specs, seconds):
+  """(a), (b), (c) with every worker count in --workers."""
   rows = []
   for w in (int(x) for x in _WORKERS.value):
     a = raw_reads(manifest, w, seconds)
@@ -214,6 +227,10 @@ def main(argv):
         "ids_dropped": drops,
       }
     )
+  return rows
+
+
+def _print_worker_rows(manifest, rows):
   print(
     f"\nloader: batch {_BATCH.value}, {manifest.examples_per_record} examples/record,"
     f" {_DEVICES.value} devices x {_SC.value} SC, {os.cpu_count()} cores (examples/s)"
@@ -230,6 +247,65 @@ def main(argv):
       f"   {'':>15} {r['raw_reads_per_cpu_s']:>9,.0f} {r['decode_batch_per_cpu_s']:>9,.0f}"
       f" {r['full_pipeline_per_cpu_s']:>9,.0f}   {r['full_pipeline_cores_busy']:>14.2f}"
     )
+
+
+def _packing_rows(manifest, specs, tmp, seconds):
+  """(d): CPU-microseconds per example of (a), (b), (c) at 0 workers, per --packing value.
+
+  The same examples written as records of each packing (the main dataset is
+  reused for its own); one set of COO limits (the main dataset's), so only
+  the packing differs. Ratios are to the largest packing.
+  """
+  rows = []
+  for r in sorted({int(x) for x in _PACKING.value}):
+    m = manifest
+    if r != manifest.examples_per_record:
+      m = _generate(os.path.join(tmp, f"criteo_like_r{r}"), r)
+    a = raw_reads(m, 0, seconds)
+    b = decode_batch(m, 0, seconds)
+    c, _ = full_pipeline(m, specs, 0, seconds)
+    rows.append(
+      {
+        "examples_per_record": r,
+        "raw_reads_cpu_us": 1e6 / a[1],
+        "decode_batch_cpu_us": 1e6 / b[1],
+        "full_pipeline_cpu_us": 1e6 / c[1],
+        "full_pipeline_wall": c[0],
+      }
+    )
+  last = rows[-1]
+  for row in rows:
+    row["full_pipeline_ratio"] = row["full_pipeline_cpu_us"] / last["full_pipeline_cpu_us"]
+  print(
+    f"\n(d) cost per example by packing: the same {manifest.num_examples:,} examples, 0 workers,"
+    f" CPU-microseconds per example (ratio to {last['examples_per_record']} per record;"
+    " goal for (c): <= 1.5)"
+  )
+  print(
+    f"{'ex/record':>10} {'(a) raw reads':>14} {'(b) decode+batch':>17} {'(c) full':>9}"
+    f" {'(c) ratio':>10} {'(c) examples/s':>15}"
+  )
+  for row in rows:
+    print(
+      f"{row['examples_per_record']:>10} {row['raw_reads_cpu_us']:>14.2f}"
+      f" {row['decode_batch_cpu_us']:>17.2f} {row['full_pipeline_cpu_us']:>9.2f}"
+      f" {row['full_pipeline_ratio']:>10.2f} {row['full_pipeline_wall']:>15,.0f}"
+    )
+  return rows
+
+
+def main(argv):
+  del argv
+  tmp = tempfile.TemporaryDirectory()
+  if _DATA_DIR.value:
+    manifest = data.read_manifest(_DATA_DIR.value)
+  else:
+    manifest = _generate(os.path.join(tmp.name, "criteo_like"), _PER_RECORD.value)
+  specs = _specs(manifest, _DEVICES.value)
+  seconds = _SECONDS.value
+  rows = _worker_rows(manifest, specs, seconds)
+  _print_worker_rows(manifest, rows)
+  packing = [] if _DATA_DIR.value else _packing_rows(manifest, specs, tmp.name, seconds)
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   print(
     f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"
@@ -245,13 +321,13 @@ def main(argv):
       "num_sc_per_device": _SC.value,
       "cpu_count": os.cpu_count(),
       "seconds_per_stage": seconds,
-      "load_average_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+      "load_average_end": load,
       "rows": rows,
+      "packing": packing,
     }
     with open(_JSON.value, "w") as f:
       json.dump(result, f, indent=1)
-  if tmp is not None:
-    tmp.cleanup()
+  tmp.cleanup()
 
 
 if __name__ == "__main__":

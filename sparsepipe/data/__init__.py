@@ -15,11 +15,13 @@ from sparsepipe.data.example import slice_batch
 from sparsepipe.data.codec import CorruptRecordError
 from sparsepipe.data.codec import FORMAT_VERSION
 from sparsepipe.data.codec import RecordCodec
+from sparsepipe.data.codec import RecordColumns
 from sparsepipe.data.codec import UnreadableRecord
 from sparsepipe.data.codec import decode_batch
 from sparsepipe.data.codec import decode_example
 from sparsepipe.data.codec import encode_batch
 from sparsepipe.data.codec import encode_example
+from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.bulk_decode import DecodedRecords
 from sparsepipe.data.bulk_decode import decode_records
 from sparsepipe.data.manifest import Manifest

@@ -45,10 +45,23 @@ class DecodedRecords(NamedTuple):
 
 
 def _segments(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-  """Indices of the concatenated ranges [starts[i], starts[i] + lengths[i])."""
+  """Indices of the concatenated ranges [starts[i], starts[i] + lengths[i]).
+
+  One cumulative sum of steps: +1 inside a range, a jump at each range's
+  first index (from the last index of the range before). In int32 where the
+  indices fit: half the memory traffic of int64, the hot loop of decoding
+  small records.
+  """
   total = int(lengths.sum())
-  ends = np.cumsum(lengths)
-  return np.repeat(starts - ends + lengths, lengths) + np.arange(total, dtype=np.int64)
+  if not total:
+    return np.zeros(0, np.int64)
+  used = lengths > 0
+  s, n = starts[used], lengths[used]
+  dtype = np.int32 if int((s + n).max()) < 2**31 else np.int64
+  steps = np.ones(total, dtype)
+  steps[(np.cumsum(n) - n)[1:]] = s[1:] - (s[:-1] + n[:-1] - 1)
+  steps[0] = s[0]
+  return np.cumsum(steps, dtype=dtype)
 
 
 def decode_records(

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import functools
 import struct
+from typing import NamedTuple
 
 import numpy as np
 
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples, example_at
 from sparsepipe.data.ragged import RaggedBatch
-from sparsepipe.data.schema import ExampleSchema
+from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 
 MAGIC = b"SPR"
 FORMAT_VERSION = 1
@@ -92,6 +93,24 @@ class UnreadableRecord(bytes):
     return (UnreadableRecord, (self.reason, self.path, self.index))
 
 
+class RecordColumns(NamedTuple):
+  """Checked examples as a record stores them: little-endian, schema order.
+
+  Attributes:
+    labels: [B] float32.
+    dense: [B, D] float32.
+    lengths: per sparse feature, [B] int32 row lengths.
+    ids: per sparse feature, its int32 ids.
+    weights: per weighted feature (schema order), its float32 weights.
+  """
+
+  labels: np.ndarray
+  dense: np.ndarray
+  lengths: list[np.ndarray]
+  ids: list[np.ndarray]
+  weights: list[np.ndarray]
+
+
 class RecordCodec:
   """Encoder/decoder for one schema (precomputes the schema's arrays)."""
 
@@ -104,8 +123,12 @@ class RecordCodec:
 
   # -------------------------------------------------------------- encoding
 
-  def encode_batch(self, batch: ExampleBatch) -> bytes:
-    """Encodes B >= 1 columnar examples into one record."""
+  def columns(self, batch: ExampleBatch) -> RecordColumns:
+    """Checks B >= 1 columnar examples against the schema; their columns as stored.
+
+    The one place encoding validates (encode_batch, and bulk_encode for many
+    records at once), so both refuse the same input with the same message.
+    """
     schema = self.schema
     labels = np.asarray(batch.labels)
     b = labels.shape[0] if labels.ndim == 1 else -1
@@ -118,49 +141,62 @@ class RecordCodec:
       raise ValueError(
         f"sparse features {sorted(batch.sparse)} do not match the schema's {sorted(self._names)}"
       )
-    counts, lengths, ids, weights = [], [], [], []
+    lengths, ids, weights = [], [], []
     for f in schema.sparse:
-      rb = batch.sparse[f.name]
-      rl = np.asarray(rb.row_lengths)
-      vals = np.asarray(rb.values).reshape(-1)
-      if rl.shape != (b,):
-        raise ValueError(f"feature '{f.name}': row_lengths has shape {rl.shape}, expected ({b},)")
-      if vals.size and vals.dtype.kind not in "iu":
-        raise ValueError(f"feature '{f.name}': ids have dtype {vals.dtype}, not integer")
-      if b and rl.min() < 0:
-        raise ValueError(f"feature '{f.name}': negative row length {int(rl.min())}")
-      if int(rl.sum()) != vals.size:
-        raise ValueError(
-          f"feature '{f.name}': row lengths sum to {int(rl.sum())} but there are {vals.size} ids"
-        )
-      if vals.size:
-        lo, hi = int(vals.min()), int(vals.max())
-        if lo < 0 or hi >= f.vocab_size:
-          bad = lo if lo < 0 else hi
-          raise ValueError(f"feature '{f.name}': id {bad} out of range [0, {f.vocab_size})")
-      if f.weighted:
-        if rb.weights is None:
-          raise ValueError(f"feature '{f.name}' is weighted in the schema but has no weights")
-        w = np.asarray(rb.weights, np.float32).reshape(-1)
-        if w.size != vals.size:
-          raise ValueError(f"feature '{f.name}': {vals.size} ids but {w.size} weights")
+      rl, vals, w = self._feature_columns(f, batch.sparse[f.name], b)
+      lengths.append(rl)
+      ids.append(vals)
+      if w is not None:
         weights.append(w)
-      elif rb.weights is not None:
-        raise ValueError(f"feature '{f.name}' is unweighted in the schema but has weights")
-      counts.append(vals.size)
-      lengths.append(rl.astype("<i4"))
-      ids.append(vals.astype("<i4"))
-    head = _HEAD.pack(MAGIC, FORMAT_VERSION, b, schema.num_dense, len(schema.sparse))
+    return RecordColumns(labels.astype("<f4"), dense.astype("<f4"), lengths, ids, weights)
+
+  @staticmethod
+  def _feature_columns(f: SparseFeatureSchema, rb: RaggedBatch, b: int):
+    """(row lengths, ids, weights or None) of one feature, checked and little-endian."""
+    rl = np.asarray(rb.row_lengths)
+    vals = np.asarray(rb.values).reshape(-1)
+    if rl.shape != (b,):
+      raise ValueError(f"feature '{f.name}': row_lengths has shape {rl.shape}, expected ({b},)")
+    if vals.size and vals.dtype.kind not in "iu":
+      raise ValueError(f"feature '{f.name}': ids have dtype {vals.dtype}, not integer")
+    if b and rl.min() < 0:
+      raise ValueError(f"feature '{f.name}': negative row length {int(rl.min())}")
+    if int(rl.sum()) != vals.size:
+      raise ValueError(
+        f"feature '{f.name}': row lengths sum to {int(rl.sum())} but there are {vals.size} ids"
+      )
+    if vals.size:
+      lo, hi = int(vals.min()), int(vals.max())
+      if lo < 0 or hi >= f.vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"feature '{f.name}': id {bad} out of range [0, {f.vocab_size})")
+    w = None
+    if f.weighted:
+      if rb.weights is None:
+        raise ValueError(f"feature '{f.name}' is weighted in the schema but has no weights")
+      w = np.asarray(rb.weights, np.float32).reshape(-1)
+      if w.size != vals.size:
+        raise ValueError(f"feature '{f.name}': {vals.size} ids but {w.size} weights")
+      w = w.astype("<f4")
+    elif rb.weights is not None:
+      raise ValueError(f"feature '{f.name}' is unweighted in the schema but has weights")
+    return rl.astype("<i4"), vals.astype("<i4"), w
+
+  def encode_batch(self, batch: ExampleBatch) -> bytes:
+    """Encodes B >= 1 columnar examples into one record."""
+    cols = self.columns(batch)
+    b = cols.labels.shape[0]
+    head = _HEAD.pack(MAGIC, FORMAT_VERSION, b, self.schema.num_dense, len(self._names))
     parts = [
       head,
-      np.asarray(counts, "<u4").tobytes(),
+      np.asarray([x.size for x in cols.ids], "<u4").tobytes(),
       self._flags.astype("<u4").tobytes(),
-      labels.astype("<f4").tobytes(),
-      dense.astype("<f4").tobytes(),
+      cols.labels.tobytes(),
+      cols.dense.tobytes(),
     ]
-    parts += [x.tobytes() for x in lengths]
-    parts += [x.tobytes() for x in ids]
-    parts += [x.astype("<f4").tobytes() for x in weights]
+    parts += [x.tobytes() for x in cols.lengths]
+    parts += [x.tobytes() for x in cols.ids]
+    parts += [x.tobytes() for x in cols.weights]
     return b"".join(parts)
 
   def encode_example(self, example: Example) -> bytes:

@@ -6,6 +6,7 @@ from typing import Mapping, Sequence, SupportsIndex
 
 from array_record.python import array_record_data_source as _ards
 import grain
+import numpy as np
 
 from sparsepipe.data.codec import UnreadableRecord
 from sparsepipe.data.manifest import Manifest, read_manifest
@@ -33,6 +34,10 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
   def __init__(self, paths: Sequence[str], reader_options: Mapping[str, str] | None = None):
     super().__init__(paths, reader_options=dict(reader_options or {}))
     self._unopenable: dict[int, str] = {}
+    # Global key k is in shard s = searchsorted(ends, k, "right"), at position k + shift[s].
+    counts = np.asarray([ri.num_records for ri in self._read_instructions], np.int64)
+    self._ends = np.cumsum(counts)
+    self._shift = np.asarray([ri.start for ri in self._read_instructions]) - (self._ends - counts)
 
   def _ensure_reader_exists(self, reader_idx: int) -> None:
     """Opens a shard once, checking it holds the records the manifest lists.
@@ -74,10 +79,40 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
       return UnreadableRecord(f"ArrayRecord cannot read it: {_why(e)}", path, position)
 
   def __getitems__(self, record_keys: Sequence[SupportsIndex]) -> Sequence[bytes]:
+    """Records of `record_keys`, in that order: one ArrayRecord read per shard.
+
+    Grain's version maps every key in Python and starts a thread pool per
+    call to read the shards; with single-example records (thousands of keys
+    a batch) that took a quarter of the read time. Here keys map to shards
+    with numpy and each shard's records come in one ArrayRecord batched read
+    (which spreads them over ArrayRecord's own thread pool), shard after
+    shard. A shard whose read fails is read again record by record (see the
+    class doc).
+    """
+    keys = np.asarray(record_keys, np.int64).reshape(-1)
+    if not keys.size:
+      return []
+    if keys.min() < 0 or keys.max() >= len(self):
+      bad = int(keys.min()) if keys.min() < 0 else int(keys.max())
+      raise ValueError(f"record key {bad} is outside [0, {len(self)})")
+    shard = np.searchsorted(self._ends, keys, side="right")
+    positions = keys + self._shift[shard]
+    order = np.argsort(shard, kind="stable")
+    cuts = np.flatnonzero(np.diff(shard[order])) + 1
+    records: list[bytes] = [b""] * len(keys)
+    for group in np.split(order, cuts):
+      got = self._read_shard(int(shard[group[0]]), positions[group].tolist(), keys[group].tolist())
+      for j, record in zip(group.tolist(), got):
+        records[j] = record
+    return records
+
+  def _read_shard(self, reader_idx: int, positions: list[int], keys: list[int]) -> list[bytes]:
+    """One shard's records at `positions` (global `keys`); record by record if that fails."""
     try:
-      return super().__getitems__(record_keys)
+      self._ensure_reader_exists(reader_idx)
+      return self._readers[reader_idx].read(positions)
     except _READ_ERRORS:
-      return [self[k] for k in record_keys]
+      return [self[k] for k in keys]
 
 
 def _close_quietly(reader) -> None:

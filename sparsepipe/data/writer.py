@@ -23,6 +23,9 @@ import os
 import shutil
 from typing import Any, Iterable, Mapping
 
+import numpy as np
+
+from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
 from sparsepipe.data.example import concat_batches, select_examples, slice_batch
@@ -34,6 +37,7 @@ from sparsepipe.data.split import eval_mask, split_info
 SHARD_SUFFIX = ".arrayrecord"
 DEFAULT_EXAMPLES_PER_RECORD = 128
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
+_ENCODE_EXAMPLES = 1 << 16  # examples encoded together (at least one record)
 
 
 class ShardedRecordWriter:
@@ -199,34 +203,41 @@ class ShardedRecordWriter:
   # ------------------------------------------------------------ internals
 
   def _flush(self, final: bool) -> None:
+    """Encodes the pending full records (and, if final, the last short one) and writes them."""
     if not self._pending:
       return
     r = self.examples_per_record
     data = concat_batches(self._pending)
     n = data.num_examples
-    full = n - n % r
-    for start in range(0, full, r):
-      self._write_record(slice_batch(data, start, start + r), r)
-    rest = n - full
-    if rest and final:
-      self._write_record(slice_batch(data, full, n), rest)
-      rest = 0
-    self._pending = [slice_batch(data, full, n)] if rest else []
-    self._pending_count = rest
+    ready = n if final else n - n % r
+    # Encoded a slice at a time: the encoded bytes of a huge write_batch need not fit at once.
+    step = r * max(1, _ENCODE_EXAMPLES // r)
+    for start in range(0, ready, step):
+      part = slice_batch(data, start, min(start + step, ready))
+      self._write_records(*encode_records(self._codec, part, r))
+    self._pending = [slice_batch(data, ready, n)] if ready < n else []
+    self._pending_count = n - ready
 
-  def _write_record(self, batch: ExampleBatch, num_examples: int) -> None:
+  def _write_records(self, records: list[bytes], counts: np.ndarray) -> None:
+    """Writes encoded records in order, opening and closing shards as they fill."""
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
 
-    if self._writer is None:
-      name = f"{self._prefix}-{len(self._shards):05d}{SHARD_SUFFIX}"
-      self._shard_name = name
-      self._tmp_path = os.path.join(self._work, f".{name}.tmp")
-      self._writer = array_record_module.ArrayRecordWriter(self._tmp_path, "group_size:1")
-    self._writer.write(self._codec.encode_batch(batch))
-    self._shard_records += 1
-    self._shard_examples += num_examples
-    if self._shard_records >= self.max_records_per_shard:
-      self._close_shard()
+    done = 0
+    while done < len(records):
+      if self._writer is None:
+        name = f"{self._prefix}-{len(self._shards):05d}{SHARD_SUFFIX}"
+        self._shard_name = name
+        self._tmp_path = os.path.join(self._work, f".{name}.tmp")
+        self._writer = array_record_module.ArrayRecordWriter(self._tmp_path, "group_size:1")
+      take = min(len(records) - done, self.max_records_per_shard - self._shard_records)
+      write = self._writer.write
+      for record in records[done : done + take]:
+        write(record)  # ArrayRecord's per-record call: the floor for small records
+      self._shard_records += take
+      self._shard_examples += int(counts[done : done + take].sum())
+      done += take
+      if self._shard_records >= self.max_records_per_shard:
+        self._close_shard()
 
   def _close_shard(self) -> None:
     if self._writer is None:

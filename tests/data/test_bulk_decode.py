@@ -11,6 +11,7 @@ from sparsepipe.data import RecordCodec
 from sparsepipe.data import SyntheticFeature
 from sparsepipe.data import concat_batches
 from sparsepipe.data import decode_records
+from sparsepipe.data import bulk_decode
 from sparsepipe.data import slice_batch
 from sparsepipe.data.synthetic.generate import generate_batches
 from sparsepipe.data.synthetic.generate import synthetic_schema
@@ -140,3 +141,15 @@ def test_bulk_raises_the_first_error_in_record_order():
   out = decode_records(CODEC, records, where=lambda i: (None, i), skip_corrupt=True)
   assert [e.index for e in out.errors] == [1, 3]
   np.testing.assert_array_equal(out.examples_per_record, [1, 0, 1, 0])
+
+
+def test_segments_are_the_concatenated_ranges():
+  starts = np.array([5, 0, 9, 2, 40, 1], np.int64)
+  lengths = np.array([3, 0, 2, 4, 0, 1], np.int64)
+  got = bulk_decode._segments(starts, lengths)  # pylint: disable=protected-access
+  assert got.tolist() == [5, 6, 7, 9, 10, 2, 3, 4, 5, 1]
+  assert got.dtype == np.int32
+  assert bulk_decode._segments(starts, lengths * 0).tolist() == []  # pylint: disable=protected-access
+  # Indices past int32 (a batch of more than 8 GiB of words) stay exact in int64.
+  big = bulk_decode._segments(np.array([2**31 - 2, 3]), np.array([3, 2]))  # pylint: disable=protected-access
+  assert big.tolist() == [2**31 - 2, 2**31 - 1, 2**31, 3, 4] and big.dtype == np.int64

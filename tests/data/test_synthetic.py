@@ -1,6 +1,7 @@
 """Synthetic data: the planted click model, stream determinism, the eval split, the command."""
 
 import paths
+import collections
 import hashlib
 import math
 import os
@@ -223,6 +224,17 @@ def test_scramble_table_equals_the_modular_bijection():
   direct = synthetic_gen.scramble(np.array([0, 1, big - 1]), big)
   m = synthetic_gen._scramble_multiplier(big)  # pylint: disable=protected-access
   assert direct.tolist() == [0, m, (big - 1) * m % big]
+
+
+def test_scramble_tables_are_cached_by_bytes(monkeypatch):
+  monkeypatch.setattr(synthetic_gen, "_TABLE_CACHE_BYTES", 12_000)
+  monkeypatch.setattr(synthetic_gen, "_TABLES", collections.OrderedDict())
+  for vocab in (1000, 1500, 999, 1000):
+    ranks = np.arange(vocab, dtype=np.int64)
+    m = synthetic_gen._scramble_multiplier(vocab)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(synthetic_gen.scramble(ranks, vocab), ranks * m % vocab)
+  # int32 tables of 4000, 6000, 3996 bytes: over 12000 the least recently used go first.
+  assert list(synthetic_gen._TABLES) == [999, 1000]  # pylint: disable=protected-access
 
 
 def test_command_writes_the_eval_split(tmp_path):

@@ -11,6 +11,7 @@ from sparsepipe.data import Example
 from sparsepipe.data import ExampleBatch
 from sparsepipe.data import ManifestError
 from sparsepipe.data import RaggedBatch
+from sparsepipe.data import RecordCodec
 from sparsepipe.data import ShardedRecordWriter
 from sparsepipe.data import SyntheticFeature
 from sparsepipe.data import concat_batches
@@ -19,7 +20,10 @@ from sparsepipe.data import decode_batch
 from sparsepipe.data import make_schema
 from sparsepipe.data import manifest_source
 from sparsepipe.data import read_manifest
+from sparsepipe.data import slice_batch
+from sparsepipe.data import synthetic_schema
 from sparsepipe.data import write_synthetic
+from sparsepipe.data import writer as writer_lib
 from sparsepipe.data.synthetic.generate import generate_batches
 from sparsepipe.data.synthetic.generate import zipf_ids
 
@@ -192,3 +196,47 @@ def test_manifest_consistency_checks(tmp_path):
   with pytest.raises(ManifestError, match=r"format_version 9 is not supported \(expected 1\)"):
     read_manifest(str(tmp_path))
   del m
+
+
+@pytest.mark.parametrize(
+  "per_record, shards",
+  [(1, [(4, 4), (4, 4), (4, 4), (4, 4), (4, 4), (3, 3)]), (3, [(4, 12), (4, 11)])],
+)
+def test_writer_records_are_each_record_encoded_alone(tmp_path, monkeypatch, per_record, shards):
+  # Encode at most 5 examples at a time, so the batches below cross encoding slices too.
+  monkeypatch.setattr(writer_lib, "_ENCODE_EXAMPLES", 5)
+  schema = synthetic_schema(FEATURES, 2)
+  stream = concat_batches(list(generate_batches(FEATURES, 2, 23, seed=4)))
+  assert (stream.sparse["v"].row_lengths == 0).any()  # empty id lists are written too
+  with ShardedRecordWriter(
+    str(tmp_path / "ds"), schema, examples_per_record=per_record, max_records_per_shard=4
+  ) as writer:
+    start = 0
+    for size in (4, 0, 1, 9, 9):
+      writer.write_batch(slice_batch(stream, start, start + size))
+      start += size
+  manifest = writer.manifest
+  assert [(s.num_records, s.num_examples) for s in manifest.shards] == shards
+  source = manifest_source(manifest)
+  codec = RecordCodec(schema)
+  expected = [
+    codec.encode_batch(slice_batch(stream, s, min(s + per_record, 23)))
+    for s in range(0, 23, per_record)
+  ]
+  assert [source[i] for i in range(len(source))] == expected
+
+
+def test_source_reads_keys_in_any_order_across_shards(tmp_path):
+  manifest = write_synthetic(
+    str(tmp_path), FEATURES, num_examples=30, seed=0, examples_per_record=1, max_records_per_shard=7
+  )
+  source = manifest_source(manifest)
+  one_by_one = [source[i] for i in range(30)]
+  keys = [29, 0, 7, 6, 7, 13, 28, 1, 0]
+  assert source.__getitems__(keys) == [one_by_one[k] for k in keys]
+  assert source.__getitems__(np.array(keys)) == [one_by_one[k] for k in keys]
+  assert source.__getitems__([]) == []
+  with pytest.raises(ValueError, match=r"^record key 30 is outside \[0, 30\)$"):
+    source.__getitems__([3, 30])
+  with pytest.raises(ValueError, match=r"^record key -1 is outside \[0, 30\)$"):
+    source.__getitems__([-1, 3])

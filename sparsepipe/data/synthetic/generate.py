@@ -19,10 +19,11 @@ sharding or the number of examples asked: a longer stream extends a shorter).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import functools
 import math
 import os
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -39,6 +40,9 @@ from sparsepipe.data.writer import write_batches
 _CHUNK = 4096  # examples generated per step (fixed: part of the stream definition)
 _FLOAT32_VOCAB = 1 << 20  # Zipf inverse CDF in float32 up to this vocabulary size
 _TABLE_VOCAB = 1 << 22  # scramble by table lookup up to this vocabulary size (16 MiB)
+_TABLE_CACHE_BYTES = 128 << 20  # scramble tables kept, least recently used dropped first
+_TABLES: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+_TABLES_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,11 +121,25 @@ def scramble(ranks: np.ndarray, vocab_size: int) -> np.ndarray:
   return ((ranks * _scramble_multiplier(vocab_size)) % vocab_size).astype(np.int32)
 
 
-@functools.lru_cache(maxsize=8)
 def _scramble_table(vocab_size: int) -> np.ndarray:
-  """The bijection as a lookup table: a gather is ~4x faster than int64 modulo."""
+  """The bijection as a lookup table: a gather is ~4x faster than int64 modulo.
+
+  Cached by bytes, not by count: a Criteo-shaped stream draws from ~20
+  vocabulary sizes per chunk, and a cache of a few tables rebuilt most of
+  them for every chunk.
+  """
+  with _TABLES_LOCK:
+    table = _TABLES.get(vocab_size)
+    if table is not None:
+      _TABLES.move_to_end(vocab_size)
+      return table
   table = np.arange(vocab_size, dtype=np.int64) * _scramble_multiplier(vocab_size) % vocab_size
-  return table.astype(np.int32)
+  table = table.astype(np.int32)
+  with _TABLES_LOCK:
+    _TABLES[vocab_size] = table
+    while len(_TABLES) > 1 and sum(t.nbytes for t in _TABLES.values()) > _TABLE_CACHE_BYTES:
+      _TABLES.popitem(last=False)  # the least recently used
+  return table
 
 
 def _scramble_multiplier(vocab_size: int) -> int:

@@ -69,10 +69,13 @@ class _Job:
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = core.make_mesh()
+    by_epochs = float(config.num_epochs) > 0
+    if not by_epochs:
+      Schedule.from_config(config)  # a bad num_steps is named before any data is made
     is_chief = jax.process_index() == 0
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
-    if float(config.num_epochs) > 0:
+    if by_epochs:
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
     self.schedule = Schedule.from_config(config)
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)

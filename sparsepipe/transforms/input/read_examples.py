@@ -62,12 +62,12 @@ class ExampleReader:
 
   def read(self, run: RecordRun) -> ReadExamples:
     """The examples of `run` (ExampleOrder.locate's result)."""
-    indices = [int(i) for i in run.records]
+    indices = run.records
     records = self._source.__getitems__(indices)
     decoded = decode_records(
       self._codec,
       records,
-      where=lambda j: self._locator.locate(indices[j]),
+      where=lambda j: self._locator.locate(int(indices[j])),
       skip_corrupt=self._skip_corrupt,
     )
     for error in decoded.errors:
@@ -76,7 +76,7 @@ class ExampleReader:
     wrong = np.flatnonzero((got != run.counts) & (got != 0))
     if wrong.size:
       j = int(wrong[0])
-      path, index = self._locator.locate(indices[j])
+      path, index = self._locator.locate(int(indices[j]))
       raise ValueError(
         f"record {index} of '{path}' holds {got[j]} examples, the manifest implies {run.counts[j]}"
       )
