@@ -10,7 +10,10 @@ params, a small pipeline state, a Grain iterator, FDO JSON). Measured:
 - the ratio async blocking / sync save (target <= 8%, fingerprints on);
 - the first save's blocking over a later one's (target <= 3x);
 - a save right after a fresh iterator's first batch, while Grain's read-ahead
-  threads run Python (every thread Orbax starts then waits for the GIL);
+  threads run Python (every thread Orbax starts then waits for the GIL): the
+  job's iterator (transforms.InputIterator, which the save pauses), and a
+  plain Grain iterator (nothing to pause), both with Grain's default
+  read-ahead (16 threads, 500 batches);
 - the fingerprint passes alone: on the devices (what restore verifies) and
   on the host copies (what a save computes in the background);
 - restore: reading and verifying the newest step into sharded targets;
@@ -40,7 +43,7 @@ import shutil  # pylint: disable=g-import-not-at-top,wrong-import-position
 import statistics  # pylint: disable=g-import-not-at-top,wrong-import-position
 import subprocess  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tempfile  # pylint: disable=g-import-not-at-top,wrong-import-position
-from typing import Any  # pylint: disable=g-import-not-at-top,wrong-import-position
+from typing import Any, Callable  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import grain  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -49,6 +52,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe import transforms  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import checkpointing as ckpt  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.checkpointing.integrity import fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.checkpointing.integrity import host_fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -100,6 +105,10 @@ def train_step(state):
   return jax.tree.map(lambda x: x * 0.999 if x.dtype == jnp.float32 else x + 1, state)
 
 
+def batches() -> grain.MapDataset:
+  return grain.MapDataset.range(10**6).map(lambda i: np.int64(i) * 2).batch(64)
+
+
 def make_iterator(read_ahead: bool = False) -> Any:
   """The saved Grain iterator; without read-ahead threads unless asked.
 
@@ -108,9 +117,21 @@ def make_iterator(read_ahead: bool = False) -> Any:
   The save figures are taken without them; `timed_busy_saves` measures that
   case on its own.
   """
-  ds = grain.MapDataset.range(10**6).map(lambda i: np.int64(i) * 2).batch(64)
   options = None if read_ahead else grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
-  return iter(ds.to_iter_dataset(options))
+  return iter(batches().to_iter_dataset(options))
+
+
+_NO_STATS = core.SparseDenseMatmulInputStats({}, {})
+
+
+def make_input_iterator() -> transforms.InputIterator:
+  """The job's kind of iterator over the same batches and read-ahead."""
+  return transforms.InputIterator(
+    batches().map(lambda batch: transforms.PreprocessedBatch(batch, _NO_STATS)),
+    lambda ds: ds.to_iter_dataset(),
+    place=None,
+    metadata={"benchmark": "checkpoint"},
+  )
 
 
 def run_info(mesh: Mesh) -> ckpt.RunInfo:
@@ -160,13 +181,15 @@ def timed_saves(
   return blocking[0], blocking[1:], background[1:], state
 
 
-def timed_busy_saves(directory: str, mesh: Mesh, state: Any, repeats: int) -> list[float]:
-  """Async save blocking right after a fresh iterator's first batch, while
-  its read-ahead threads fill their buffer (Python busy in the background)."""
+def timed_busy_saves(
+  directory: str, mesh: Mesh, state: Any, repeats: int, make: Callable[[], Any]
+) -> list[float]:
+  """Async save blocking right after a fresh iterator's first batch (`make()`),
+  while its read-ahead threads fill their buffer (Python busy in the background)."""
   blocking = []
   with ckpt.TrainingCheckpointManager(directory, run_info(mesh), keep_latest=2) as manager:
     for i in range(repeats):
-      iterator = make_iterator(read_ahead=True)
+      iterator = make()
       next(iterator)
       t0 = time.perf_counter()
       manager.save(
@@ -177,6 +200,9 @@ def timed_busy_saves(directory: str, mesh: Mesh, state: Any, repeats: int) -> li
       )
       blocking.append(time.perf_counter() - t0)
       manager.wait_until_finished()
+      close = getattr(iterator, "close", None)
+      if close is not None:
+        close()
   return blocking
 
 
@@ -290,7 +316,10 @@ def main() -> None:
           async_save=mode == "async",
           fingerprint_arrays=verify,
         )
-    busy = timed_busy_saves(os.path.join(root, "busy"), mesh, state, args.repeats)
+    busy = [
+      timed_busy_saves(os.path.join(root, f"busy_{i}"), mesh, state, args.repeats, make)
+      for i, make in enumerate((make_input_iterator, lambda: make_iterator(read_ahead=True)))
+    ]
     restore = timed_restore(os.path.join(root, "async"), mesh, abstract, 3)
     restore_nofp = timed_restore(os.path.join(root, "async_nofp"), mesh, abstract, 3)
     fingerprints = timed_fingerprints(state, 3)
@@ -314,8 +343,10 @@ def report(args, state, saves, timings, restart):
     "async_save_first_blocking_s": saves["async"][0],
     "first_over_later_async_blocking": saves["async"][0] / block["async"],
     "async_background_write_s": med(saves["async"][2]),
-    "async_save_blocking_input_busy_s": med(busy),
-    "input_busy_over_idle_async_blocking": med(busy) / block["async"],
+    "async_save_blocking_input_busy_s": med(busy[0]),
+    "input_busy_over_idle_async_blocking": med(busy[0]) / block["async"],
+    "async_save_blocking_input_busy_unpaused_s": med(busy[1]),
+    "input_busy_unpaused_over_idle_async_blocking": med(busy[1]) / block["async"],
     "sync_save_s": block["sync"],
     "async_blocking_over_sync": block["async"] / block["sync"],
     "no_fingerprints_async_save_blocking_s": block["async_nofp"],
@@ -348,7 +379,11 @@ def report(args, state, saves, timings, restart):
     ("async save: background write", ms(med(saves["async"][2]))),
     (
       "async save blocked, input threads busy",
-      f"{ms(med(busy))} ({figures['input_busy_over_idle_async_blocking']:.1f}x an idle-input save)",
+      f"{ms(med(busy[0]))} ({med(busy[0]) / block['async']:.1f}x an idle-input save)",
+    ),
+    (
+      "  the same, a plain Grain iterator (unpaused)",
+      f"{ms(med(busy[1]))} ({med(busy[1]) / block['async']:.1f}x)",
     ),
     ("fingerprint pass alone: devices", ms(med(fingerprints))),
     ("fingerprint pass alone: host copies", ms(med(host_fingerprints))),

@@ -16,11 +16,12 @@ Each step directory holds four items, each bound to one handler type:
 Steps of format 2 (one Orbax item per array part) are still restored.
 
 Saves are asynchronous: the loop blocks only while Orbax copies the arrays
-to the host (saving.py); the files are written and the fingerprints summed
-in the background. Orbax decides which steps to save (save_interval_steps,
-and the preemption sync point under jax.distributed) and keeps the newest
-`keep_latest` steps. `close()` (or leaving the `with` block) waits for the
-last save: a process that exits without it loses that step.
+to the host (saving.py; the data iterator's read-ahead is paused meanwhile);
+the files are written and the fingerprints summed in the background. Orbax
+decides which steps to save (save_interval_steps, and the preemption sync
+point under jax.distributed) and keeps the newest `keep_latest` steps.
+`close()` (or leaving the `with` block) waits for the last save: a process
+that exits without it loses that step.
 
 Restore (restore/reader.py) takes the newest intact step: a step with a missing
 item or an unreadable or garbled file is skipped, and once an older step is

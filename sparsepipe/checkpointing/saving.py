@@ -5,12 +5,20 @@ else (writing files, summing fingerprints) happens in background commits.
 The fingerprints are summed from the host shards Orbax copied
 (integrity/host_fingerprint.py), handed to the metadata commit once save() is done
 with them (handlers.PendingShards).
+
+While the loop waits on an asynchronous save, the data iterator's
+read-ahead threads are held (`read_ahead_paused`, transforms.InputIterator):
+Orbax starts about a dozen threads in save(), and while they run Python each
+start (and every other release of the GIL) waits for it, so a save right
+after a fresh iterator's first batch blocked 6-9x longer
+(benchmarks/checkpoint.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ContextManager, Mapping
 
 import grain
 import jax
@@ -88,6 +96,12 @@ def _metadata(
   return meta
 
 
+def read_ahead_paused(iterator: Any) -> ContextManager[Any]:
+  """The iterator's `read_ahead_paused()` if it has one, else a no-op."""
+  pause = getattr(iterator, "read_ahead_paused", None)
+  return pause() if pause is not None else contextlib.nullcontext()
+
+
 def take_shards(state: CheckpointItems) -> dict[str, Any]:
   """{item: host shards} of the array items (see host_fingerprint)."""
   return {item: host_fingerprint.take_shards(getattr(state, item), item) for item in ARRAY_ITEMS}
@@ -103,28 +117,34 @@ def save_step(
   fingerprints: bool,
   async_save: bool,
 ) -> None:
-  """Calls `save` (Orbax's, for one step) with the arguments of every item."""
-  if not isinstance(state.fdo, Mapping):
-    raise ValueError(f"item 'fdo' must be a JSON object (dict), got {type(state.fdo).__name__}")
-  for item in ARRAY_ITEMS:
-    host_fingerprint.check_tree(getattr(state, item), item)
-  fdo = to_json_value(state.fdo, "fdo")
-  meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
-  pending = PendingShards() if fingerprints else None
-  trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
-  args = step_items.array_args(trees, CHECKPOINT_FORMAT_VERSION, lambda tree, _: array_save(tree))
-  args.update(
-    data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
-    fdo=ocp.args.JsonSave(fdo),
-    metadata=MetadataSave(meta, pending),
-  )
-  try:
-    if pending is not None and not async_save:
-      pending.set(take_shards(state))  # a synchronous save commits inside save()
-    save(ocp.args.Composite(**args))
-    if pending is not None and async_save:
-      pending.set(take_shards(state))  # the host copies Orbax just made
-  except BaseException as e:
-    if pending is not None:
-      pending.fail(e)
-    raise
+  """Calls `save` (Orbax's, for one step) with the arguments of every item.
+
+  An asynchronous save pauses the data iterator's read-ahead until it
+  returns (a synchronous one leaves it running: it fills its buffer while
+  the files are written).
+  """
+  with read_ahead_paused(state.data_iter) if async_save else contextlib.nullcontext():
+    if not isinstance(state.fdo, Mapping):
+      raise ValueError(f"item 'fdo' must be a JSON object (dict), got {type(state.fdo).__name__}")
+    for item in ARRAY_ITEMS:
+      host_fingerprint.check_tree(getattr(state, item), item)
+    fdo = to_json_value(state.fdo, "fdo")
+    meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
+    pending = PendingShards() if fingerprints else None
+    trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
+    args = step_items.array_args(trees, CHECKPOINT_FORMAT_VERSION, lambda tree, _: array_save(tree))
+    args.update(
+      data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
+      fdo=ocp.args.JsonSave(fdo),
+      metadata=MetadataSave(meta, pending),
+    )
+    try:
+      if pending is not None and not async_save:
+        pending.set(take_shards(state))  # a synchronous save commits inside save()
+      save(ocp.args.Composite(**args))
+      if pending is not None and async_save:
+        pending.set(take_shards(state))  # the host copies Orbax just made
+    except BaseException as e:
+      if pending is not None:
+        pending.fail(e)
+      raise

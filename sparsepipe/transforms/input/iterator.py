@@ -13,10 +13,17 @@ never part of the state. The statistics are added up here, in the main
 process, as batches are handed out. So the state does not depend on the
 worker count, and a restored iterator continues exactly where the saved one
 stopped, with any number of workers.
+
+`read_ahead_paused()` holds this process's read-ahead threads before their
+next batch (an asynchronous checkpoint save does, while the loop waits on
+it: every thread Orbax starts there would otherwise wait for the GIL while
+they run Python).
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, Callable, Iterator, Mapping
 
 import grain
@@ -31,6 +38,38 @@ STATE_VERSION = 2
 
 class IteratorStateMismatchError(ValueError):
   """A saved iterator state that does not belong to this pipeline."""
+
+
+class _Gated(grain.MapDataset):
+  """`parent`'s elements; each read waits while `flowing` is clear.
+
+  The wait comes before the element is computed, so paused read-ahead
+  threads sleep instead of running Python. Data worker processes get a copy
+  without the event (Grain pickles the dataset for them): they do not
+  share this process's GIL and never wait.
+  """
+
+  _MUTATES_ELEMENT_SPEC = False
+
+  def __init__(self, parent: grain.MapDataset, flowing: threading.Event):
+    super().__init__(parent)
+    self._flowing: threading.Event | None = flowing
+
+  def __len__(self) -> int:
+    return len(self._parent)
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    if self._flowing is not None and not self._flowing.is_set():
+      self._flowing.wait()
+    return self._parent[index]
+
+  def __getstate__(self) -> dict[str, Any]:
+    return {**self.__dict__, "_flowing": None}
+
+  def __str__(self) -> str:
+    return "Gated"
 
 
 class InputIterator(grain.DatasetIterator):
@@ -71,15 +110,19 @@ class InputIterator(grain.DatasetIterator):
     self._next = 0
     self._sizes = stats_sizes
     self._totals = StatsTotals(stats_sizes)
+    self._flowing = threading.Event()
+    self._flowing.set()
 
   # -- iteration ---------------------------------------------------------------
 
   def _running(self) -> Iterator[Any]:
     if self._chain is None:
-      self._chain = iter(self._build(self._batches[self._next :]))
+      self._chain = iter(self._build(_Gated(self._batches[self._next :], self._flowing)))
     return self._chain
 
   def __next__(self) -> Any:
+    if not self._flowing.is_set():  # the batch may wait on the paused threads
+      raise RuntimeError(f"next batch ({self._next}) asked for inside read_ahead_paused()")
     element = next(self._running())
     self._totals.add(element.stats, element.num_corrupt_records)
     if self._fdo_client is not None:
@@ -90,6 +133,23 @@ class InputIterator(grain.DatasetIterator):
   def start_prefetch(self) -> None:
     """Starts reading ahead (workers, threads) from the current position."""
     self._running()
+
+  @contextlib.contextmanager
+  def read_ahead_paused(self) -> Iterator[None]:
+    """Holds the read-ahead threads of this process while the block runs.
+
+    Each thread finishes the batch it is computing, then waits before its
+    next one; they go on when the block ends. What they compute, and so
+    every batch, is unchanged. Asking for a batch inside the block raises.
+    """
+    if not self._flowing.is_set():  # nested: the outermost block resumes
+      yield
+      return
+    self._flowing.clear()
+    try:
+      yield
+    finally:
+      self._flowing.set()
 
   def _stop(self) -> None:
     chain, self._chain = self._chain, None
