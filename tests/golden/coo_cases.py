@@ -293,16 +293,14 @@ def compare(case: dict, expected: dict, actual: dict) -> None:
 # Which sort path of coo_sort a case takes (white-box, for coverage pins).
 # ---------------------------------------------------------------------------
 
-# Unweighted one-feature stacks sort their keys (without q) SC by SC
-# ("per_sc_*"): uint32 or uint64 keys. Unweighted multi-feature stacks sort all keys at once
-# ("global_*"); weighted stacks sort position keys ("position_*").
-SORT_PATHS = (
-  "per_sc_uint32",
-  "per_sc_uint64",
-  "global_uint32",
-  "global_uint64",
-  "position_uint32",
-  "position_uint64",
+# Every stack sorts its keys SC by SC: by sample id ("sample_*", unweighted)
+# or by position ("position_*", weighted), with uint32 or uint64 keys, in
+# padded rows ("*_rows") or, for uneven SCs, exact regions ("*_regions").
+SORT_PATHS = tuple(
+  f"{kind}_{dtype}_{layout}"
+  for kind in ("sample", "position")
+  for dtype in ("uint32", "uint64")
+  for layout in ("rows", "regions")
 )
 
 
@@ -310,38 +308,36 @@ SORT_PATHS = (
 def record_sort_paths() -> Iterator[list[str]]:
   """Yields a list that collects the sort path (SORT_PATHS) of every stack.
 
-  Observes coo_sort from outside: the key dtype and whether the keys were
-  sorted SC by SC (_sort_q_major).
+  Observes coo_sort from outside: which sort and region functions ran and
+  the key dtype.
   """
   from sparsepipe.transforms.coo import sort as coo_sort  # pylint: disable=g-import-not-at-top
 
   paths: list[str] = []
-  calls: list[str] = []
-  originals = {
-    name: getattr(coo_sort, name)
-    for name in ("sort_by_sample", "sort_by_position", "_sort_q_major")
-  }
+  layouts: list[str] = []
+  names = ("sort_by_sample", "sort_by_position", "_sort_rows", "_sort_regions")
+  originals = {name: getattr(coo_sort, name) for name in names}
 
-  def sort_q_major(key, q_ends):
-    calls.append("per_sc")
-    return originals["_sort_q_major"](key, q_ends)
+  def observe(kind):
+    def run(*args, **kwargs):
+      entries = originals[f"sort_by_{kind}"](*args, **kwargs)
+      paths.append(f"{kind}_{entries.key.dtype.name}_{layouts.pop()}")
+      return entries
 
-  def by_sample(*args, **kwargs):
-    calls.clear()
-    entries = originals["sort_by_sample"](*args, **kwargs)
-    kind = "per_sc" if "per_sc" in calls else "global"
-    paths.append(f"{kind}_{entries.key.dtype.name}")
-    return entries
+    return run
 
-  def by_position(*args, **kwargs):
-    entries = originals["sort_by_position"](*args, **kwargs)
-    paths.append(f"position_{entries.key.dtype.name}")
-    return entries
+  def sorter(name, layout):
+    def run(*args, **kwargs):
+      layouts.append(layout)
+      return originals[name](*args, **kwargs)
+
+    return run
 
   patched = {
-    "sort_by_sample": by_sample,
-    "sort_by_position": by_position,
-    "_sort_q_major": sort_q_major,
+    "sort_by_sample": observe("sample"),
+    "sort_by_position": observe("position"),
+    "_sort_rows": sorter("_sort_rows", "rows"),
+    "_sort_regions": sorter("_sort_regions", "regions"),
   }
   for name, fn in patched.items():
     setattr(coo_sort, name, fn)

@@ -191,15 +191,14 @@ CASES = {
     skew=2.0,
     seed=21,
   ),
-  # The sort-key width paths of coo_sort (key = q | p | e | low, see its
+  # The sort-key width paths of coo_sort (key = p | e | low per SC, see its
   # docstring). Vocabulary 2**30 with skew 8 spreads ids over all 30 bits
   # (the largest drawn id is >= 2**29, so e fills every bit of its field)
   # and still repeats id 0 inside samples (merged duplicates). Each
   # case's path is asserted by tests/test_coo_golden.py (_SORT_PATHS),
   # observed with coo_cases.record_sort_paths().
-  # Path (1), at its limit: one unweighted feature, N=8, L*S=2, 2 samples
-  # per SC: e 27 + sid 1 + p 3 + q 1 = exactly 32 bits, so uint32 keys with
-  # the top bit set for q=1, sorted SC by SC (valency 24: more ids per SC).
+  # Path (1): one unweighted feature, N=8, L*S=2, 2 samples per SC:
+  # e 27 + sid 1 + p 3 = 31 bits, uint32 keys (valency 24: more ids per SC).
   "wide_uint32_boundary": _case(
     4,
     1,
@@ -209,9 +208,8 @@ CASES = {
     skew=8.0,
     seed=13,
   ),
-  # Path (2): N=4, L*S=4, 4 samples per SC: e 28 + sid 2 + p 2 = 32 bits
-  # without q (q_shift 32), 34 with it: one-feature keys leave q out, so
-  # they stay uint32 with every bit used.
+  # Path (2), at its limit: N=4, L*S=4, 4 samples per SC: e 28 + sid 2 +
+  # p 2 = exactly 32 bits, so uint32 keys with every bit used.
   "wide_narrow": _case(
     2,
     2,
@@ -221,15 +219,14 @@ CASES = {
     skew=8.0,
     seed=18,
   ),
-  # Path (3): N=8, L*S=4, 5 samples per SC: e 27 + sid 3 + p 3 = 33 bits
-  # before q (q_shift 33 > 32), 35 in all: full uint64 keys sorted SC by
-  # SC; unweighted sum (gains from merge counts), int64 ragged input.
+  # Path (3): N=8, L*S=4, 5 samples per SC: e 27 + sid 3 + p 3 = 33 bits,
+  # uint64 keys; unweighted sum (gains from merge counts), int64 ragged input.
   "wide_uint64_single": _case(
     4, 2, 2, [_table("t", 2**30, "sum")], [_feature("f", "t", 40, 8, "ragged64")], skew=8.0, seed=13
   ),
-  # Multi-feature global sort with uint64 keys: two large tables stacked
-  # with rotation 5 (stack vocabulary 7 * 2**27), three features, 7 samples
-  # per SC: e 27 + sid 3 + p 3 + q 2 = 35 bits.
+  # Multi-feature stack with uint64 keys: two large tables stacked with
+  # rotation 5 (stack vocabulary 7 * 2**27), three features, 7 samples per
+  # SC: e 27 + sid 3 + p 3 = 33 bits.
   "wide_uint64_stacked": _case(
     2,
     1,
@@ -246,8 +243,8 @@ CASES = {
     skew=8.0,
     seed=14,
   ),
-  # Weighted (position keys) with uint64 keys: e 28 + position 7 + p 2 +
-  # q 2 = 39 bits; sqrtn with id dropping under small limits.
+  # Weighted (position keys) with uint64 keys: e 28 + position 7 + p 2 =
+  # 37 bits; sqrtn with id dropping under small limits.
   "wide_uint64_weighted_dropping": _case(
     2,
     2,

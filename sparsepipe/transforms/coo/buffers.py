@@ -50,42 +50,55 @@ def layout(
   """Statistics, limits and the buffer layout of a stack's sorted ids."""
   l_sc, n_sc = geo.local_sc, geo.num_sc
   seg = coo_size // geo.sc_per_device
-  rows = np.empty((l_sc, geo.row_pointer_stride), np.int32)
-  columns = (np.empty(l_sc * seg, np.int32), np.empty(l_sc * seg, np.int32))
-  gains = np.empty(l_sc * seg, np.float32)
+  result = StackResult(
+    row_pointers=np.empty(l_sc * geo.row_pointer_stride, np.int32),
+    embedding_ids=np.empty(l_sc * seg, np.int32),
+    sample_ids=np.empty(l_sc * seg, np.int32),
+    gains=np.empty(l_sc * seg, np.float32),
+    max_ids_per_partition=np.empty(geo.local_devices * n_sc, np.int32),
+    max_unique_ids_per_partition=np.empty(geo.local_devices * n_sc, np.int32),
+    required_buffer_size_per_sc=np.empty(l_sc, np.int32),
+    id_drop_counter=0,
+  )
   counts = np.empty(l_sc * n_sc, np.int32)
   uniques = np.empty(l_sc * n_sc, np.int32)
   needed = np.empty(l_sc, np.int64)
-  fields = (ids.low_bits, ids.e_bits, ids.p_shift, n_sc, ids.per_sc, int(ids.weighted))
-  drops, lost = coo_pass.layout_pass(
+  fields = (
+    ids.low_bits,
+    ids.e_bits,
+    ids.p_shift,
+    n_sc,
+    geo.sc_per_device,
+    ids.per_sc,
+    int(ids.weighted),
+  )
+  drops, lost, top_count, top_unique = coo_pass.layout_pass(
     ids.key,
-    ids.q_starts,
+    ids.sc_starts,
+    ids.sc_counts,
     fields,
     ids.sample_of,
     ids.gain_of,
     (seg, *limits),
-    (*columns, gains),
-    rows,
-    (counts, uniques, needed),
+    (result.embedding_ids, result.sample_ids, result.gains),
+    result.row_pointers.reshape(l_sc, geo.row_pointer_stride),
+    (
+      counts,
+      uniques,
+      needed,
+      result.max_ids_per_partition,
+      result.max_unique_ids_per_partition,
+      result.required_buffer_size_per_sc,
+    ),
   )
   if not allow_id_dropping:
     max_ids, max_unique = limits
-    if int(counts.max()) > max_ids or int(uniques.max()) > max_unique:
+    if top_count > max_ids or top_unique > max_unique:
       _raise_partition_limit(who, counts, uniques, max_ids, max_unique, geo)
     if lost:
       _raise_overflow(who, needed, seg, stacked_spec, geo)
-  shape3 = (geo.local_devices, geo.sc_per_device, n_sc)
-  required = ((counts + 7) & ~7).reshape(l_sc, n_sc).sum(axis=1, dtype=np.int32)
-  return StackResult(
-    row_pointers=rows.reshape(-1),
-    embedding_ids=columns[0],
-    sample_ids=columns[1],
-    gains=gains,
-    max_ids_per_partition=counts.reshape(shape3).max(axis=1).reshape(-1),
-    max_unique_ids_per_partition=uniques.reshape(shape3).max(axis=1).reshape(-1),
-    required_buffer_size_per_sc=required,
-    id_drop_counter=int(drops),
-  )
+  result.id_drop_counter = int(drops)
+  return result
 
 
 def empty_result(geo: coo_layout.Geometry, coo_size: int) -> StackResult:

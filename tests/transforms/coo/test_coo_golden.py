@@ -3,9 +3,9 @@
 Each fixture holds a case (JSON), its raw inputs and the reference's COO
 buffers and statistics (unwritten tails set to our fill). Our stacking and
 preprocessing must reproduce every array bitwise, without the reference.
-Each fixture also pins the coo_sort path it takes (uint32 / uint64 keys,
-sorted per SparseCore, globally or by position), so that every path stays
-covered when the key packing changes.
+Each fixture also pins the coo_sort path it takes (keys by sample or by
+position, uint32 or uint64, padded rows or exact regions), so that every
+path stays covered when the key packing changes.
 """
 
 import paths
@@ -40,19 +40,19 @@ def _load(path):
 # stack preprocessing call in order (FDO cases run twice). The wide_* cases
 # exist to pin the key-width paths; see their comments in make_golden.py.
 _SORT_PATHS = {
-  "auto_stack_fdo": ["global_uint32", "per_sc_uint32"] * 2,
-  "dropping_mean": ["position_uint32"],
-  "dropping_stacked_sqrtn": ["position_uint32"],
-  "feature_stacking_sum": ["global_uint32"],
-  "mean_single": ["per_sc_uint32"],
-  "mixed_dims": ["position_uint32"],
-  "sqrtn_dense_weighted": ["position_uint32"],
-  "stack_rotation_multihost": ["position_uint32"],
-  "wide_narrow": ["per_sc_uint32"],
-  "wide_uint32_boundary": ["per_sc_uint32"],
-  "wide_uint64_single": ["per_sc_uint64"],
-  "wide_uint64_stacked": ["global_uint64"],
-  "wide_uint64_weighted_dropping": ["position_uint64"],
+  "auto_stack_fdo": ["sample_uint32_regions", "sample_uint32_rows"] * 2,
+  "dropping_mean": ["position_uint32_regions"],
+  "dropping_stacked_sqrtn": ["position_uint32_rows"],
+  "feature_stacking_sum": ["sample_uint32_regions"],
+  "mean_single": ["sample_uint32_rows"],
+  "mixed_dims": ["position_uint32_rows"],
+  "sqrtn_dense_weighted": ["position_uint32_rows"],
+  "stack_rotation_multihost": ["position_uint32_rows"],
+  "wide_narrow": ["sample_uint32_regions"],
+  "wide_uint32_boundary": ["sample_uint32_rows"],
+  "wide_uint64_single": ["sample_uint64_rows"],
+  "wide_uint64_stacked": ["sample_uint64_rows"],
+  "wide_uint64_weighted_dropping": ["position_uint64_regions"],
 }
 
 
@@ -65,8 +65,13 @@ def test_fixtures_present():
 
 
 def test_every_sort_path_is_pinned():
+  """Key width and region layout are independent code paths: each of them
+  is pinned for both kinds of keys (by sample, by position)."""
   pinned = {p for paths in _SORT_PATHS.values() for p in paths}
-  assert sorted(pinned) == sorted(coo_cases.SORT_PATHS)
+  assert pinned <= set(coo_cases.SORT_PATHS)
+  for kind in ("sample", "position"):
+    assert {p.split("_")[1] for p in pinned if p.startswith(kind)} == {"uint32", "uint64"}
+    assert {p.split("_")[2] for p in pinned if p.startswith(kind)} == {"rows", "regions"}
 
 
 @pytest.mark.parametrize("path", _FILES, ids=[_name(p) for p in _FILES])

@@ -37,14 +37,14 @@ def test_random_case_matches_reference(seed):
   coo_cases.compare(case, expected, actual)
 
 
-# Random cases rarely widen the sort key (never past 32 bits before q in
-# one-feature stacks); these golden configurations pin each key-width path
-# of coo_sort (make_golden.py), here with fresh draws.
+# Random cases rarely widen the sort key past 32 bits; these golden
+# configurations pin each key-width path of coo_sort (make_golden.py), here
+# with fresh draws.
 _WIDE_PATHS = {
-  "wide_uint32_boundary": "per_sc_uint32",
-  "wide_narrow": "per_sc_uint32",
-  "wide_uint64_single": "per_sc_uint64",
-  "wide_uint64_stacked": "global_uint64",
+  "wide_uint32_boundary": "sample_uint32",
+  "wide_narrow": "sample_uint32",
+  "wide_uint64_single": "sample_uint64",
+  "wide_uint64_stacked": "sample_uint64",
   "wide_uint64_weighted_dropping": "position_uint64",
 }
 
@@ -58,7 +58,8 @@ def test_wide_key_case_matches_reference(name, seed):
   expected = coo_cases.run_reference(case, ref, ref_w)
   with coo_cases.record_sort_paths() as sort_paths:
     actual = coo_cases.run_case(case, ours, ours_w)
-  assert sort_paths == [_WIDE_PATHS[name]]
+  # The region layout (rows or regions) depends on the draw.
+  assert [p.rsplit("_", 1)[0] for p in sort_paths] == [_WIDE_PATHS[name]]
   coo_cases.compare(case, expected, actual)
 
 
