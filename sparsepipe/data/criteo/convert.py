@@ -43,6 +43,7 @@ from sparsepipe.data.convert.text_input import (
 )
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.convert.output import HASH_RULE
 from sparsepipe.data.writer import write_batches
 
 NUM_DENSE = 13
@@ -190,7 +191,7 @@ def convert_criteo(
     "converter": "sparsepipe.data.criteo",
     "inputs": list(inputs),
     "dense_transform": "log(1 + max(x, 0)); empty -> 0",
-    "hash": "blake2b-64 little-endian, mod vocab",
+    "hash": HASH_RULE,
     "empty_category": empty_category,
   }
   return write_batches(

@@ -32,7 +32,6 @@ from typing import Iterator, Mapping, Sequence
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
-from sparsepipe.data.convert.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.convert.text_input import (
   InputFormatError,
@@ -42,7 +41,7 @@ from sparsepipe.data.convert.text_input import (
 )
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import write_batches
+from sparsepipe.data.convert.output import write_converted
 
 DENSE_TRANSFORMS = ("none", "log1p")
 _CHUNK = 4096
@@ -280,21 +279,17 @@ def convert_csv(
   manifest returned is the train split's.
   """
   schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
-  info = {
-    "converter": "sparsepipe.data.csv",
-    "inputs": list(inputs),
-    "hash": "blake2b-64 little-endian, mod vocab",
-    **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
-  }
-  return write_batches(
+  return write_converted(
+    "csv",
+    inputs,
+    columns,
     output_dir,
     schema,
     batches,
+    show_progress=show_progress,
     examples_per_record=examples_per_record,
     max_records_per_shard=max_records_per_shard,
     overwrite=overwrite,
-    info=info,
-    progress=Progress("csv") if show_progress else None,
     eval_output=eval_output,
     eval_fraction=eval_fraction,
     split_seed=split_seed,

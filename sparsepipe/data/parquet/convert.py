@@ -42,7 +42,6 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparsepipe.data.convert.progress import Progress
 from sparsepipe.data.convert.text_input import InputFormatError
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.manifest import Manifest
@@ -50,7 +49,7 @@ from sparsepipe.data.parquet.arrays import Rows
 from sparsepipe.data.parquet.columns import ParquetColumns, comparable_type
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import write_batches
+from sparsepipe.data.convert.output import write_converted
 
 DEFAULT_BATCH_ROWS = 65_536
 
@@ -175,21 +174,18 @@ def convert_parquet(
   """
   files = parquet_files(inputs)
   schema, total, batches = read_parquet(files, batch_rows=batch_rows, **columns)
-  info = {
-    "converter": "sparsepipe.data.parquet",
-    "inputs": files,
-    "hash": "blake2b-64 little-endian, mod vocab",
-    **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in columns.items()},
-  }
-  return write_batches(
+  return write_converted(
+    "parquet",
+    files,
+    columns,
     output_dir,
     schema,
     batches,
+    total=total,
+    show_progress=show_progress,
     examples_per_record=examples_per_record,
     max_records_per_shard=max_records_per_shard,
     overwrite=overwrite,
-    info=info,
-    progress=Progress("parquet", total) if show_progress else None,
     eval_output=eval_output,
     eval_fraction=eval_fraction,
     split_seed=split_seed,
