@@ -18,7 +18,6 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from sparsepipe.data.convert import cli
 from sparsepipe.launch.config.flag import config_name
@@ -49,10 +48,7 @@ def workdir() -> str:
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # Orbax and Grain log every save at INFO
+  cli.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
 
   if _CPU_DEVICES.value:

@@ -17,7 +17,6 @@ from typing import Any
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from sparsepipe.data.convert import cli
 
@@ -61,10 +60,7 @@ def evaluate_checkpoint(
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
 
   f = flags.FLAGS

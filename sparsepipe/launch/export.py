@@ -20,7 +20,6 @@ from typing import Any, Iterator
 
 from absl import app
 from absl import flags
-from absl import logging
 import numpy as np
 
 from sparsepipe.data.convert import cli
@@ -202,10 +201,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
 
   jax.config.update("jax_platforms", "cpu")

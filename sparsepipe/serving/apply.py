@@ -52,8 +52,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.start_command(argv)
   f = flags.FLAGS
   info = apply_deltas(f.base, f.delta, f.output, overwrite=f.overwrite)
   print(

@@ -12,7 +12,6 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from sparsepipe.data.convert import cli
 
@@ -27,10 +26,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
+  cli.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 

@@ -13,7 +13,9 @@ import sys
 import time
 from typing import Any, Callable, Sequence
 
+from absl import app
 from absl import flags
+from absl import logging
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.data.convert.progress import summarize
@@ -95,6 +97,15 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
   if kwargs.get("eval_output"):
     print(summarize(read_manifest(kwargs["eval_output"]), seconds))
   return manifest
+
+
+def start_command(argv: Sequence[str]) -> None:
+  """For commands without positional arguments: refuses any, and keeps absl at
+  WARNING unless --verbosity is given (Orbax and Grain log every save at INFO)."""
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
 
 
 def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
