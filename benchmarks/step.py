@@ -1,8 +1,10 @@
 """Train-step speed: pipelining, the embedding kernels, ZeRO (8 CPU devices).
 
     python benchmarks/step.py [--json out.json] [--rounds 11] [--steps 10]
+        [--sections dlrm,kernels,sparse_heavy]
 
-On one DLRM-style model (4 tables, ZeRO Adam dense optimizer) it measures
+On one DLRM-style model (4 tables, ZeRO Adam dense optimizer; section dlrm)
+it measures
   (a) the pipelined train step vs the same three stages run sequentially on
       one batch in one jitted step, twice: "fused", where XLA shares work
       between the SC fwd and SC bwd of the same batch (the id exchange runs
@@ -12,8 +14,15 @@ On one DLRM-style model (4 tables, ZeRO Adam dense optimizer) it measures
       dense gather / scatter-add baseline (ids [B, k], GSPMD), at each
       vocabulary size of --baseline_vocab_sizes;
   (c) ZeRO vs a replicated optax Adam: optimizer bytes per device and the
-      pipelined step time.
-Each variant runs --steps steps per round; rounds interleave the variants.
+      pipelined step time;
+and (b) is section kernels. Section sparse_heavy (benchmarks/sparse_heavy.py)
+takes a model whose embedding path dominates (26 features, dim 64, small
+MLPs), built as the job builds it, and times per batch the host input,
+lookup, update and dense stages alone, the pipelined step, the same model
+with the dense gather / scatter-add baseline as its embedding path, and
+`pipeline.train` end to end with data workers (examples/s, data wait).
+Each variant runs --steps steps per round; rounds interleave the variants of
+a section (one section after the other).
 Times are medians over rounds; ratios are medians of per-round ratios of
 variants run back to back (the machine may be shared: compare figures from
 one run only). Only steady-state programs are compiled.
@@ -25,6 +34,7 @@ import json
 import os
 import sys
 import time
+from typing import Any, NamedTuple
 
 _FLAG = "--xla_force_host_platform_device_count=8"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
@@ -45,6 +55,8 @@ from sparsepipe import pipeline as P  # pylint: disable=g-import-not-at-top,wron
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.pipeline.zero import optimizer as zero  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+import sparse_heavy  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 _BATCH = flags.DEFINE_integer("batch_size", 1024, "Global batch size.")
 _VOCAB = flags.DEFINE_integer("vocab_size", 50_000, "Vocabulary of the model's tables.")
 _BASELINE_VOCABS = flags.DEFINE_list(
@@ -59,6 +71,13 @@ _SC = flags.DEFINE_integer("num_sc_per_device", 1, "SparseCores per device.")
 _ROUNDS = flags.DEFINE_integer("rounds", 11, "Timing rounds (median taken).")
 _STEPS = flags.DEFINE_integer("steps", 10, "Steps per round.")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+SECTIONS = ("dlrm", "kernels", "sparse_heavy")
+_SECTIONS = flags.DEFINE_list(
+  "sections",
+  list(SECTIONS),
+  "What to measure: dlrm (pipelining, ZeRO), kernels (COO vs dense baseline),"
+  " sparse_heavy (where a sparse-heavy batch's time goes).",
+)
 
 _ND = 13
 _SEEDS = (0, 1, 2, 3)
@@ -267,18 +286,10 @@ def _median_ratio(times, a, b):
   return float(np.median(np.asarray(times[a]) / np.asarray(times[b])))
 
 
-def main(argv):
-  del argv
-  t_start = time.perf_counter()
-  mesh = core.make_mesh()
-  g = mesh.size
-  specs, limits = _prepared_specs(core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g)
-  host = [_host_batch(specs, g, s) for s in _SEEDS]
-  data = core.data_sharding(mesh)
-  device_batch = lambda i: jax.device_put(host[i % len(host)], data)
-
+def _dlrm_variants(mesh, host, device_batch):
+  """The pipelining and ZeRO variants of the DLRM model; and their holders."""
   zero_opt = P.zero_sharded(optax.adam(1e-3), mesh)
-  trainer, state = _trainer(mesh, specs, zero_opt, host[0])
+  trainer, state = _trainer(mesh, host[0].specs, zero_opt, host[0].batch)
   copies = [jax.tree.map(jnp.copy, state) for _ in range(2)]
   variants = {}
   variants["pipelined_zero"], zero_holder = _pipelined(trainer, state, device_batch)
@@ -291,66 +302,37 @@ def main(argv):
       s,
       lambda i: (trainer.input_fn(device_batch(i)), device_batch(i).sparse),
     )
-  rep_trainer, rep_state = _trainer(mesh, specs, optax.adam(1e-3), host[0])
+  rep_trainer, rep_state = _trainer(mesh, host[0].specs, optax.adam(1e-3), host[0].batch)
   variants["pipelined_replicated"], rep_holder = _pipelined(rep_trainer, rep_state, device_batch)
-  vocabs = [int(v) for v in _BASELINE_VOCABS.value]
-  for vocab in vocabs:
-    variants.update(_kernel_vs_baseline(mesh, vocab))
-  t_compiled = time.perf_counter()
+  return variants, (zero_holder, rep_holder)
 
-  times = {name: [] for name in variants}
-  for _ in range(_ROUNDS.value):
-    for name, run in variants.items():
-      times[name].append(run())
 
+def _dlrm_figures(times, holders, g):
+  """Figures and table rows of the pipelining and ZeRO comparisons."""
+  zero_holder, rep_holder = holders
   zero_bytes = max(zero.bytes_per_device(zero_holder["carry"][0].opt_state).values())
   rep_bytes = max(zero.bytes_per_device(rep_holder["carry"][0].opt_state).values())
   params = jax.tree.leaves(zero_holder["carry"][0].params)
-  n_params = sum(int(p.size) for p in params)
   padded = sum(zero.padded_size(int(p.size), g) for p in params)
+  ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
   figures = {
-    "devices": g,
-    "global_batch": _BATCH.value,
-    "tables": _TABLES.value,
-    "vocab_size": _VOCAB.value,
-    "dim": _DIM.value,
-    "ids_per_sample": _IDS.value,
-    "max_ids_per_partition": {k: v[0] for k, v in limits.items()},
-    "dense_params": n_params,
-    "rounds": _ROUNDS.value,
-    "steps_per_round": _STEPS.value,
-    "step_ms_median": {k: float(np.median(v)) * 1e3 for k, v in times.items()},
-    "step_ms_min": {k: float(np.min(v)) * 1e3 for k, v in times.items()},
+    "dense_params": sum(int(p.size) for p in params),
     "pipelined_over_sequential_same_work": _median_ratio(
       times, "pipelined_zero", "sequential_same_work"
     ),
     "pipelined_over_sequential_fused": _median_ratio(times, "pipelined_zero", "sequential_fused"),
-    "coo_over_dense_baseline": {
-      v: _median_ratio(times, f"coo_kernels_v{v}", f"dense_baseline_v{v}") for v in vocabs
-    },
     "zero_over_replicated_step": _median_ratio(times, "pipelined_zero", "pipelined_replicated"),
     "optimizer_bytes_per_device_zero": zero_bytes,
     "optimizer_bytes_per_device_replicated": rep_bytes,
     "optimizer_bytes_expected_zero": 2 * padded * 4 // g + 4,
     "optimizer_bytes_ratio": zero_bytes / rep_bytes,
-    "setup_and_compile_s": t_compiled - t_start,
   }
-  figures["total_s"] = time.perf_counter() - t_start
-  ms = figures["step_ms_median"]
   rows = [
     ("pipelined step (ZeRO Adam)", f"{ms['pipelined_zero']:.2f} ms"),
     ("sequential step, same work", f"{ms['sequential_same_work']:.2f} ms"),
     ("sequential step, fused (XLA CSE)", f"{ms['sequential_fused']:.2f} ms"),
     ("  pipelined / sequential same work", f"{figures['pipelined_over_sequential_same_work']:.3f}"),
     ("  pipelined / sequential fused", f"{figures['pipelined_over_sequential_fused']:.3f}"),
-  ]
-  for v in vocabs:
-    rows += [
-      (f"lookup+update vocab {v}, COO kernels", f"{ms[f'coo_kernels_v{v}']:.2f} ms"),
-      (f"lookup+update vocab {v}, dense baseline", f"{ms[f'dense_baseline_v{v}']:.2f} ms"),
-      ("  COO / dense baseline", f"{figures['coo_over_dense_baseline'][v]:.3f}"),
-    ]
-  rows += [
     ("pipelined step (replicated Adam)", f"{ms['pipelined_replicated']:.2f} ms"),
     ("  ZeRO / replicated step", f"{figures['zero_over_replicated_step']:.3f}"),
     ("optimizer bytes/device, ZeRO", str(zero_bytes)),
@@ -358,11 +340,113 @@ def main(argv):
     ("  expected ZeRO (padded/D + count)", str(figures["optimizer_bytes_expected_zero"])),
     ("  ZeRO / replicated bytes", f"{figures['optimizer_bytes_ratio']:.4f}"),
   ]
-  print(
-    f"{g} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
-    f" {_VOCAB.value} x {_DIM.value}, {n_params} dense params; median of"
-    f" {_ROUNDS.value} rounds x {_STEPS.value} steps"
-  )
+  return figures, rows
+
+
+def _kernel_figures(times, vocabs):
+  ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+  ratios = {v: _median_ratio(times, f"coo_kernels_v{v}", f"dense_baseline_v{v}") for v in vocabs}
+  rows = []
+  for v in vocabs:
+    rows += [
+      (f"lookup+update vocab {v}, COO kernels", f"{ms[f'coo_kernels_v{v}']:.2f} ms"),
+      (f"lookup+update vocab {v}, dense baseline", f"{ms[f'dense_baseline_v{v}']:.2f} ms"),
+      ("  COO / dense baseline", f"{ratios[v]:.3f}"),
+    ]
+  return {"coo_over_dense_baseline": ratios}, rows
+
+
+class _Host(NamedTuple):
+  specs: Any
+  batch: core.TrainBatch
+
+
+def _setup(sections, heavy_root):
+  """({section: variants}, what the figures need) of the chosen sections; compiles every
+  program."""
+  mesh = core.make_mesh()
+  g = mesh.size
+  variants, context = {}, {"g": g}
+  if "dlrm" in sections:
+    specs, limits = _prepared_specs(core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, g)
+    host = [_Host(specs, _host_batch(specs, g, s)) for s in _SEEDS]
+    data = core.data_sharding(mesh)
+    device_batch = lambda i: jax.device_put(host[i % len(host)].batch, data)
+    variants["dlrm"], context["holders"] = _dlrm_variants(mesh, host, device_batch)
+    context["limits"] = limits
+  if "kernels" in sections:
+    context["vocabs"] = [int(v) for v in _BASELINE_VOCABS.value]
+    variants["kernels"] = {}
+    for vocab in context["vocabs"]:
+      variants["kernels"].update(_kernel_vs_baseline(mesh, vocab))
+  if "sparse_heavy" in sections:
+    variants["sparse_heavy"], context["heavy_after_rounds"], context["heavy_shape"] = (
+      sparse_heavy.setup(_STEPS.value, heavy_root)
+    )
+  return variants, context
+
+
+def _figures(sections, times, context):
+  """All figures (JSON) and the table rows."""
+  figures = {
+    "devices": context["g"],
+    "rounds": _ROUNDS.value,
+    "steps_per_round": _STEPS.value,
+    "step_ms_median": {k: float(np.median(v)) * 1e3 for k, v in times.items()},
+    "step_ms_min": {k: float(np.min(v)) * 1e3 for k, v in times.items()},
+  }
+  rows = []
+  if "dlrm" in sections:
+    figures.update(
+      global_batch=_BATCH.value,
+      tables=_TABLES.value,
+      vocab_size=_VOCAB.value,
+      dim=_DIM.value,
+      ids_per_sample=_IDS.value,
+      max_ids_per_partition={k: v[0] for k, v in context["limits"].items()},
+    )
+    more, rows = _dlrm_figures(times, context["holders"], context["g"])
+    figures.update(more)
+  if "kernels" in sections:
+    more, kernel_rows = _kernel_figures(times, context["vocabs"])
+    figures.update(more)
+    rows += kernel_rows
+  if "sparse_heavy" in sections:
+    figures["sparse_heavy"], heavy_rows = sparse_heavy.report(
+      times, context["heavy_after_rounds"](_ROUNDS.value), context["heavy_shape"]
+    )
+    rows += heavy_rows
+  return figures, rows
+
+
+def main(argv):
+  del argv
+  sections = set(_SECTIONS.value)
+  unknown = sections - set(SECTIONS)
+  if unknown:
+    raise app.UsageError(f"--sections: {sorted(unknown)} not in {list(SECTIONS)}")
+  t_start = time.perf_counter()
+  heavy_root = sparse_heavy.temporary_root()
+  try:
+    variants, context = _setup(sections, heavy_root)
+    t_compiled = time.perf_counter()
+    times = {}
+    for section in variants.values():  # sections apart: they do not perturb each other
+      times.update({name: [] for name in section})
+      for _ in range(_ROUNDS.value):
+        for name, run in section.items():
+          times[name].append(run())
+    figures, rows = _figures(sections, times, context)
+  finally:
+    sparse_heavy.remove_root(heavy_root)
+  figures["setup_and_compile_s"] = t_compiled - t_start
+  figures["total_s"] = time.perf_counter() - t_start
+  if "dlrm" in sections:
+    print(
+      f"{context['g']} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
+      f" {_VOCAB.value} x {_DIM.value}, {figures['dense_params']} dense params"
+    )
+  print(f"median of {_ROUNDS.value} rounds x {_STEPS.value} steps")
   width = max(len(r[0]) for r in rows)
   for name, value in rows:
     print(f"{name:<{width}}  {value:>12}")

@@ -189,6 +189,23 @@ class Trainer:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
     return ps.zeros_from_abstract(self.abstract_pipeline_state, self.pipeline_state_sharding)
 
+  def lower_step(self, train_state: TrainState, fake_tc_step: bool = False) -> jax.stages.Lowered:
+    """The jitted step lowered for `train_state`'s shapes (concrete or abstract).
+
+    `.compile().memory_analysis()` tells what a step holds per device:
+    `alias_size_in_bytes`, the outputs written into donated buffers, is the
+    train and pipeline states' bytes but the TC aux scalar (a table or slot
+    not donated would be held twice), and `temp_size_in_bytes` the step's
+    scratch (benchmarks/memory.py).
+    """
+    abstract = _with_shardings(
+      jax.tree.map(ps.abstract_leaf, train_state), self.train_state_sharding
+    )
+    num = jax.ShapeDtypeStruct((), np.int32, sharding=NamedSharding(self.mesh, PartitionSpec()))
+    return self.jitted_step.lower(
+      self.abstract_input, abstract, self.abstract_pipeline_state, num, bool(fake_tc_step)
+    )
+
   def run_pipeline_step(
     self,
     train_state: TrainState,
@@ -343,6 +360,11 @@ def _jit_pipelined_step(
     donated, kept = _order(pipeline_input, train_state, pipeline_state)
     return ordered(donated, kept, num_batches, fake_tc_step)
 
+  def lower(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
+    donated, kept = _order(pipeline_input, train_state, pipeline_state)
+    return ordered.lower(donated, kept, num_batches, fake_tc_step)
+
+  jitted.lower = lower
   return jitted
 
 

@@ -272,12 +272,21 @@ def test_init_never_holds_a_whole_table_on_one_device():
   )
   mesh = _mesh(8)
   layouts = stack_layouts(specs, 16)
-  init = embedding_variables._init_function(tuple(layouts.items()), mesh, False)
-  memory = init.lower(jax.random.key(0)).compile().memory_analysis()
+  (program,) = embedding_variables._init_programs(tuple(layouts.items()), mesh, False).values()
+  (write,), key = program.writers, jax.random.key(0)
+  physical = jax.ShapeDtypeStruct(
+    (layouts["big"].vocab_size, 16), jnp.float32, sharding=embedding_variables.table_sharding(mesh)
+  )
+  memory = write.lower(physical, key).compile().memory_analysis()
+  rest = program.rest.lower(key).compile().memory_analysis()
   table_bytes = (1 << 20) * 16 * 4
   shard_bytes = table_bytes // 8
-  # Per device: its shard of the table and of the Adagrad slot, and about
-  # four shard-sized temporaries (random bits, padding, transpose); a whole
-  # table would be 8 shards (unconstrained, XLA needs 32).
-  assert 2 * shard_bytes <= memory.output_size_in_bytes < 2 * shard_bytes + 1024
+  # Per device: the table written in place into its donated shard, with
+  # about four shard-sized temporaries (random bits, padding, transpose); a
+  # whole table would be 8 shards (unconstrained, XLA needs 32). The slot
+  # is made apart, without temporaries.
+  assert shard_bytes <= memory.output_size_in_bytes < shard_bytes + 1024
+  assert memory.alias_size_in_bytes == memory.output_size_in_bytes
   assert memory.temp_size_in_bytes < 6 * shard_bytes
+  assert shard_bytes <= rest.output_size_in_bytes < shard_bytes + 1024
+  assert rest.temp_size_in_bytes < 1024
