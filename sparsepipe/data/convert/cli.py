@@ -19,6 +19,7 @@ from absl import logging
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.data.convert.progress import summarize
+from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 
 # The flags defined below belong to the command that asks for them, so its
@@ -35,6 +36,25 @@ USER_ERRORS = (ValueError, OSError, FloatingPointError)
 def define_input_flag(help_text: str) -> None:
   """--input: a required list of input files."""
   flags.DEFINE_list("input", None, help_text, required=True)
+
+
+def define_column_flags(sparse_help: str) -> None:
+  """The column converters' (CSV, Parquet) flags for label, dense and sparse columns."""
+  flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
+  flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
+  flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
+  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
+  flags.DEFINE_list("sparse_columns", [], sparse_help)
+  flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
+  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
+
+
+def column_kwargs() -> dict[str, Any]:
+  """The column converters' arguments from define_column_flags' flags."""
+  f = flags.FLAGS
+  names = ("label_column", "label_threshold", "dense_columns", "dense_transform")
+  names += ("sparse_columns", "integer_id_columns", "vocab_sizes")
+  return {name: f[name].value for name in names}
 
 
 def define_writer_flags() -> None:

@@ -119,6 +119,14 @@ def parse_size(text: str | int, what: str) -> int:
   return value
 
 
+# Transforms of dense columns the column converters (CSV, Parquet) offer.
+DENSE_TRANSFORMS = ("none", "log1p")
+# Appended to a label-range error of a column converter.
+THRESHOLD_HINT = (
+  "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)"
+)
+
+
 def log1p_clamped(x: float) -> float:
   """log(1 + max(x, 0)): the usual click-log dense normalisation."""
   return math.log1p(x) if x > 0 else 0.0

@@ -13,22 +13,16 @@ from __future__ import annotations
 from absl import flags
 
 from sparsepipe.data.convert import cli
-from sparsepipe.data.csv.convert import DENSE_TRANSFORMS, convert_csv
+from sparsepipe.data.csv.convert import convert_csv
 
 
 def _define_flags():
   cli.define_input_flag(
     "CSV files with the same header (.gz allowed); more may follow as arguments."
   )
-  flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
-  flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
-  flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
-  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
-  flags.DEFINE_list("sparse_columns", [], "Categorical columns, in order.")
+  cli.define_column_flags("Categorical columns, in order.")
   flags.DEFINE_list("multivalent_columns", [], "Sparse columns holding several values.")
   flags.DEFINE_string("separator", "|", "Separator inside multivalent fields.")
-  flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
-  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
   flags.DEFINE_string("delimiter", ",", "Field delimiter: a character, tab, comma or auto.")
   cli.define_writer_flags()
   cli.define_split_flags()
@@ -40,15 +34,9 @@ def _main(argv):
     convert_csv,
     cli.input_paths(argv),
     delimiter=f.delimiter,
-    label_column=f.label_column,
-    label_threshold=f.label_threshold,
-    dense_columns=f.dense_columns,
-    dense_transform=f.dense_transform,
-    sparse_columns=f.sparse_columns,
     multivalent_columns=f.multivalent_columns,
     separator=f.separator,
-    integer_id_columns=f.integer_id_columns,
-    vocab_sizes=f.vocab_sizes,
+    **cli.column_kwargs(),
     **cli.split_kwargs(),
   )
 

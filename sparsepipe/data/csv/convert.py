@@ -39,15 +39,12 @@ from sparsepipe.data.convert.text_input import (
   log1p_clamped,
   parse_float,
 )
+from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.output import write_converted
 
-DENSE_TRANSFORMS = ("none", "log1p")
 _CHUNK = 4096
-_THRESHOLD_HINT = (
-  "; map such values to 0/1 with --label_threshold T (label_threshold=T: 1 if value >= T)"
-)
 
 
 def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
@@ -145,7 +142,7 @@ class CsvParser:
     label = parse_float(text, path, line_no, self.schema.label_name, float32=False)
     if self._threshold is not None:
       label = 1.0 if label >= self._threshold else 0.0
-    check_label(label, text, path, line_no, self.schema.label_name, _THRESHOLD_HINT)
+    check_label(label, text, path, line_no, self.schema.label_name, THRESHOLD_HINT)
     dense = []
     for j, name in zip(self._dense, self._dense_names):
       x = parse_float(row[j], path, line_no, name, float32=not self._log1p)

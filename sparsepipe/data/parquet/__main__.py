@@ -15,7 +15,6 @@ from __future__ import annotations
 from absl import flags
 
 from sparsepipe.data.convert import cli
-from sparsepipe.data.csv.convert import DENSE_TRANSFORMS
 from sparsepipe.data.parquet.convert import DEFAULT_BATCH_ROWS, convert_parquet
 
 
@@ -23,13 +22,7 @@ def _define_flags():
   cli.define_input_flag(
     "Parquet files or directories of them (.parquet files, sorted); more may follow as arguments."
   )
-  flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
-  flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
-  flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
-  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
-  flags.DEFINE_list("sparse_columns", [], "Categorical columns (scalar or list), in order.")
-  flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
-  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
+  cli.define_column_flags("Categorical columns (scalar or list), in order.")
   flags.DEFINE_list(
     "weight_columns", [], "feature=column entries: the column holds the feature's id weights."
   )
@@ -44,14 +37,8 @@ def _main(argv):
     convert_parquet,
     cli.input_paths(argv),
     batch_rows=f.batch_rows,
-    label_column=f.label_column,
-    label_threshold=f.label_threshold,
-    dense_columns=f.dense_columns,
-    dense_transform=f.dense_transform,
-    sparse_columns=f.sparse_columns,
-    integer_id_columns=f.integer_id_columns,
-    vocab_sizes=f.vocab_sizes,
     weight_columns=f.weight_columns,
+    **cli.column_kwargs(),
     **cli.split_kwargs(),
   )
 

@@ -13,7 +13,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sparsepipe.data.csv.convert import _THRESHOLD_HINT, DENSE_TRANSFORMS, parse_vocab_sizes
+from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT
+from sparsepipe.data.csv.convert import parse_vocab_sizes
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.parquet import arrays
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
@@ -161,7 +162,7 @@ class ParquetColumns:
   def convert(self, batch: pa.RecordBatch, rows: arrays.Rows) -> ExampleBatch:
     """The examples of one record batch (columns: at least the used ones)."""
     label = self.schema.label_name
-    labels = arrays.label_values(batch.column(label), label, self._threshold, _THRESHOLD_HINT, rows)
+    labels = arrays.label_values(batch.column(label), label, self._threshold, THRESHOLD_HINT, rows)
     dense = np.zeros((batch.num_rows, self.schema.num_dense), np.float32)
     for j, name in enumerate(self.schema.dense_names):
       dense[:, j] = arrays.dense_values(batch.column(name), name, self._log1p, rows)
