@@ -70,14 +70,14 @@ class _Job:
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = core.make_mesh()
     by_epochs = float(config.num_epochs) > 0
-    if not by_epochs:
-      Schedule.from_config(config)  # a bad num_steps is named before any data is made
+    if not by_epochs:  # a bad num_steps is named before any data is made
+      self.schedule = Schedule.from_config(config)
     is_chief = jax.process_index() == 0
     data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
     self.model = JobModel(config, data_dir, self.mesh)
-    if by_epochs:
+    if by_epochs:  # num_steps follows from the data's size
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
-    self.schedule = Schedule.from_config(config)
+      self.schedule = Schedule.from_config(config)
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)
     eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = JobEval(self.model, data_dir=eval_dir) if eval_dir else None
