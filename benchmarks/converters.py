@@ -8,7 +8,10 @@ Measures, on a generated Criteo-shaped TSV file (gzip and plain):
       file (the baseline, no line numbers in errors);
   (b) the whole Criteo conversion (parse, hash, write), for scale;
   (c) batched random record reads: data.source.ShardSource (unreadable
-      records named and skippable) against Grain's ArrayRecordDataSource;
+      records named and skippable; the file reader's default buffer)
+      against Grain's ArrayRecordDataSource (a 32 KiB buffer each read
+      fills), of the conversion's records of 128 examples, 64 per call, and
+      of the same lines converted to records of one example, 4096 per call;
   (d) the Parquet converter against the CSV converter on one generated
       Criteo-shaped table (label, 13 integer columns with nulls, 26 string
       columns of Zipf-distributed categories, a list<string> column of 0-4
@@ -97,6 +100,18 @@ def _plain_lines(path: str) -> int:
 def _reads(source, order: np.ndarray, batch: int) -> None:
   for start in range(0, len(order), batch):
     source.__getitems__(order[start : start + batch].tolist())
+
+
+def _record_reads(manifest, batch: int, what: str) -> tuple[str, float, float]:
+  """(c): every record in a random order, Grain's source (baseline) and ours."""
+  paths = [f"{p}[0:{s.num_records}]" for p, s in zip(manifest.shard_paths(), manifest.shards)]
+  order = np.random.default_rng(1).permutation(manifest.num_records)
+  options = dict(data.source.DEFAULT_READER_OPTIONS)
+  grain_source = grain.sources.ArrayRecordDataSource(paths, reader_options=options)
+  checked = data.manifest_source(manifest)
+  base = _best_of(lambda: _reads(grain_source, order, batch))
+  ours = _best_of(lambda: _reads(checked, order, batch))
+  return (f"random reads, {what}", base, ours)
 
 
 def _click_table(n: int, seed: int) -> pa.Table:
@@ -226,15 +241,11 @@ def main(argv) -> None:
       lambda: data.convert_criteo([path], out, vocab_sizes=100_000, overwrite=True), repeats=1
     )
     rows.append(("criteo conversion (gzip), for scale", convert, convert))
-    manifest = data.read_manifest(out)
-    paths = [f"{p}[0:{s.num_records}]" for p, s in zip(manifest.shard_paths(), manifest.shards)]
-    order = np.random.default_rng(1).permutation(manifest.num_records)
-    options = dict(data.source.DEFAULT_READER_OPTIONS)
-    grain_source = grain.sources.ArrayRecordDataSource(paths, reader_options=options)
-    checked = data.manifest_source(manifest)
-    base = _best_of(lambda: _reads(grain_source, order, 64))
-    ours = _best_of(lambda: _reads(checked, order, 64))
-    rows.append(("random record reads, 64 per call", base, ours))
+    rows.append(_record_reads(data.read_manifest(out), 64, "records of 128, 64 per call"))
+    one = data.convert_criteo(
+      [path], os.path.join(tmp, "one"), vocab_sizes=100_000, examples_per_record=1
+    )
+    rows.append(_record_reads(one, 4096, "records of 1, 4096 per call"))
     table = _parquet_against_csv(tmp, _TABLE_ROWS.value)
     rows.append(("parquet conversion (baseline: csv)", table["csv_s"], table["parquet_s"]))
   print(f"{'measure':40s} {'baseline s':>11s} {'ours s':>9s} {'ours/base':>10s}")

@@ -26,8 +26,10 @@ cores the wall speed-up of workers is at most C / that figure.
       workers on the same examples written with each --packing (examples
       per record; the shipped configs generate records of 1), with the
       ratio of (c) to the largest packing. Records of one example pay
-      ArrayRecord's per-record read (each record is its own zstd-compressed
-      chunk, group_size 1): (a) of 1 per record is that floor.
+      ArrayRecord's per-record read (each record is its own chunk, group_size
+      1): (a) of 1 per record is that floor. The writer compresses chunks of
+      small records with snappy (data/writer.py); the row "1, zstd" reads
+      the same records rewritten as zstd chunks, as 0.2 wrote them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,6 +46,7 @@ from absl import app
 from absl import flags
 import grain
 import numpy as np
+from array_record.python import array_record_module
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -205,6 +209,23 @@ def _generate(directory, examples_per_record):
   return manifest
 
 
+def _rewrite_zstd(manifest, directory):
+  """The dataset copied with every record a zstd chunk (0.2's writer options)."""
+  os.makedirs(directory)
+  shutil.copy(os.path.join(manifest.directory, data.MANIFEST_NAME), directory)
+  source = data.manifest_source(manifest)
+  start = 0
+  for path, shard in zip(manifest.shard_paths(), manifest.shards):
+    writer = array_record_module.ArrayRecordWriter(
+      os.path.join(directory, os.path.basename(path)), "group_size:1"
+    )
+    for record in source.__getitems__(range(start, start + shard.num_records)):
+      writer.write(record)
+    writer.close()
+    start += shard.num_records
+  return data.read_manifest(directory)
+
+
 def _worker_rows(manifest, specs, seconds):
   """(a), (b), (c) with every worker count in --workers."""
   rows = []
@@ -256,17 +277,23 @@ def _packing_rows(manifest, specs, tmp, seconds):
   reused for its own); one set of COO limits (the main dataset's), so only
   the packing differs. Ratios are to the largest packing.
   """
-  rows = []
+  datasets = []
   for r in sorted({int(x) for x in _PACKING.value}):
     m = manifest
     if r != manifest.examples_per_record:
       m = _generate(os.path.join(tmp, f"criteo_like_r{r}"), r)
+    if r == 1:
+      datasets.append(("1, zstd", _rewrite_zstd(m, os.path.join(tmp, "criteo_like_r1_zstd"))))
+    datasets.append((str(r), m))
+  rows = []
+  for label, m in datasets:
     a = raw_reads(m, 0, seconds)
     b = decode_batch(m, 0, seconds)
     c, _ = full_pipeline(m, specs, 0, seconds)
     rows.append(
       {
-        "examples_per_record": r,
+        "examples_per_record": m.examples_per_record,
+        "records": label,
         "raw_reads_cpu_us": 1e6 / a[1],
         "decode_batch_cpu_us": 1e6 / b[1],
         "full_pipeline_cpu_us": 1e6 / c[1],
@@ -287,7 +314,7 @@ def _packing_rows(manifest, specs, tmp, seconds):
   )
   for row in rows:
     print(
-      f"{row['examples_per_record']:>10} {row['raw_reads_cpu_us']:>14.2f}"
+      f"{row['records']:>10} {row['raw_reads_cpu_us']:>14.2f}"
       f" {row['decode_batch_cpu_us']:>17.2f} {row['full_pipeline_cpu_us']:>9.2f}"
       f" {row['full_pipeline_ratio']:>10.2f} {row['full_pipeline_wall']:>15,.0f}"
     )

@@ -19,12 +19,16 @@ Every measurement runs in a fresh process (ru_maxrss is per process):
   blocked while Orbax copies the arrays to the host), training while the
   save writes in the background, the end. The state bytes are read from
   the arrays (every addressable shard: what this process holds).
-- job, heap trimmed: the same, with glibc's malloc_trim(0) after the first
-  two steps: how much resident memory is heap the compiler and the first
-  steps freed but glibc kept.
-- job, one-program init: the same, with the tables made as before this
-  benchmark's fix (every table of a stack made and concatenated in one
-  jitted program), for the before/after figures.
+- job, heap kept: the same without the job's release of the compiler's
+  freed heap (launch/job/hooks.HeapHook, malloc_trim once a segment has
+  compiled), as 0.3.0 ran it: the before/after of that release.
+- job, synchronous saves: the same with checkpoint.async_save=false. On
+  CPU devices the arrays are host memory, so an asynchronous save's host
+  copy is a second copy of the state until it is written; a synchronous
+  save writes from the arrays while the loop waits.
+- job, one-program init: the same, with the tables made as before 0.3.0
+  (every table of a stack made and concatenated in one jitted program),
+  for the before/after figures.
 - step: the step's per-device memory from XLA
   (`Trainer.lower_step(...).compile().memory_analysis()`: arguments,
   outputs, outputs in donated buffers, temporaries), whether the old
@@ -48,7 +52,6 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import ctypes  # pylint: disable=g-import-not-at-top,wrong-import-position
 import json  # pylint: disable=g-import-not-at-top,wrong-import-position
 import resource  # pylint: disable=g-import-not-at-top,wrong-import-position
 import shutil  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -85,7 +88,8 @@ _OUT = flags.DEFINE_string("out", None, "Internal: where the child writes its fi
 MB = 2**20
 _COMPILE_STEPS = 2  # the fill step and the first steady step compile the two programs
 _BETWEEN = "other (job start, between the phases)"
-_JOBS = ("job", "job_trimmed", "job_one_program_init")
+_JOBS = ("job", "job_heap_kept", "job_sync_saves", "job_one_program_init")
+_JOB_TITLES = ("job", "heap kept", "sync saves", "one-program init")
 
 
 def _status() -> dict[str, int]:
@@ -118,10 +122,6 @@ def _children_rss() -> int:
 
 def _max_rss() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _malloc_trim() -> None:
-  ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class Sampler:
@@ -186,9 +186,10 @@ def _state_bytes(train_state: Any) -> dict[str, int]:
   }
 
 
-def _config() -> Any:
+def _config(async_save: bool = True) -> Any:
 
   config = criteo.get_config()
+  config.checkpoint.async_save = async_save
   config.synthetic.num_examples = _EXAMPLES.value
   config.num_steps = _BATCHES.value
   config.checkpoint.every_steps = _SAVE_EVERY.value
@@ -217,7 +218,7 @@ def _phase(sampler: Sampler, phase: str, after: str | None = None):
   return around
 
 
-def _instrument(sampler: Sampler, figures: dict[str, Any], trim: bool) -> None:
+def _instrument(sampler: Sampler, figures: dict[str, Any]) -> None:
   """Phase labels around the job's parts; the state bytes from its arrays."""
 
   _wrap(dataset, "ensure_dataset", _phase(sampler, "dataset", _BETWEEN))
@@ -243,8 +244,6 @@ def _instrument(sampler: Sampler, figures: dict[str, Any], trim: bool) -> None:
     steps[0] += 1
     if steps[0] == _COMPILE_STEPS:
       jax.block_until_ready(out)
-      if trim:
-        _malloc_trim()
       sampler.enter("training")
     elif sampler.phase.startswith("save (") and not saving():
       sampler.enter("training")
@@ -273,11 +272,14 @@ def _child_job(workdir: str, out: str, variant: str) -> None:
   sampler = Sampler()
 
   figures: dict[str, Any] = {"imports_rss": _status()["VmRSS"]}
-  _instrument(sampler, figures, trim=variant == "job_trimmed")
+  _instrument(sampler, figures)
   if variant == "job_one_program_init":
     pipeline.init_embedding_variables = _one_program_init
+  if variant == "job_heap_kept":
+    core.release_freed_heap = lambda: False
   start = time.perf_counter()
-  train_and_evaluate(_config(), workdir, config_name="criteo")
+  config = _config(async_save=variant != "job_sync_saves")
+  train_and_evaluate(config, workdir, config_name="criteo")
   sampler.enter("end (saves written, workers stopped)")
   sampler.stop()
   figures.update(
@@ -343,7 +345,7 @@ def _child_init(data_dir: str, out: str, one_program: bool) -> None:
   )
   jax.block_until_ready(emb)
   seconds, after = time.perf_counter() - start, _status()["VmRSS"]
-  _malloc_trim()
+  core.release_freed_heap()
   figures = dict(
     before=before,
     after=after,
@@ -393,7 +395,7 @@ def _child_step(data_dir: str, out: str) -> None:
   figures["fill_drain_step"] = _memory_analysis(compiled[True])
   figures["after_compile"] = _status()["VmRSS"]
   del compiled
-  _malloc_trim()
+  core.release_freed_heap()
   figures["after_compile_trim"] = _status()["VmRSS"]
   olds = [leaf for v in state.embedding_variables.values() for leaf in (v.table, *v.slots)]
   pipeline_state = trainer.initial_pipeline_state()
@@ -404,7 +406,7 @@ def _child_step(data_dir: str, out: str) -> None:
     jax.block_until_ready(output)
   figures["tables_and_slots_donated"] = all(a.is_deleted() for a in olds)
   figures["after_steps"] = _status()["VmRSS"]
-  _malloc_trim()
+  core.release_freed_heap()
   figures["after_steps_trim"] = _status()["VmRSS"]
   figures["host_copy_bytes"], figures["host_copy_rss"] = _host_copy(state)
   figures["devices"] = job.mesh.size
@@ -475,27 +477,28 @@ def _mb(n: float) -> str:
 
 def _phase_table(figures: dict[str, Any]) -> None:
   state, jobs = figures["state_total_bytes"], figures["jobs"]
-  print(
-    f"{'phase (peak RSS; /state)':<40} {'job':>15} {'heap trimmed':>15}"
-    f" {'one-program init':>17} {'shmem':>7}"
-  )
+  widths = [max(len(t), 13) for t in _JOB_TITLES]
+
+  def row(name: str, cells: list[str], extra: str = "") -> None:
+    print(f"{name:<40} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths)) + extra)
+
+  row("phase (peak RSS; /state)", list(_JOB_TITLES), f" {'shmem':>7}")
   for phase, v in figures["phases"].items():
     cells = []
     for name in _JOBS:
       peak = jobs[name]["phase_peaks"].get(phase)
       cells.append(f"{_mb(peak)} {peak / state:4.2f}" if peak else "-")
-    print(
-      f"{phase:<40} {cells[0]:>15} {cells[1]:>15} {cells[2]:>17}"
-      f" {_mb(v['peak'].get('RssShmem', 0)):>7}"
-    )
+    row(phase, cells, f" {_mb(v['peak'].get('RssShmem', 0)):>7}")
   for key, what in (
     ("max_rss", "peak RSS (ru_maxrss)"),
     ("peak_before_first_save", "peak before the first save"),
   ):
-    cells = [f"{_mb(jobs[n][key])} {jobs[n][key] / state:4.2f}" for n in _JOBS]
-    print(f"{what:<40} {cells[0]:>15} {cells[1]:>15} {cells[2]:>17}")
-  cells = [f"{jobs[n]['max_rss_without_imports_over_state']:4.2f}" for n in _JOBS]
-  print(f"{'(peak - imports) / state':<40} {cells[0]:>15} {cells[1]:>15} {cells[2]:>17}")
+    row(what, [f"{_mb(jobs[n][key])} {jobs[n][key] / state:4.2f}" for n in _JOBS])
+  row(
+    "(peak - imports) / state",
+    [f"{jobs[n]['max_rss_without_imports_over_state']:4.2f}" for n in _JOBS],
+  )
+  row("seconds", [f"{jobs[n]['seconds']:.0f}" for n in _JOBS])
 
 
 def _report(figures: dict[str, Any]) -> None:

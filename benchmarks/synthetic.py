@@ -26,9 +26,12 @@ wall second and per CPU-second:
       Zipf exponent 1.05, 13 dense values, records of ONE example, 16384
       records per shard; --shipped_examples examples (the config ships 2^20),
   (e) the same with 128 examples per record (--config.synthetic.examples_per_record=128),
-  (f) ArrayRecord's own writes of (d)'s records, encoded beforehand: the
-      floor for records of one example (each record is one zstd-compressed
-      chunk, group_size 1, a fixed cost per record),
+  (f) ArrayRecord's own writes of (d)'s records, encoded beforehand, with
+      the writer's options: the floor for records of one example (each
+      record is one snappy-compressed chunk, group_size 1, a fixed cost
+      per record),
+  (f0) the same writes as zstd chunks, as 0.2 wrote them (data/writer.py
+      says why small records are snappy chunks now),
   (g) --config=demo as shipped (4 features of 1, 1, 1..3 and 1..8 ids,
       4 dense, records of one example, 16384 train and 4096 eval examples),
 with the ratios (d)/(e) and (d)/(f) of examples per CPU-second.
@@ -140,8 +143,8 @@ def _job_generation(config, tmp: str, name: str) -> tuple[int, float, float]:
   return int(synth.num_examples) + int(synth.eval_examples), cpu, wall
 
 
-def _array_record_floor(config, tmp: str) -> tuple[int, float, float]:
-  """(f): ArrayRecord's writes of the job's records (encoded first), in the job's shards."""
+def _array_record_floor(config, tmp: str, options: str) -> tuple[int, float, float]:
+  """(f), (f0): ArrayRecord's writes of the job's records (encoded first), in the job's shards."""
   features = synthetic_features(config)
   codec = data.RecordCodec(data.synthetic_schema(features, int(config.synthetic.num_dense)))
   n = int(config.synthetic.num_examples)
@@ -152,7 +155,7 @@ def _array_record_floor(config, tmp: str) -> tuple[int, float, float]:
   def write():
     for i, start in enumerate(range(0, len(records), per_shard)):
       path = os.path.join(tmp, f"floor-{i:05d}.arrayrecord")
-      writer = array_record_module.ArrayRecordWriter(path, "group_size:1")
+      writer = array_record_module.ArrayRecordWriter(path, options)
       for record in records[start : start + per_shard]:
         writer.write(record)
       writer.close()
@@ -173,7 +176,10 @@ def _shipped(n: int) -> dict:
     rows = {
       "(d) criteo, 1/record (as shipped)": _job_generation(one, tmp, "criteo_1"),
       "(e) criteo, 128/record": _job_generation(packed, tmp, "criteo_128"),
-      "(f) ArrayRecord writes of (d) alone": _array_record_floor(one, tmp),
+      "(f) ArrayRecord writes of (d) alone": _array_record_floor(
+        one, tmp, data.array_record_options(1)
+      ),
+      "(f0) the same, zstd chunks (0.2)": _array_record_floor(one, tmp, "group_size:1"),
       "(g) demo, 1/record (as shipped)": _job_generation(demo.get_config(), tmp, "demo"),
     }
   figures = {}
@@ -189,7 +195,9 @@ def _shipped(n: int) -> dict:
   rate = {k: v["examples_per_cpu_s"] for k, v in figures.items()}
   d, e, f = (rate[k] for k in list(rows)[:3])
   figures["ratio_d_to_e"], figures["ratio_d_to_f"] = d / e, d / f
-  print(f"per CPU-second: (d)/(e) = {d / e:.3f}, (d)/(f) = {d / f:.3f}")
+  f0 = rate["(f0) the same, zstd chunks (0.2)"]
+  figures["ratio_f_to_f0"] = f / f0
+  print(f"per CPU-second: (d)/(e) = {d / e:.3f}, (d)/(f) = {d / f:.3f}, (f)/(f0) = {f / f0:.2f}")
   return figures
 
 

@@ -24,12 +24,14 @@ from sparsepipe.data.codec import encode_example
 from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.bulk_decode import DecodedRecords
 from sparsepipe.data.bulk_decode import decode_records
+from sparsepipe.data.manifest import MANIFEST_NAME
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.manifest import ManifestError
 from sparsepipe.data.manifest import RecordLocator
 from sparsepipe.data.manifest import ShardInfo
 from sparsepipe.data.manifest import read_manifest
 from sparsepipe.data.manifest import write_manifest
+from sparsepipe.data.writer import array_record_options
 from sparsepipe.data.writer import ShardedRecordWriter
 from sparsepipe.data.split import eval_mask
 from sparsepipe.data.writer import write_batches

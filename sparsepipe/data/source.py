@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence, SupportsIndex
 
 from array_record.python import array_record_data_source as _ards
+from array_record.python import array_record_module
 import grain
 import numpy as np
 
@@ -27,8 +28,13 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
   the shard, the record index in it and ArrayRecord's reason, so decoding
   reports it like a corrupt record (an error naming file and record, or
   skipped and counted with skip_corrupt). A shard that cannot be opened, or
-  holds fewer records than the manifest lists, is tried once. Relies on the
-  pinned array_record's reader helpers (_create_reader, _check_group_size).
+  holds fewer records than the manifest lists, is tried once.
+
+  Shards are opened for random access (no read-ahead) with the file
+  reader's default buffer: Grain's reader sets a 32 KiB buffer, which each
+  read of a small record fills (benchmarks/converters.py compares the two
+  on records of one example and of 128). Relies on the pinned
+  array_record's _check_group_size.
   """
 
   def __init__(self, paths: Sequence[str], reader_options: Mapping[str, str] | None = None):
@@ -55,7 +61,9 @@ class ShardSource(grain.sources.ArrayRecordDataSource):
       filename = self._read_instructions[reader_idx].filename
       try:
         # pylint: disable=protected-access
-        reader = _ards._create_reader(filename, self._reader_options_string)
+        reader = array_record_module.ArrayRecordReader(
+          filename, options=f"readahead_buffer_size:0,{self._reader_options_string}"
+        )
         _ards._check_group_size(filename, reader)
         held = reader.num_records()
       except (*_READ_ERRORS, ValueError) as e:

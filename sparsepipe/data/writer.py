@@ -6,6 +6,15 @@ fewer. Shards hold at most `max_records_per_shard` records: ArrayRecord's
 random-read cost grows with records per file, so many mid-sized shards (and
 packed records) read fastest.
 
+Every record is its own ArrayRecord chunk (group_size 1, for random
+access), compressed on its own: records of up to
+`SMALL_RECORD_EXAMPLES` examples with snappy, larger ones with zstd
+(ArrayRecord's default). For a record of one criteo-config example (about
+500 bytes) snappy's file is 1% larger than zstd's, and it reads in 0.64x
+and writes in 0.29x the CPU time: zstd's per-chunk cost dominates small
+chunks. Packed records keep zstd's smaller files. Readers need no option:
+each chunk names its compression.
+
 The dataset is written into a temporary directory beside the output
 (`.NAME.tmp-PID`) and moved into place only when complete, so a failed
 conversion leaves the output as it was: with `overwrite`, the old dataset
@@ -38,6 +47,14 @@ SHARD_SUFFIX = ".arrayrecord"
 DEFAULT_EXAMPLES_PER_RECORD = 128
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 _ENCODE_EXAMPLES = 1 << 16  # examples encoded together (at least one record)
+SMALL_RECORD_EXAMPLES = 8  # records of at most this many examples: snappy chunks
+
+
+def array_record_options(examples_per_record: int) -> str:
+  """ArrayRecord writer options for records of `examples_per_record` (module doc)."""
+  if examples_per_record <= SMALL_RECORD_EXAMPLES:
+    return "group_size:1,snappy"
+  return "group_size:1"
 
 
 class ShardedRecordWriter:
@@ -228,7 +245,9 @@ class ShardedRecordWriter:
         name = f"{self._prefix}-{len(self._shards):05d}{SHARD_SUFFIX}"
         self._shard_name = name
         self._tmp_path = os.path.join(self._work, f".{name}.tmp")
-        self._writer = array_record_module.ArrayRecordWriter(self._tmp_path, "group_size:1")
+        self._writer = array_record_module.ArrayRecordWriter(
+          self._tmp_path, array_record_options(self.examples_per_record)
+        )
       take = min(len(records) - done, self.max_records_per_shard - self._shard_records)
       write = self._writer.write
       for record in records[done : done + take]:

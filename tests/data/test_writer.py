@@ -91,6 +91,40 @@ def test_writer_packs_records_and_shards(tmp_path):
   _assert_same(_all_examples(manifest), expected)
 
 
+def _compression(path):
+  reader = array_record_module.ArrayRecordReader(str(path))
+  options = reader.writer_options_string().split(",")
+  reader.close()
+  return [o for o in options if o.split(":")[0] in ("snappy", "zstd", "brotli", "uncompressed")]
+
+
+@pytest.mark.parametrize(
+  "per_record, compression", [(1, ["snappy"]), (8, ["snappy"]), (9, ["zstd:3"]), (128, ["zstd:3"])]
+)
+def test_small_records_are_snappy_chunks_and_read_like_zstd_ones(tmp_path, per_record, compression):
+  manifest = write_synthetic(
+    str(tmp_path / "ds"), FEATURES, num_examples=40, num_dense=2, seed=3,
+    examples_per_record=per_record,
+  )  # fmt: skip
+  assert {tuple(_compression(p)) for p in manifest.shard_paths()} == {tuple(compression)}
+  # The same records rewritten as zstd chunks (how 0.2 wrote every dataset) read the same.
+  source = manifest_source(manifest)
+  records = [source[i] for i in range(len(source))]
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / "manifest.json").write_bytes((tmp_path / "ds" / "manifest.json").read_bytes())
+  writer = array_record_module.ArrayRecordWriter(
+    str(old / "part-00000.arrayrecord"), "group_size:1"
+  )
+  for record in records:
+    writer.write(record)
+  writer.close()
+  assert _compression(old / "part-00000.arrayrecord") == ["zstd:3"]
+  again = manifest_source(str(old))
+  assert [again[i] for i in range(len(again))] == records
+  _assert_same(_all_examples(read_manifest(str(old))), _all_examples(manifest))
+
+
 def test_synthetic_is_deterministic_per_seed_and_independent_of_packing(tmp_path):
   a = write_synthetic(
     str(tmp_path / "a"), FEATURES, num_examples=40, num_dense=2, seed=1, examples_per_record=3

@@ -7,6 +7,8 @@ import shutil
 import numpy as np
 import pytest
 
+from sparsepipe import core
+from sparsepipe import pipeline
 from sparsepipe.launch import Position
 from sparsepipe.launch import NonFiniteLossError
 from sparsepipe.launch import train_and_evaluate
@@ -165,3 +167,20 @@ def test_non_finite_training_stops_before_saving_it(tmp_path):
       assert np.all(np.isfinite(array)), (step, path)
   # Losses were logged only for the batches before it.
   assert sorted(launch_testing.batch_losses(workdir)) == list(range(1, bad))
+
+
+def test_the_freed_heap_is_released_once_each_segment_has_compiled(tmp_path, monkeypatch):
+  assert core.release_freed_heap() is True  # glibc (Linux): malloc_trim is there
+  steps, trims = [0], []
+  run_step = pipeline.Trainer.run_pipeline_step
+
+  def counted(self, *args, **kwargs):
+    steps[0] += 1
+    return run_step(self, *args, **kwargs)
+
+  monkeypatch.setattr(pipeline.Trainer, "run_pipeline_step", counted)
+  monkeypatch.setattr(core, "release_freed_heap", lambda: trims.append(steps[0]))
+  train_and_evaluate(launch_testing.tiny_config(), str(tmp_path / "job"))
+  # Two segments of 4 batches, 6 pipeline steps each (fill, 4, drain): after
+  # the second step of each, once both its programs are compiled.
+  assert steps[0] == 12 and trims == [2, 8]

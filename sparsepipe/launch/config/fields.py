@@ -83,7 +83,10 @@ FIELD_DOCS = {
   "checkpoint.every_steps": "Batches between checkpoints (the job also saves at its end, at"
   " FDO boundaries and when preempted).",
   "checkpoint.keep": "Newest checkpoints kept.",
-  "checkpoint.async_save": "Save in the background while training goes on.",
+  "checkpoint.async_save": "Save in the background while training goes on. The save holds a"
+  " host copy of the state until it is written; on CPU devices, where the state is host memory"
+  " already, false writes from the arrays while training waits (benchmarks/memory.py: a peak"
+  " lower by about the state's size).",
   "checkpoint.verify_arrays": "Store a fingerprint of every array, so a garbled file is"
   " found on restore.",
 }

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.evaluation import describe
@@ -142,6 +143,34 @@ class ProgressHook(JobHook):
     return examples / seconds if seconds > 0 else None
 
 
+class HeapHook(JobHook):
+  """Gives the compiler's freed heap back once a segment's programs are compiled.
+
+  A run or segment compiles its two programs (fill, steady) in its first
+  two pipeline steps; after the second one malloc_trim returns what the
+  compiler freed (core/memory.py).
+  """
+
+  COMPILING_STEPS = 2
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    self.steps = 0
+
+  def start(self) -> None:
+    self.steps = 0
+
+  def segment_end(self) -> None:
+    self.steps = 0
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    del result
+    self.steps += 1
+    if self.steps == self.COMPILING_STEPS:
+      core.release_freed_heap()
+    return False
+
+
 class PreemptionHook(JobHook):
   """Stops the loop at the first batch boundary after a preemption notice (or Ctrl-C).
 
@@ -246,6 +275,7 @@ def make_hooks(job: JobContext) -> list[Any]:
   job.hooks = {
     "losses": LossHook(job),
     "progress": ProgressHook(job),
+    "heap": HeapHook(job),
     "preemption": PreemptionHook(job),
     "checkpoints": CheckpointHook(job),
   }
