@@ -62,6 +62,8 @@ from sparsepipe.transforms.fdo.limits import apply_stack_limits
 from sparsepipe.transforms.fdo.limits import get_stack_limits
 from sparsepipe.transforms.fdo.limits import update_preprocessing_parameters
 from sparsepipe.transforms.stacking import stack_name_for
+from sparsepipe.transforms.fdo.batch_bound import bound_coo_buffers_by_the_batch
+from sparsepipe.transforms.fdo.batch_bound import most_coo_entries_per_device
 from sparsepipe.transforms.fdo.carry import carry_stack_limits
 from sparsepipe.transforms.fdo.carry import carry_stats_maximum
 from sparsepipe.transforms.fdo.carry import most_ids_per_sparsecore

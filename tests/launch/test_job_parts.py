@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sparsepipe import core
+from sparsepipe import transforms
 from sparsepipe.launch import distributed
 from sparsepipe.launch.job import fdo as fdo_retune
 from sparsepipe.launch.job.metrics import MetricsLog
@@ -73,6 +74,29 @@ def test_scale_stats_rounds_up_and_aligns_buffers_to_8():
   np.testing.assert_array_equal(scaled.max_ids_per_partition["s"], [15, 5])
   np.testing.assert_array_equal(scaled.max_unique_ids_per_partition["s"], [11, 0])
   np.testing.assert_array_equal(scaled.required_buffer_size_per_sc["s"], [64, 32])
+
+
+def test_fdo_headroom_stops_at_what_a_batch_can_fill(tmp_path):
+  # 1 device x 2 SCs (N = 2); stack "s": one feature of 4 ids, batch 16: a
+  # SC's 8 samples hold 32 ids, + 7 x 2 padding = 46 -> 48 per SC, 96 per device.
+  table = core.TableSpec(
+    name="s", vocabulary_size=100, embedding_dim=8, combiner="sum",
+    max_ids_per_partition=32, max_unique_ids_per_partition=32,
+  )  # fmt: skip
+  specs = transforms.prepare_feature_specs_for_training(
+    {"f": core.FeatureSpec("f", table, (16, 4), (16, 8))}, 1, 2
+  )
+  retune = dict(stats_dir=str(tmp_path / "a"), num_sc_per_device=2, global_device_count=1)
+  # Needed 40 and 24 per SC: x 1.5 -> 64 per SC (128 per device), past the 96 a batch fills.
+  tuned, _ = fdo_retune.retune_limits(specs, _stats([20], [20], [40, 24]), headroom=1.5, **retune)
+  assert transforms.get_stack_limits(tuned)["s"] == {
+    "max_ids_per_partition": 30,
+    "max_unique_ids_per_partition": 30,
+    "suggested_coo_buffer_size_per_device": 96,
+  }
+  retune["stats_dir"] = str(tmp_path / "b")
+  tuned, _ = fdo_retune.retune_limits(specs, _stats([20], [20], [24, 16]), headroom=1.5, **retune)
+  assert transforms.get_stack_limits(tuned)["s"]["suggested_coo_buffer_size_per_device"] == 80
 
 
 def test_headroom_below_one_is_refused():

@@ -113,7 +113,9 @@ def build_feature_specs(
   One table per configured feature, all with model.embedding_dim, initial
   limits from config.limits, 0 meaning the worst case (FDO tunes them later);
   `worst_case_limits` ignores config.limits (the eval step: any batch fits).
-  The table layout does not depend on the limits.
+  COO buffers are suggested no larger than a batch can fill
+  (transforms.bound_coo_buffers_by_the_batch). The table layout does not
+  depend on the limits.
   """
   num_sc = int(config.num_sc_per_device)
   dim = int(config.model.embedding_dim)
@@ -150,10 +152,10 @@ def build_feature_specs(
   elif config.stacking != "none":
     raise ValueError(f"stacking={config.stacking!r} is not 'auto' or 'none'")
   specs = transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
-  if worst_case_limits:
-    return specs
-  for_devices = int(limits.get("for_devices", 0))  # absent in configs of 0.2
-  return _carried_to_mesh(specs, for_devices, global_device_count, num_sc)
+  if not worst_case_limits:
+    for_devices = int(limits.get("for_devices", 0))  # absent in configs of 0.2
+    specs = _carried_to_mesh(specs, for_devices, global_device_count, num_sc)
+  return transforms.bound_coo_buffers_by_the_batch(specs, num_sc, global_device_count)
 
 
 def _carried_to_mesh(specs: Any, for_devices: int, global_device_count: int, num_sc: int) -> Any:

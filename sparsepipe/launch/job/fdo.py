@@ -83,7 +83,10 @@ def retune_limits(
     num_sc_per_device,
     global_device_count,
   )
-  return specs, merged
+  # Headroom past what a batch can fill buys nothing.
+  return transforms.bound_coo_buffers_by_the_batch(
+    specs, num_sc_per_device, global_device_count
+  ), merged
 
 
 def describe_limits(before: Any, after: Any) -> str:

@@ -1,0 +1,53 @@
+"""COO buffers no larger than one batch can fill.
+
+A stack without a suggested buffer size gets room for every partition of
+every SparseCore full to max_ids_per_partition (T = round8(M) * S * N per
+device), about N times what a batch can fill: one SC gets ceil(batch / N)
+samples with at most I ids of the stack each (`most_ids_per_sparsecore`),
+and rounds each of its N partitions up to 8, so it never needs more than
+I_sc + 7 * N entries. `bound_coo_buffers_by_the_batch` sets that bound as
+the suggestion where it is below T (and lowers larger suggestions, e.g.
+an FDO result with headroom, to it): smaller input blocks and step
+buffers, and no batch can overflow them. Buffers stay byte-identical to
+the reference's for the same specs: this only chooses the suggestion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparsepipe.core.rounding import round_up
+from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.fdo import carry
+from sparsepipe.transforms.fdo import limits as limits_lib
+
+
+def most_coo_entries_per_device(
+  feature_specs: Any, num_sc_per_device: int, global_device_count: int
+) -> dict[str, int]:
+  """{stack: the most COO entries a batch can put in one device's buffer}, as a
+  suggested_coo_buffer_size_per_device (a multiple of 8 * S)."""
+  n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  per_sc = carry.most_ids_per_sparsecore(feature_specs, n)
+  pad = (coo_layout.ALIGNMENT - 1) * n
+  return {
+    stack: round_up(ids + pad, coo_layout.ALIGNMENT) * int(num_sc_per_device)
+    for stack, ids in per_sc.items()
+  }
+
+
+def bound_coo_buffers_by_the_batch(
+  feature_specs: Any, num_sc_per_device: int, global_device_count: int
+) -> Any:
+  """New specs whose suggested COO buffers are at most what a batch can fill (module doc)."""
+  most = most_coo_entries_per_device(feature_specs, num_sc_per_device, global_device_count)
+  stack_limits = limits_lib.get_stack_limits(feature_specs)
+  for stack, values in stack_limits.items():
+    theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(
+      values["max_ids_per_partition"], global_device_count, num_sc_per_device
+    )
+    current = values["suggested_coo_buffer_size_per_device"]
+    current = theoretical if current is None else int(current)
+    if most[stack] < current:
+      values["suggested_coo_buffer_size_per_device"] = most[stack]
+  return limits_lib.apply_stack_limits(feature_specs, stack_limits)
