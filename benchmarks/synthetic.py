@@ -144,7 +144,9 @@ def _job_generation(config, tmp: str, name: str) -> tuple[int, float, float]:
 
 
 def _array_record_floor(config, tmp: str, options: str) -> tuple[int, float, float]:
-  """(f), (f0): ArrayRecord's writes of the job's records (encoded first), in the job's shards."""
+  """(f), (f0): ArrayRecord's writes of the job's records (encoded first), in the job's
+  shards, into directory `tmp`."""
+  os.makedirs(tmp)
   features = synthetic_features(config)
   codec = data.RecordCodec(data.synthetic_schema(features, int(config.synthetic.num_dense)))
   n = int(config.synthetic.num_examples)
@@ -177,10 +179,16 @@ def _shipped(n: int) -> dict:
       "(d) criteo, 1/record (as shipped)": _job_generation(one, tmp, "criteo_1"),
       "(e) criteo, 128/record": _job_generation(packed, tmp, "criteo_128"),
       "(f) ArrayRecord writes of (d) alone": _array_record_floor(
-        one, tmp, data.array_record_options(1)
+        one, os.path.join(tmp, "f"), data.array_record_options(1)
       ),
-      "(f0) the same, zstd chunks (0.2)": _array_record_floor(one, tmp, "group_size:1"),
+      "(f0) the same, zstd chunks (0.2)": _array_record_floor(
+        one, os.path.join(tmp, "f0"), "group_size:1"
+      ),
       "(g) demo, 1/record (as shipped)": _job_generation(demo.get_config(), tmp, "demo"),
+    }
+    sizes = {
+      part: sum(e.stat().st_size for e in os.scandir(os.path.join(tmp, part)))
+      for part in ("f", "f0")
     }
   figures = {}
   print(f"\nshipped configs' data generation (launch.job.ensure_dataset), {n:,} criteo examples")
@@ -197,7 +205,12 @@ def _shipped(n: int) -> dict:
   figures["ratio_d_to_e"], figures["ratio_d_to_f"] = d / e, d / f
   f0 = rate["(f0) the same, zstd chunks (0.2)"]
   figures["ratio_f_to_f0"] = f / f0
+  figures["file_bytes_f_to_f0"] = sizes["f"] / sizes["f0"]
   print(f"per CPU-second: (d)/(e) = {d / e:.3f}, (d)/(f) = {d / f:.3f}, (f)/(f0) = {f / f0:.2f}")
+  print(
+    f"file bytes (f)/(f0) = {sizes['f'] / sizes['f0']:.3f}"
+    f" ({sizes['f'] / n:.0f} and {sizes['f0'] / n:.0f} per record)"
+  )
   return figures
 
 
