@@ -126,3 +126,20 @@ def test_dataset_config_needs_data_dir_and_agreeing_eval(tmp_path):
   config.eval.data_dir = str(tmp_path / "eval")
   with pytest.raises(ValueError, match=r"feature 'user' has vocab_size 100 \(train\), 99 \(eval\)"):
     dataset_config.apply_manifest(config)
+
+
+def test_max_ids_below_the_recorded_ones_are_refused(tmp_path):
+  manifest = write(tmp_path / "ds", {"a": 10, "b": 20, "c": 5}, ids={"a": 3, "b": 2})
+  config = load_dataset_config()
+  config.features = dataset_config.features_from_manifest(manifest)
+  dataset_config.check_max_ids(config, manifest)  # as recorded: fine
+  config.features.a.max_ids, config.features.b.max_ids = 2, 1
+  with pytest.raises(ValueError) as e:
+    dataset_config.check_max_ids(config, manifest)
+  assert str(e.value) == (
+    f"dataset '{manifest.directory}': feature 'a' has examples of 3 ids,"
+    " config.features.a.max_ids = 2; 'b' has examples of 2 ids, config.features.b.max_ids = 1"
+    " (the COO buffers are sized by max_ids): raise max_ids to at least the data's"
+  )
+  # A manifest that records nothing is not checked (max_ids stays the guess it is).
+  dataset_config.check_max_ids(config, dataclasses.replace(manifest, info={}))

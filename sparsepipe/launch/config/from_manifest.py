@@ -12,13 +12,17 @@ sparse feature of the train manifest:
                 manifest.info["features"][i]["max_ids"]  (sparsepipe.data.synthetic),
                 MULTIVALENT_MAX_IDS if name is in manifest.info["multivalent_columns"]
                   (sparsepipe.data.csv), else 1;
-              it seeds the automatic COO limits (config.limits 0): a wrong
-              guess is caught by the limits (an error naming the feature, or
-              counted drops with data.allow_id_dropping) and FDO retunes them;
+              it seeds the automatic COO limits (config.limits 0) and sizes
+              the COO buffers: a wrong guess is caught by them (an error
+              naming the feature or the stack, or counted drops with
+              data.allow_id_dropping) and FDO retunes the limits;
   combiner    "sum" for single-id features (max_ids 1), "mean" for multivalent.
 
 `check_manifests_agree` makes a train/eval pair that differ in feature
-names, vocab sizes, weights or dense width a clear error.
+names, vocab sizes, weights or dense width a clear error, and
+`check_max_ids` a config whose max_ids is below what the data's manifest
+records (the job's COO buffers are sized by max_ids: a batch with more ids
+would not fit).
 """
 
 from __future__ import annotations
@@ -73,6 +77,24 @@ def features_from_manifest(manifest: Manifest) -> ml_collections.ConfigDict:
     combiner = "sum" if max_ids == 1 else "mean"
     features[f.name] = feature(f.vocab_size, min_ids=0, max_ids=max_ids, combiner=combiner)
   return ml_collections.ConfigDict(features)
+
+
+def check_max_ids(config: Any, manifest: Manifest) -> None:
+  """ValueError naming each configured feature whose max_ids is below the
+  most ids of one example the manifest records (no record: not checked)."""
+  recorded = _recorded_max_ids(manifest)
+  problems = [
+    f"'{name}' has examples of {recorded[name]} ids, config.features.{name}.max_ids ="
+    f" {int(feature.max_ids)}"
+    for name, feature in config.features.items()
+    if recorded.get(name, 0) > int(feature.max_ids)
+  ]
+  if problems:
+    raise ValueError(
+      f"dataset '{manifest.directory}': feature "
+      + "; ".join(problems)
+      + " (the COO buffers are sized by max_ids): raise max_ids to at least the data's"
+    )
 
 
 def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:

@@ -16,6 +16,7 @@ from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config.from_manifest import check_max_ids
 
 
 @dataclasses.dataclass
@@ -46,6 +47,7 @@ class JobModel:
     self.num_sc = int(config.num_sc_per_device)
     self.global_batch = config_specs.global_batch_size(config, jax.process_count())
     manifest = data.read_manifest(data_dir)
+    check_max_ids(config, manifest)
     self.num_dense = manifest.schema.num_dense
     self.epoch_examples = manifest.num_examples
     self.base_specs = self.feature_specs_for(mesh.size)
