@@ -47,7 +47,8 @@ FIELD_DOCS = {
   "synthetic.eval_examples": "Examples of a generated held-out split (0: none).",
   "features.NAME.vocab_size": "Rows of the feature's table (ids lie in [0, vocab_size)).",
   "features.NAME.min_ids": "Fewest ids of one example (generated data).",
-  "features.NAME.max_ids": "Most ids of one example; sizes the batch's id buffers.",
+  "features.NAME.max_ids": "Most ids of one example; sizes the batch's id and COO buffers"
+  " (a dataset whose manifest records more is refused).",
   "features.NAME.zipf_exponent": "Skew of the generated ids (bounded Zipf).",
   "features.NAME.combiner": "How an example's embeddings are combined: sum, mean or sqrtn.",
   "model.name": "A built-in model: dlrm or dcn_v2.",
