@@ -80,6 +80,14 @@ def test_a_bad_raw_row_names_the_row_and_column(exported):
     data.InputFormatError, match=r"'rows' line 2: column userId id 77 out of range"
   ):
     predictor.predict_rows([good, {**good, "userId": "77"}])
+  with pytest.raises(
+    data.InputFormatError,
+    match=(
+      r"^'rows' line 2: a str, not a \{column: text\} mapping \(e.g. dict\(zip\(header,"
+      r" fields\)\)\)$"
+    ),
+  ):
+    predictor.predict_rows([good, "3,Heat (1995),Action,30"])
 
 
 def test_the_predict_command_writes_the_scores_in_the_dataset_order(exported, tmp_path):

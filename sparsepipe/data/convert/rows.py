@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 from sparsepipe.data.criteo import convert as criteo
 from sparsepipe.data.csv import convert as csv
 from sparsepipe.data.example import ExampleBatch
+from sparsepipe.data.convert.text_input import InputFormatError
 from sparsepipe.data.schema import ExampleSchema
 
 # CsvParser's keyword arguments, as the CSV converter records them in its info.
@@ -59,9 +60,16 @@ def examples_from_rows(
 
   Raises:
     ValueError: the dataset was not made by a converter of raw rows (e.g.
-      generated), or a row is malformed (InputFormatError names row i as
-      line i of "rows").
+      generated), or a row is malformed or not a mapping (InputFormatError
+      names row i as line i of "rows").
   """
+  for i, row in enumerate(rows):
+    if not isinstance(row, Mapping):
+      raise InputFormatError(
+        "rows",
+        i + 1,
+        f"a {type(row).__name__}, not a {{column: text}} mapping (e.g. dict(zip(header, fields)))",
+      )
   converter = info.get("converter")
   if converter == "sparsepipe.data.csv":
     return _csv_examples(info, rows)
