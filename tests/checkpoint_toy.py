@@ -268,9 +268,11 @@ def run(args: Any) -> int:
         manager.close()
         print(f"Preempted: checkpoint step {step} saved", file=sys.stderr, flush=True)
         return PREEMPTED_EXIT_CODE
-  state = CheckpointItems(train_state, embeddings, pipeline_state, iterator, fdo)
-  manager.save(step, state, LoopPosition(step, step), force=True)
-  manager.close()
+    # The final save inside the watcher, as the launcher's: a SIGTERM during it
+    # is held (the run completes and exits 0), not the default action's kill.
+    state = CheckpointItems(train_state, embeddings, pipeline_state, iterator, fdo)
+    manager.save(step, state, LoopPosition(step, step), force=True)
+    manager.close()
   arrays = final_arrays(train_state, embeddings, pipeline_state)
   arrays["fdo_max_id"] = np.asarray(fdo["stats"]["max_id"])
   if jax.process_index() == 0:
