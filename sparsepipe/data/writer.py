@@ -17,10 +17,14 @@ a record of one example of 26 features of 1..20 ids reads in 0.8x
 need no option: each chunk names its compression.
 
 The dataset is written into a temporary directory beside the output
-(`.NAME.tmp-PID`) and moved into place only when complete, so a failed
+(`.NAME.tmp-HOST-PID`) and moved into place only when complete, so a failed
 conversion leaves the output as it was: with `overwrite`, the old dataset
 stays intact until the new one is finished (then the directories are
-swapped by renames). The manifest records, per sparse feature, the most and
+swapped by renames). A writer killed outright (SIGKILL, out of memory)
+leaves its temporary directory; the next writer of the same output
+removes it if its writer was on this host and its process is gone (a
+concurrent writer's, or one of another host's on a shared file system,
+stays). The manifest records, per sparse feature, the most and
 the mean ids per example (`info["ids_per_example"]`), which seed the COO
 buffer limits of a training config.
 """
@@ -31,6 +35,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import socket
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -49,6 +54,43 @@ DEFAULT_EXAMPLES_PER_RECORD = 128
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 _ENCODE_EXAMPLES = 1 << 16  # examples encoded together (at least one record)
 SMALL_RECORD_EXAMPLES = 8  # records of at most this many examples: snappy chunks
+
+
+def _work_prefix(base: str) -> str:
+  """How the temporary directories of writers of output `base` begin."""
+  return f".{base}.tmp-"
+
+
+def _process_gone(pid: int) -> bool:
+  """Whether no process `pid` exists on this host (one of another user's exists)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  except PermissionError:
+    return False
+  return False
+
+
+def remove_stale_work_directories(directory: str) -> list[str]:
+  """Removes the temporary directories that killed writers of `directory` left.
+
+  Only `.NAME.tmp-HOST-PID` directories of this host whose process is gone:
+  a live writer's (or another host's, on a shared file system) stays.
+  Returns the paths removed.
+  """
+  parent, base = os.path.split(os.path.abspath(directory))
+  prefix, host = _work_prefix(base), socket.gethostname()
+  removed = []
+  for name in os.listdir(parent) if os.path.isdir(parent) else []:
+    writer_host, _, pid = name[len(prefix) :].rpartition("-")
+    if not name.startswith(prefix) or writer_host != host or not pid.isdigit():
+      continue
+    path = os.path.join(parent, name)
+    if int(pid) != os.getpid() and _process_gone(int(pid)) and os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(path)
+  return removed
 
 
 def array_record_options(examples_per_record: int) -> str:
@@ -82,7 +124,7 @@ class ShardedRecordWriter:
       raise ValueError(f"max_records_per_shard={max_records_per_shard} must be >= 1")
     self.directory = os.path.abspath(directory)
     parent, base = os.path.split(self.directory)
-    self._work = os.path.join(parent, f".{base}.tmp-{os.getpid()}")
+    self._work = os.path.join(parent, f"{_work_prefix(base)}{socket.gethostname()}-{os.getpid()}")
     self.schema = schema
     self.examples_per_record = examples_per_record
     self.max_records_per_shard = max_records_per_shard
@@ -118,6 +160,7 @@ class ShardedRecordWriter:
         " replaces the whole directory, so move those files or choose another output"
       )
     self._replace_old = bool(ours)
+    remove_stale_work_directories(self.directory)
     if os.path.exists(self._work):
       shutil.rmtree(self._work)  # left by a crashed run of a process with our pid
     os.makedirs(self._work)
