@@ -25,6 +25,20 @@ import numpy as np
 from sparsepipe.data.convert import cli
 
 
+# The platforms jax.export lowers for (it records any other name unchecked).
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+
+
+def check_platforms(platforms: tuple[str, ...]) -> None:
+  """ValueError naming the first of `platforms` that is not one of PLATFORMS."""
+  for platform in platforms:
+    if platform not in PLATFORMS:
+      raise ValueError(
+        f"--platforms: unknown platform '{platform}' (the predict function is lowered"
+        f" for any of {', '.join(PLATFORMS)})"
+      )
+
+
 @contextlib.contextmanager
 def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   """(model on one CPU device, restored model, saved position) of a workdir's checkpoint."""
@@ -152,6 +166,7 @@ def export_checkpoint(
 
   previous = serving.read_info(since) if since else None
   with _checkpoint(workdir, step) as (model, restored, data_dir):
+  check_platforms(platforms)
     tables = _tables(model, restored)
     values, ids = serving.rows_to_export(
       {t: (v.table, v.updated) for t, v in tables.items()},
