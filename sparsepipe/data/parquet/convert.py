@@ -26,7 +26,9 @@ the same examples from CSV and from Parquet:
   makes the feature weighted; the column holds one number per value of the
   feature's column (a list of the same length per row for a list column),
   and the weights of values that give no id are dropped.
-Every file must have the used columns once each, with the same Arrow
+A dense or sparse column null in every row of a file is a warning naming
+the column and the file; one null in every row of every file is an error
+(nulls.py). Every file must have the used columns once each, with the same Arrow
 types (dictionary encoding and the names and nullability of list items
 may differ). A bad value raises InputFormatError naming the file and row
 (counted from 0 in the file); a file that cannot be read names the file,
@@ -47,6 +49,7 @@ from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.parquet.arrays import Rows
 from sparsepipe.data.parquet.columns import ParquetColumns, comparable_type
+from sparsepipe.data.parquet.nulls import NullColumns
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.output import write_converted
@@ -141,10 +144,14 @@ def read_parquet(
         )
 
   def batches() -> Iterator[ExampleBatch]:
+    nulls = NullColumns(wanted.roles)  # columns null in every row (nulls.py)
     for path in files:
       with _open(path) as file:
         for start, batch in _record_batches(file, path, wanted.names, batch_rows):
+          nulls.add(batch)
           yield wanted.convert(batch, Rows(path, start))
+      nulls.end_file(path)
+    nulls.check(files)
 
   return wanted.schema, total, batches()
 
