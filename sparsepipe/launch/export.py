@@ -158,15 +158,19 @@ def export_checkpoint(
   """Writes checkpoint `step` (default: the newest) of `workdir` as an export; returns its info.
 
   With `since` (an earlier export of the same job), a delta of the rows
-  updated after it.
+  updated after it. `output` is checked before anything is read
+  (serving.check_export_output): never inside or over a workdir, a dataset,
+  another export or the inputs; `overwrite` replaces only an export.
   """
   import jax  # pylint: disable=g-import-not-at-top
 
   from sparsepipe import serving  # pylint: disable=g-import-not-at-top
 
+  check_platforms(platforms)
+  inputs = [("the --workdir", workdir)] + ([("the --since export", since)] if since else [])
+  serving.check_export_output(output, overwrite=overwrite, inputs=inputs)
   previous = serving.read_info(since) if since else None
   with _checkpoint(workdir, step) as (model, restored, data_dir):
-  check_platforms(platforms)
     tables = _tables(model, restored)
     values, ids = serving.rows_to_export(
       {t: (v.table, v.updated) for t, v in tables.items()},
@@ -211,7 +215,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest intact one).")
   flags.DEFINE_string("since", None, "An earlier export of the job: write only what changed.")
   flags.DEFINE_list("platforms", [], "Also lower the predict function for these (cuda, tpu).")
-  flags.DEFINE_bool("overwrite", False, "Replace an existing export at --output.")
+  flags.DEFINE_bool("overwrite", False, "Replace an existing export (only an export) at --output.")
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
 
 

@@ -3,8 +3,12 @@
 Applies deltas (made with `launch.export --since`) to a full export, in
 order, and writes the result as a full export of the newest delta's
 checkpoint: its tables and dense parameters equal, bit for bit, those of a
-full export of that checkpoint. The base and the deltas are left as they
-are; the output is written beside its place and moved in when complete.
+full export of that checkpoint. It keeps the newest delta's export_id (it
+holds the model that delta stands for), so the deltas made after that one
+apply to it as well: E + D40 = A40, then A40 + D60. The base and the deltas
+are left as they are; the output is written beside its place and moved in
+when complete, and is never one of them or inside them
+(output_paths.check_export_output).
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ from absl import flags
 from sparsepipe.data.convert import cli
 from sparsepipe.serving.export_format import PREDICT_FILENAME
 from sparsepipe.serving.export_format import ExportInfo
-from sparsepipe.serving.export_format import new_export_id
 from sparsepipe.serving.export_format import read_info
 from sparsepipe.serving.export_format import write_export
+from sparsepipe.serving.output_paths import check_export_output
 from sparsepipe.serving.predictor import load_chain
 
 
@@ -30,13 +34,14 @@ def apply_deltas(base: str, deltas: Sequence[str], output: str, *, overwrite: bo
   """Writes `base` with `deltas` applied as a full export at `output`; returns its info."""
   if not deltas:
     raise ValueError("give at least one --delta to apply")
+  inputs = [("the --base export", base)] + [("a --delta export", d) for d in deltas]
+  check_export_output(output, overwrite=overwrite, inputs=inputs)
   first, newest, tables, params = load_chain(base, deltas)
   with open(os.path.join(base, PREDICT_FILENAME), "rb") as f:
     predict = f.read()
   shapes = {t: {**v, "rows": int(tables[t].shape[0])} for t, v in first.tables.items()}
-  info: ExportInfo = dataclasses.replace(
-    newest, kind="full", export_id=new_export_id(), since=None, tables=shapes
-  )
+  # The newest delta's export_id: the deltas made on top of it apply to this export too.
+  info: ExportInfo = dataclasses.replace(newest, kind="full", since=None, tables=shapes)
   write_export(
     output, info, params=params, tables=tables, ids=None, predict=predict, overwrite=overwrite
   )
@@ -45,9 +50,11 @@ def apply_deltas(base: str, deltas: Sequence[str], output: str, *, overwrite: bo
 
 def _define_flags() -> None:
   flags.DEFINE_string("base", None, "A full export.", required=True)
-  flags.DEFINE_list("delta", None, "Deltas made after it, in order.", required=True)
+  flags.DEFINE_multi_string(
+    "delta", None, "A delta made after it; repeat the flag for each, in order.", required=True
+  )
   flags.DEFINE_string("output", None, "The full export to write.", required=True)
-  flags.DEFINE_bool("overwrite", False, "Replace an existing export at --output.")
+  flags.DEFINE_bool("overwrite", False, "Replace an existing export (only an export) at --output.")
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
 
 
@@ -64,4 +71,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main)))
+  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))

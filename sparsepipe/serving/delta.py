@@ -6,13 +6,14 @@ updates_applied; see pipeline.EmbeddingVariables) and those rows' new
 values, plus all dense parameters. Applied to E (and a chain to E's
 predecessors in order), it gives the tables and parameters of a full export
 at its own checkpoint, bit for bit: every other row is untouched since E.
-A delta applies only to the export it names (its export_id) and to an
-export of its own job (job_id).
+A delta applies only to the export it names (its export_id), or to an
+export `serving.apply` made with it as the newest delta (which keeps its
+export_id), and to an export of its own job (job_id).
 """
 
 from __future__ import annotations
 
-from typing import Mapping, MutableMapping
+from typing import Mapping, MutableMapping, Sequence
 
 import numpy as np
 
@@ -22,8 +23,19 @@ from sparsepipe.serving.export_format import load_array
 from sparsepipe.serving.export_format import table_filename
 
 
-def check_applies(base: ExportInfo, delta: ExportInfo, base_dir: str, delta_dir: str) -> None:
-  """Raises ExportError unless `delta` was made on top of `base`."""
+def check_applies(
+  base: ExportInfo,
+  delta: ExportInfo,
+  base_dir: str,
+  delta_dir: str,
+  given: Mapping[str, str] | None = None,
+) -> None:
+  """Raises ExportError unless `delta` was made on top of `base`.
+
+  The error names both exports (checkpoint, batches) and what to do; `given`
+  ({export_id: directory} of the deltas given with it) lets it name the one
+  to give first.
+  """
   where = f"export '{delta_dir}'"
   if delta.kind != "delta":
     raise ExportError(f"{where} is a full export, not a delta: load it on its own")
@@ -32,12 +44,38 @@ def check_applies(base: ExportInfo, delta: ExportInfo, base_dir: str, delta_dir:
       f"{where} is a delta of job {delta.job_id}, '{base_dir}' an export of job {base.job_id}:"
       " a delta applies only to an export of its own job"
     )
-  if delta.since["export_id"] != base.export_id:
+  since_id, since_batch = delta.since["export_id"], delta.since["updates_applied"]
+  if since_id == base.export_id:
+    return
+  if delta.export_id == base.export_id:
     raise ExportError(
-      f"{where} applies to export {delta.since['export_id']} (after batch"
-      f" {delta.since['updates_applied']}), not to '{base_dir}' (export {base.export_id}, after"
-      f" batch {base.updates_applied}): apply the deltas in the order they were made"
+      f"{where} is already applied in '{base_dir}' (the same export {base.export_id[:8]}):"
+      " give each delta once"
     )
+  if given and since_id in given:
+    what = f"give '{given[since_id]}' before it"
+  elif since_batch > base.updates_applied:
+    what = f"the delta(s) from batch {base.updates_applied} to batch {since_batch} are missing"
+  elif since_batch < base.updates_applied:
+    what = "it was made on an older export: give the deltas in the order they were made"
+  else:
+    what = f"give the export it was made on top of ({since_id[:8]}) instead"
+  raise ExportError(
+    f"{where} (delta of checkpoint {delta.checkpoint_step}) was made on top of export"
+    f" {since_id[:8]} (after batch {since_batch}), not on top of '{base_dir}' (export"
+    f" {base.export_id[:8]}, checkpoint {base.checkpoint_step}, after batch"
+    f" {base.updates_applied}): {what}"
+  )
+
+
+def check_chain(base_dir: str, base: ExportInfo, deltas: Sequence[tuple[str, ExportInfo]]) -> None:
+  """Raises ExportError unless each of `deltas` ((directory, info), in order) was made on
+  top of the one before it, the first on top of the full export `base`."""
+  given = {info.export_id: directory for directory, info in deltas}
+  previous, previous_dir = base, base_dir
+  for delta_dir, info in deltas:
+    check_applies(previous, info, previous_dir, delta_dir, given)
+    previous, previous_dir = info, delta_dir
 
 
 def apply_delta(tables: MutableMapping[str, np.ndarray], info: ExportInfo, delta_dir: str) -> None:

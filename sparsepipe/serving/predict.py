@@ -3,6 +3,9 @@
 Scores every example of a converted dataset (in its order) with an export
 (and its deltas), writes the click probabilities as a float32 .npy and
 prints the dataset's AUC and log loss when its labels are clicks (0/1).
+The output is checked before anything is scored: an existing file is
+replaced only with --overwrite, and never one inside a workdir, a dataset
+or an export (output_paths.check_file_output).
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from absl import app
 from absl import flags
 
 from sparsepipe.data.convert import cli
+from sparsepipe.serving.output_paths import check_file_output
 
 
 def _define_flags() -> None:
   flags.DEFINE_string("export", None, "A full export.", required=True)
-  flags.DEFINE_list("delta", [], "Deltas made after it, in order.")
+  flags.DEFINE_multi_string(
+    "delta", [], "A delta made after it; repeat the flag for each, in order."
+  )
   flags.DEFINE_string("data", None, "A converted dataset (with manifest.json).", required=True)
   flags.DEFINE_string("output", None, "Where to write the scores (.npy).", required=True)
+  flags.DEFINE_bool("overwrite", False, "Replace an existing file at --output.")
   flags.DEFINE_integer("batch_size", 4096, "Examples scored at once.")
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
 
@@ -36,6 +43,7 @@ def main(argv) -> int:
   from sparsepipe.serving.scoring import score_dataset  # pylint: disable=g-import-not-at-top
 
   f = flags.FLAGS
+  check_file_output(f.output, overwrite=f.overwrite)
   predictor = Predictor.load(f.export, f.delta)
   scores, labels = score_dataset(predictor, f.data, batch_size=f.batch_size, show_progress=True)
   output = os.path.abspath(f.output)

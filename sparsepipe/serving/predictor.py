@@ -49,14 +49,14 @@ def load_chain(
     raise ExportError(
       f"export '{export_dir}' is a delta: load its full export with the deltas after it"
     )
+  chain = [(delta_dir, read_info(delta_dir)) for delta_dir in deltas]
+  delta_lib.check_chain(export_dir, base, chain)
   if deltas:
     tables = delta_lib.writable_tables(export_dir, base)
   else:
     tables = {t: load_array(export_dir, table_filename(t), mmap=True) for t in base.tables}
   newest, newest_dir = base, export_dir
-  for delta_dir in deltas:
-    info = read_info(delta_dir)
-    delta_lib.check_applies(newest, info, newest_dir, delta_dir)
+  for delta_dir, info in chain:
     delta_lib.apply_delta(tables, info, delta_dir)
     newest, newest_dir = info, delta_dir
   return base, newest, tables, load_params(newest_dir, int(newest.params["count"]))

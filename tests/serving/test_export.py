@@ -4,9 +4,11 @@ Jobs of the tiny demo config train on 8 CPU devices; exports are read on
 one (the export never needs the training mesh).
 """
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import jax
@@ -187,7 +189,11 @@ def test_a_delta_refuses_another_job_or_order(chain, tmp_path):
     r" an export of its own job$",
   ):
     serving.Predictor.load(str(tmp_path / "other_a"), [str(root / "b")])
-  with pytest.raises(serving.ExportError, match=r"apply the deltas in the order they were made$"):
+  with pytest.raises(
+    serving.ExportError,
+    match=r"' \(delta of checkpoint 8\) .*: the delta\(s\) from batch 4 to batch"
+    r" 6 are missing$",
+  ):
     serving.Predictor.load(str(root / "a"), [str(root / "c")])
 
 
@@ -225,3 +231,174 @@ def test_an_existing_export_is_kept_unless_overwrite(chain):
   ):
     export_checkpoint(workdir, str(root / "a"))
   assert json.loads((root / "a" / "export.json").read_text()) == before
+
+
+def _snapshot(root):
+  """{relative path: sha256} of every file under `root`."""
+  out = {}
+  for directory, _, names in os.walk(root):
+    for name in names:
+      with open(os.path.join(directory, name), "rb") as f:
+        out[os.path.relpath(os.path.join(directory, name), root)] = hashlib.sha256(
+          f.read()
+        ).hexdigest()
+  return out
+
+
+def _command(module, *args):
+  """Runs `python -m module args` on the CPU: (exit status, stderr lines, stdout)."""
+  out = subprocess.run(
+    [sys.executable, "-m", module, *args],
+    capture_output=True,
+    text=True,
+    env=harness.cpu_env(1),
+    timeout=300,
+    check=False,
+  )
+  return out.returncode, out.stderr.splitlines(), out.stdout
+
+
+def test_an_export_never_writes_into_or_over_saved_work(chain, tmp_path):
+  root, workdir = chain
+  a, b = str(root / "a"), str(root / "b")
+  notes = tmp_path / "notes.txt"
+  notes.write_text("keep me")
+  before = _snapshot(root)
+  inputs = "an output never replaces or writes into the command's inputs; give another --output"
+  cases = [
+    ([f"--output={workdir}"], f"--output '{workdir}' is also the --workdir: {inputs}"),
+    (
+      [f"--output={workdir}/checkpoints"],
+      f"--output '{workdir}/checkpoints' is inside the --workdir '{workdir}': {inputs}",
+    ),
+    ([f"--output={root}"], f"--output '{root}' holds the --workdir '{workdir}': {inputs}"),
+    ([f"--output={a}", f"--since={a}"], f"--output '{a}' is also the --since export: {inputs}"),
+    (
+      [f"--output={b}/tables"],
+      f"--output '{b}/tables' is inside export '{b}' (it has export.json): write the export"
+      " outside any workdir, dataset or export",
+    ),
+    (
+      [f"--output={notes}"],
+      f"--output '{notes}' is a file, not an export: --overwrite replaces only an export; give"
+      " another --output",
+    ),
+  ]
+  # Every case with --overwrite; a workdir and its checkpoints without it, too.
+  runs = [(*case, ["--overwrite"]) for case in cases] + [(*case, []) for case in cases[:2]]
+  for args, line, overwrite in runs:
+    status, stderr, _ = _command(
+      "sparsepipe.launch.export", f"--workdir={workdir}", *args, *overwrite
+    )
+    assert (status, stderr) == (1, [f"error: {line}"]), (args, overwrite)
+  # Nothing saved changed, and nothing was left beside the outputs.
+  assert _snapshot(root) == before
+  assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and notes.read_text() == "keep me"
+
+
+def test_predict_writes_no_file_over_or_into_saved_work(chain, tmp_path):
+  root, workdir = chain
+  a, b, c = (str(root / n) for n in "abc")
+  data_dir = dataset.eval_data_dir(_config(), workdir)
+  scores = tmp_path / "scores.npy"
+  scores.write_bytes(b"earlier scores")
+  before = _snapshot(root)
+  command = ("sparsepipe.serving.predict", f"--export={a}", f"--data={data_dir}")
+  status, stderr, _ = _command(*command, f"--output={a}/params.npz", "--overwrite")
+  assert (status, stderr) == (
+    1,
+    [
+      f"error: --output '{a}/params.npz' is inside export '{a}' (it has export.json): write the"
+      " scores outside any workdir, dataset or export"
+    ],
+  )
+  status, stderr, _ = _command(*command, f"--output={workdir}/scores.npy")
+  assert (status, stderr) == (
+    1,
+    [
+      f"error: --output '{workdir}/scores.npy' is inside workdir '{workdir}' (it has job.json):"
+      " write the scores outside any workdir, dataset or export"
+    ],
+  )
+  status, stderr, _ = _command(*command, f"--output={scores}")
+  assert (status, stderr) == (
+    1,
+    [f"error: '{scores}' exists: give --overwrite to replace it, or another --output"],
+  )
+  assert _snapshot(root) == before and scores.read_bytes() == b"earlier scores"
+  # Every --delta is taken: the scores are those of the full export of the last one.
+  status, stderr, stdout = _command(
+    *command, f"--delta={b}", f"--delta={c}", f"--output={scores}", "--overwrite"
+  )
+  assert status == 0, stderr
+  want, _ = score_dataset(serving.Predictor.load(str(root / "c_full")), data_dir)
+  np.testing.assert_array_equal(np.load(scores), want)
+  assert stdout.startswith(f"100 scores: {scores}")
+
+
+def test_every_delta_flag_is_applied_and_a_wrong_link_is_named(chain, tmp_path):
+  root, _ = chain
+  a, b, c = (str(root / n) for n in "abc")
+  ids = {n: serving.read_info(str(root / n)).export_id[:8] for n in "abc"}
+  before = _snapshot(root)
+  output = str(tmp_path / "applied")
+  wrong_link = (
+    f"error: export '{c}' (delta of checkpoint 8) was made on top of export {ids['b']} (after"
+    f" batch 6), not on top of '{a}' (export {ids['a']}, checkpoint 4, after batch 4)"
+  )
+  cases = [
+    ([f"--delta={c}", f"--delta={b}"], f"{wrong_link}: give '{b}' before it"),
+    ([f"--delta={c}"], f"{wrong_link}: the delta(s) from batch 4 to batch 6 are missing"),
+    (
+      [f"--delta={b}", f"--delta={b}"],
+      f"error: export '{b}' is already applied in '{b}' (the same export {ids['b']}): give each"
+      " delta once",
+    ),
+  ]
+  for deltas, line in cases:
+    status, stderr, _ = _command(
+      "sparsepipe.serving.apply", f"--base={a}", *deltas, f"--output={output}"
+    )
+    assert (status, stderr) == (1, [line]), deltas
+  status, stderr, _ = _command(
+    "sparsepipe.serving.apply", f"--base={a}", f"--delta={b}", f"--output={a}", "--overwrite"
+  )
+  assert (status, stderr) == (
+    1,
+    [
+      f"error: --output '{a}' is also the --base export: an output never replaces or writes"
+      " into the command's inputs; give another --output"
+    ],
+  )
+  assert _snapshot(root) == before and os.listdir(tmp_path) == []
+  status, stderr, stdout = _command(
+    "sparsepipe.serving.apply", f"--base={a}", f"--delta={b}", f"--delta={c}", f"--output={output}"
+  )
+  assert status == 0, stderr
+  assert stdout == f"export of checkpoint 8 (after batch 8) from {a} and 2 delta(s): {output}\n"
+  got, want = _arrays(output), _arrays(str(root / "c_full"))
+  for part in range(2):
+    assert {k: v.tobytes() for k, v in got[part].items()} == {
+      k: v.tobytes() for k, v in want[part].items()
+    }
+
+
+def test_a_rolling_apply_takes_the_deltas_made_after_it(chain, tmp_path):
+  """E4 + D6 = A6, then A6 + D8: A6 keeps D6's export_id (it holds the model D6 stands for)."""
+  root, _ = chain
+  b = serving.read_info(str(root / "b"))
+  rolled = apply_deltas(str(root / "a"), [str(root / "b")], str(tmp_path / "a6"))
+  assert (rolled.kind, rolled.checkpoint_step, rolled.export_id) == ("full", 6, b.export_id)
+  applied = apply_deltas(str(tmp_path / "a6"), [str(root / "c")], str(tmp_path / "a8"))
+  assert (applied.kind, applied.checkpoint_step) == ("full", 8)
+  got, want = _arrays(str(tmp_path / "a8")), _arrays(str(root / "c_full"))
+  for part in range(2):
+    assert {k: v.tobytes() for k, v in got[part].items()} == {
+      k: v.tobytes() for k, v in want[part].items()
+    }
+  with pytest.raises(
+    serving.ExportError,
+    match=rf"^export '{root / 'b'}' is already applied in '{tmp_path / 'a6'}' \(the same export"
+    rf" {b.export_id[:8]}\): give each delta once$",
+  ):
+    serving.Predictor.load(str(tmp_path / "a6"), [str(root / "b")])

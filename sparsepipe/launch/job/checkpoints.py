@@ -270,7 +270,7 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
   job (evaluate, export): the job may be running and writing there, and a
   writable manager would delete its save in progress.
   """
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  directory = os.path.join(os.path.abspath(workdir), checkpointing.CHECKPOINTS_DIRNAME)
   if not os.path.isdir(directory):
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
   with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:

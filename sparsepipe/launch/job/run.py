@@ -88,7 +88,7 @@ class _Job:
   def run(self) -> JobResult:
     ckpt = self.config.checkpoint
     with checkpointing.TrainingCheckpointManager(
-      os.path.join(self.workdir, "checkpoints"),
+      os.path.join(self.workdir, checkpointing.CHECKPOINTS_DIRNAME),
       self.run_info,
       keep_latest=int(ckpt.keep),
       async_save=bool(ckpt.async_save),

@@ -20,8 +20,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from sparsepipe import checkpointing
-
-JOB_FILENAME = "job.json"
+from sparsepipe.checkpointing import JOB_FILENAME
 
 
 @dataclasses.dataclass(frozen=True)
