@@ -141,12 +141,16 @@ def stack_and_shard_tables(
   tables: Nested,
   num_shards: int,
   pad_value: float = np.nan,
+  delete_input: bool = False,
 ) -> dict[str, Nested]:
   """{stack name: stacked [V, D] numpy values} of logical tables.
 
   `tables` has the structure of `table_specs` (a leaf per TableSpec may be
   a pytree, e.g. a table and its slots: each part is stacked alike). Rows
-  and columns of a table's padding take `pad_value`.
+  and columns of a table's padding take `pad_value`. With `delete_input`,
+  every input leaf that is a jax.Array is deleted (its buffers freed) as
+  soon as its values are copied, as jax-tpu-embedding's does: the inputs
+  are not held beside their stacked copy. Numpy inputs are left alone.
   """
   members: dict[str, tuple[specs_lib.StackedTableSpec, list]] = {}
   values: dict[str, Any] = {}
@@ -166,6 +170,11 @@ def stack_and_shard_tables(
       for table, leaf in sorted(
         zip(group, leaves), key=lambda tl: _setting(tl[0]).row_offset_in_shard
       ):
+        if delete_input and isinstance(leaf, jax.Array):
+          # A copy: on CPU, np.asarray may be a view of the buffer deleted here.
+          host = np.array(leaf, np.float32, copy=True)
+          leaf.delete()
+          leaf = host
         leaf = np.asarray(leaf, np.float32)
         padded_vocab = round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards)
         padded = np.pad(

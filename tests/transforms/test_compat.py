@@ -286,3 +286,24 @@ def test_table_helpers_match_reference():
   assert T.round_up_dim_and_vocab_size(tables, 4) == (
     table_stacking.round_up_dim_and_vocab_size(ref_tables, 4)
   )
+
+
+@pytest.mark.parametrize("delete_input", [False, True])
+def test_stack_and_shard_tables_frees_its_device_inputs_when_asked(delete_input):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  specs = _two_table_stack()
+  tables = {k: f.table_spec for k, f in specs.items()}
+  values = {
+    "fa": np.arange(40, dtype=np.float32).reshape(10, 4),
+    "fb": -np.arange(48, dtype=np.float32).reshape(6, 8),
+  }
+  expected = T.stack_and_shard_tables(tables, values, 2)
+  on_device = {k: jax.device_put(v) for k, v in values.items()}
+  stacked = T.stack_and_shard_tables(tables, on_device, 2, delete_input=delete_input)
+  np.testing.assert_array_equal(stacked["ab"], expected["ab"])
+  assert [a.is_deleted() for a in on_device.values()] == [delete_input] * 2
+  # Numpy inputs are never touched.
+  again = T.stack_and_shard_tables(tables, values, 2, delete_input=delete_input)
+  np.testing.assert_array_equal(again["ab"], expected["ab"])
+  np.testing.assert_array_equal(values["fa"], np.arange(40, dtype=np.float32).reshape(10, 4))
