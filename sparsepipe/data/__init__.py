@@ -40,6 +40,11 @@ from sparsepipe.data.source import manifest_source
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.hashing import stable_hash64
 from sparsepipe.data.convert.text_input import InputFormatError
+from sparsepipe.data.convert.dense_stats import DenseStats
+from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE
+from sparsepipe.data.convert.dense_stats import scale_warnings
+from sparsepipe.data.convert.vocab_sizing import VOCAB_CAP
+from sparsepipe.data.convert.vocab_sizing import data_vocab_size
 from sparsepipe.data.synthetic.generate import SyntheticFeature
 from sparsepipe.data.synthetic.generate import criteo_like_features
 from sparsepipe.data.synthetic.generate import generate_batches

@@ -36,7 +36,7 @@ import dataclasses
 import os
 import shutil
 import socket
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -210,6 +210,10 @@ class ShardedRecordWriter:
     if self._pending_count >= self.examples_per_record:
       self._flush(final=False)
 
+  def add_info(self, info: Mapping[str, Any]) -> None:
+    """Adds entries to the manifest's info (e.g. statistics known only at the end)."""
+    self._info.update(info)
+
   def close(self) -> Manifest:
     """Writes the last (possibly partial) record, closes the shard, writes the manifest."""
     if self._closed:
@@ -326,6 +330,7 @@ def write_batches(
   eval_output: str | None = None,
   eval_fraction: float = 0.0,
   split_seed: int = 0,
+  final_info: Callable[[], Mapping[str, Any]] | None = None,
 ) -> Manifest:
   """Writes all of `batches` as one dataset (or a train and an eval split); returns its manifest.
 
@@ -335,7 +340,8 @@ def write_batches(
   at the end. With `eval_output`, each example goes to the eval dataset
   there with probability `eval_fraction`, decided by a hash of its index in
   the stream and `split_seed` (sparsepipe.data.split), and the manifest
-  returned is the train split's.
+  returned is the train split's. `final_info()`, called once all batches
+  are read, adds entries to every manifest's info (e.g. value statistics).
   """
   if eval_output is not None:
     if not 0.0 < eval_fraction < 1.0:
@@ -379,6 +385,11 @@ def write_batches(
         raise ValueError(
           f"the {part} split got none of the {seen} examples (eval_fraction={eval_fraction})"
         )
+    if final_info is not None:
+      extra = final_info()
+      for writer in (train, evals):
+        if writer is not None:
+          writer.add_info(extra)
   if progress:
     progress.close()
   return train.manifest

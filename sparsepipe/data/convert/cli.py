@@ -19,7 +19,9 @@ from absl import logging
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.data.convert.progress import summarize
+from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE, scale_warnings
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS
+from sparsepipe.data.convert.vocab_sizing import HEADROOM, VOCAB_CAP, sizing_lines
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 
 # The flags defined below belong to the command that asks for them, so its
@@ -43,10 +45,21 @@ def define_column_flags(sparse_help: str) -> None:
   flags.DEFINE_string("label_column", None, "Column holding the label.", required=True)
   flags.DEFINE_float("label_threshold", None, "If set, label = 1.0 if value >= threshold else 0.0.")
   flags.DEFINE_list("dense_columns", [], "Numeric columns, in order.")
-  flags.DEFINE_enum("dense_transform", "none", DENSE_TRANSFORMS, "Transform of dense values.")
+  flags.DEFINE_enum(
+    "dense_transform",
+    "auto",
+    ("auto", *DENSE_TRANSFORMS),
+    "Transform of dense values: log1p (log(1 + max(x, 0))), none, or auto: log1p for a"
+    f" column whose values are all >= 0 and reach above {SWAMP_MAGNITUDE:g}, none for others.",
+  )
   flags.DEFINE_list("sparse_columns", [], sparse_help)
   flags.DEFINE_list("integer_id_columns", [], "Sparse columns holding integer ids (not hashed).")
-  flags.DEFINE_list("vocab_sizes", ["1000000"], "Default N and/or column=N entries.")
+  flags.DEFINE_list(
+    "vocab_sizes",
+    [],
+    "Default N and/or column=N entries; a column without one is sized from its distinct"
+    f" values ({HEADROOM}x, a power of two, at most {VOCAB_CAP:,}).",
+  )
 
 
 def column_kwargs() -> dict[str, Any]:
@@ -93,7 +106,10 @@ def input_paths(argv: Sequence[str]) -> list[str]:
 def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any) -> Manifest:
   """Calls `write(*args, output_dir=--output, <writer flags>, show_progress=True, **kwargs)`.
 
-  Prints the summary line (progress.summarize; one more for an eval split)
+  Prints the summary line (progress.summarize; one more for an eval split),
+  the vocabulary sizes chosen from the data (vocab_sizing.sizing_lines), and
+  on stderr a warning per dense column stored at a scale that swamps a
+  model (dense_stats.scale_warnings),
   and returns the manifest; a bad input ends the command (exit_with_error).
   """
   f = flags.FLAGS
@@ -116,6 +132,10 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
   print(summarize(manifest, seconds))
   if kwargs.get("eval_output"):
     print(summarize(read_manifest(kwargs["eval_output"]), seconds))
+  for line in sizing_lines(manifest.info.get("vocab_sizing") or {}):
+    print(line)
+  for warning in scale_warnings(manifest.info):
+    print(f"warning: {warning}", file=sys.stderr, flush=True)
   return manifest
 
 

@@ -1,7 +1,7 @@
 """Command line: convert Criteo click logs (see convert.py for the transforms).
 
     python -m sparsepipe.data.criteo --input day_0.gz,day_1.gz --output DIR \
-        --vocab_sizes 1000000 [--empty_category drop|reserve] \
+        [--vocab_sizes 1000000] [--empty_category drop|reserve] \
         [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
 """
 
@@ -15,7 +15,12 @@ from sparsepipe.data.criteo.convert import EMPTY_CATEGORY_MODES, convert_criteo
 
 def _define_flags():
   cli.define_input_flag("Criteo TSV files (.gz allowed), in order; more may follow as arguments.")
-  flags.DEFINE_list("vocab_sizes", ["1000000"], "One vocab size for all 26 features, or 26.")
+  flags.DEFINE_list(
+    "vocab_sizes",
+    [],
+    "One vocab size for all 26 features, or 26; none: each feature's from its distinct values"
+    " (4x, a power of two, at most 1,048,576; a first pass over the input counts them).",
+  )
   flags.DEFINE_enum(
     "empty_category",
     "drop",

@@ -20,7 +20,9 @@ Transforms (the manifest records them):
   id = h % vocab (`--empty_category drop`, the default: an empty field gives
   the example no id for that feature, an empty row), or id = 1 + h % (vocab-1)
   with id 0 reserved for "empty" (`--empty_category reserve`: an empty field
-  gives the single id 0).
+  gives the single id 0). Without `--vocab_sizes` each feature's vocabulary
+  is sized from its distinct values (sparsepipe.data.convert.vocab_sizing),
+  counted in a first pass over the input.
 Blank lines are skipped; any other malformed line raises InputFormatError
 naming the file and line.
 """
@@ -45,6 +47,8 @@ from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_d
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.output import HASH_RULE
 from sparsepipe.data.writer import write_batches
+from sparsepipe.data.convert.dense_stats import DenseStats
+from sparsepipe.data.convert.vocab_sizing import DistinctCounter, data_vocab_size
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -88,6 +92,8 @@ class CriteoParser:
     self._empty_row = [0] if reserve else []
     self._hashers = [CategoryHasher(f.vocab_size, num_reserved=int(reserve)) for f in schema.sparse]
     self._builder = ExampleBatchBuilder(schema)
+    self.dense_stats = DenseStats(DENSE_NAMES)
+    self._missing = [0] * NUM_DENSE
 
   def add_line(self, line: str, delimiter: str, path: str, line_no: int) -> bool:
     """Parses one line into the pending batch; False for a blank line."""
@@ -105,6 +111,9 @@ class CriteoParser:
       log1p_clamped(parse_float(fields[1 + j], path, line_no, DENSE_NAMES[j], float32=False))
       for j in range(NUM_DENSE)
     ]
+    for j in range(NUM_DENSE):
+      if not fields[1 + j]:
+        self._missing[j] += 1
     empty = self._empty_row
     ids = [[h(c)] if c else empty for h, c in zip(self._hashers, fields[1 + NUM_DENSE :])]
     self._builder.add(label, dense, ids)
@@ -114,7 +123,49 @@ class CriteoParser:
     return len(self._builder)
 
   def take(self) -> ExampleBatch:
-    return self._builder.take()
+    """The pending examples; their dense values are added to `dense_stats`."""
+    batch = self._builder.take()
+    self.dense_stats.add(batch.dense, self._missing)
+    self._missing = [0] * NUM_DENSE
+    return batch
+
+
+def _data_lines(
+  paths: Sequence[str], delimiter: str, header: str
+) -> Iterator[tuple[str, int, str, str]]:
+  """(path, line number, line, delimiter) of every line that is not a header."""
+  if header not in ("auto", "yes", "no"):
+    raise ValueError(f"header={header!r} is not one of ('auto', 'yes', 'no')")
+  for path in paths:
+    delim = None
+    for line_no, line in enumerate(read_lines(path), start=1):
+      if line_no == 1:
+        delim = resolve_delimiter(delimiter, line)
+        if header == "yes" or (header == "auto" and is_header(line, delim)):
+          continue
+      yield path, line_no, line, delim
+
+
+def count_categories(
+  paths: Sequence[str], *, delimiter: str = "auto", header: str = "auto"
+) -> list[int]:
+  """The distinct non-empty values of C1..C26 (a first pass, for data-sized
+  vocabularies); malformed lines are passed over (the conversion reports them)."""
+  counters = [DistinctCounter() for _ in SPARSE_NAMES]
+  pending: list[list[str]] = [[] for _ in SPARSE_NAMES]
+  for n, (_, _, line, delim) in enumerate(_data_lines(paths, delimiter, header), start=1):
+    fields = line.rstrip("\r\n").split(delim)
+    if len(fields) == NUM_FIELDS:
+      for values, c in zip(pending, fields[1 + NUM_DENSE :]):
+        if c:
+          values.append(c)
+    if n % _CHUNK == 0:
+      for counter, values in zip(counters, pending):
+        counter.add(values)
+        values.clear()
+  for counter, values in zip(counters, pending):
+    counter.add(values)
+  return [counter.count for counter in counters]
 
 
 def read_criteo(
@@ -125,21 +176,16 @@ def read_criteo(
   delimiter: str = "auto",
   header: str = "auto",
   chunk_size: int = _CHUNK,
+  parser: CriteoParser | None = None,
 ) -> Iterator[ExampleBatch]:
-  """Yields columnar batches of the examples in `paths`, in file order."""
-  if header not in ("auto", "yes", "no"):
-    raise ValueError(f"header={header!r} is not one of ('auto', 'yes', 'no')")
-  parser = CriteoParser(schema, empty_category=empty_category)
-  for path in paths:
-    delim = None
-    for line_no, line in enumerate(read_lines(path), start=1):
-      if line_no == 1:
-        delim = resolve_delimiter(delimiter, line)
-        if header == "yes" or (header == "auto" and is_header(line, delim)):
-          continue
-      parser.add_line(line, delim, path, line_no)
-      if len(parser) >= chunk_size:
-        yield parser.take()
+  """Yields columnar batches of the examples in `paths`, in file order (parsed by
+  `parser` if given, e.g. to read its dense statistics after)."""
+  if parser is None:
+    parser = CriteoParser(schema, empty_category=empty_category)
+  for path, line_no, line, delim in _data_lines(paths, delimiter, header):
+    parser.add_line(line, delim, path, line_no)
+    if len(parser) >= chunk_size:
+      yield parser.take()
   if len(parser):
     yield parser.take()
 
@@ -168,7 +214,7 @@ def convert_criteo(
   inputs: Sequence[str],
   output_dir: str,
   *,
-  vocab_sizes: int | Sequence[int] = 1_000_000,
+  vocab_sizes: int | Sequence[int] | None = None,
   empty_category: str = "drop",
   delimiter: str = "auto",
   header: str = "auto",
@@ -182,22 +228,43 @@ def convert_criteo(
 ) -> Manifest:
   """Converts Criteo files into a dataset; returns its manifest.
 
+  `vocab_sizes`: one size for all 26 features, or 26; None (or empty): each
+  feature's from its distinct values, counted in a first pass over the
+  inputs (sparsepipe.data.convert.vocab_sizing; info["vocab_sizing"] records
+  the counts).
+
   With `eval_output`, a deterministic `eval_fraction` of the examples goes
   to a second dataset there instead (see sparsepipe.data.split); the
   manifest returned is the train split's.
   """
+  if vocab_sizes is None or (not isinstance(vocab_sizes, (int, str)) and not len(vocab_sizes)):
+    counts = count_categories(inputs, delimiter=delimiter, header=header)
+    reserved = int(empty_category == "reserve")
+    vocab_sizes = [data_vocab_size(n, reserved=reserved) for n in counts]
+    sizing = {
+      name: {"vocab_size": size, "from": "data", "distinct": n}
+      for name, size, n in zip(SPARSE_NAMES, vocab_sizes, counts)
+    }
+  else:
+    sizing = None
   schema = criteo_schema(vocab_sizes)
+  if sizing is None:
+    sizing = {f.name: {"vocab_size": f.vocab_size, "from": "flag"} for f in schema.sparse}
   info = {
     "converter": "sparsepipe.data.criteo",
     "inputs": list(inputs),
     "dense_transform": "log(1 + max(x, 0)); empty -> 0",
     "hash": HASH_RULE,
     "empty_category": empty_category,
+    "vocab_sizing": sizing,
   }
+  parser = CriteoParser(schema, empty_category=empty_category)
+  transforms = dict.fromkeys(DENSE_NAMES, "log1p")
   return write_batches(
     output_dir,
     schema,
-    read_criteo(inputs, schema, empty_category=empty_category, delimiter=delimiter, header=header),
+    read_criteo(inputs, schema, delimiter=delimiter, header=header, parser=parser),
+    final_info=lambda: {"dense_stats": parser.dense_stats.to_dict(transforms)},
     examples_per_record=examples_per_record,
     max_records_per_shard=max_records_per_shard,
     overwrite=overwrite,

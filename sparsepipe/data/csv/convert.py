@@ -7,8 +7,11 @@ title like "Bridges of Madison County, The (1995)" is one field).
 - label: the number, which must lie in [0, 1], or with `--label_threshold t`
   1.0 if value >= t else 0.0 (e.g. ratings 1..5).
 - dense columns: the number as float32 (empty -> 0.0); with
-  `--dense_transform log1p`, x -> log(1 + max(x, 0)). Values must be
-  finite as float32.
+  `--dense_transform log1p`, x -> log(1 + max(x, 0)); with `auto` (the
+  converter's default) log1p for a column whose values are all >= 0 and
+  reach above 100, the number for the others (dense_stats.py). Stored values
+  must be finite as float32. The manifest records each column's transform
+  and statistics (info["dense_stats"]).
 - sparse columns: one id per field; a multivalent column is split on the
   separator ("Comedy|Drama" -> 2 ids, empty pieces skipped); an empty field
   gives no id (an empty row). Values are hashed into the column's vocabulary
@@ -16,7 +19,10 @@ title like "Bridges of Madison County, The (1995)" is one field).
   (id = h % vocab), except `--integer_id_columns`, whose values are used as
   ids directly and must lie in [0, vocab).
 - vocab sizes: `--vocab_sizes` is a list of `N` (the default for every
-  column) and `column=N` entries.
+  column) and `column=N` entries; a column with neither is sized from its
+  distinct values (4x, a power of two, at most 2**20; an integer-id column
+  from its largest id: vocab_sizing.py), counted in a first pass over the
+  input (csv/scan.py).
 Every input file must have the same header (UTF-8), which names each
 column used once. A malformed line raises InputFormatError naming the file
 and line (for a row that spans lines, e.g. an unclosed quote, the line it
@@ -42,17 +48,26 @@ from sparsepipe.data.convert.text_input import (
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.convert.dense_stats import DenseStats
+from sparsepipe.data.convert.from_data import resolve_from_data
+from sparsepipe.data.csv.scan import scan_csv
 from sparsepipe.data.convert.output import write_converted
 
 _CHUNK = 4096
 
 
-def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> dict[str, int]:
-  """`["1000", "user_id=6041"]` -> {column: size} for every sparse column."""
+def parse_vocab_sizes(
+  entries: Sequence[str] | int | None, columns: Sequence[str], *, allow_unsized: bool = False
+) -> dict[str, int]:
+  """`["1000", "user_id=6041"]` -> {column: size} for every sparse column.
+
+  With `allow_unsized`, a column without an entry (and no default N) is left
+  out: the converter sizes it from the data (sparsepipe.data.convert.vocab_sizing).
+  """
   if isinstance(entries, int):
     entries = [str(entries)]
   default, sizes = None, {}
-  for entry in entries:
+  for entry in entries or ():
     entry = str(entry).strip()
     if "=" in entry:
       name, value = entry.split("=", 1)
@@ -65,6 +80,8 @@ def parse_vocab_sizes(entries: Sequence[str] | int, columns: Sequence[str]) -> d
       default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
   for name in columns:
     if name not in sizes:
+      if default is None and allow_unsized:
+        continue
       if default is None:
         raise ValueError(f"no vocab size for sparse column '{name}' (give N or {name}=N)")
       sizes[name] = default
@@ -85,7 +102,7 @@ class CsvParser:
     separator: str = "|",
     vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
     integer_id_columns: Sequence[str] = (),
-    dense_transform: str = "none",
+    dense_transform: str | Mapping[str, str] = "none",
     label_threshold: float | None = None,
   ):
     header = [h.strip() for h in header]
@@ -100,8 +117,7 @@ class CsvParser:
         raise ValueError(
           f"{what} columns {stray} are not among the sparse columns {list(sparse_columns)}"
         )
-    if dense_transform not in DENSE_TRANSFORMS:
-      raise ValueError(f"dense_transform={dense_transform!r} is not one of {DENSE_TRANSFORMS}")
+    transforms = column_transforms(dense_transform, dense_columns)
     if multivalent_columns and not separator:
       raise ValueError("multivalent columns need a non-empty separator")
     if not isinstance(vocab_sizes, Mapping):
@@ -115,7 +131,10 @@ class CsvParser:
     self._label = header.index(label_column)
     self._dense = [header.index(c) for c in dense_columns]
     self._dense_names = list(dense_columns)
-    self._log1p = dense_transform == "log1p"
+    self._log1p = [transforms[c] == "log1p" for c in dense_columns]
+    self.dense_transforms = transforms
+    self.dense_stats = DenseStats(dense_columns)
+    self._missing = [0] * len(dense_columns)
     self._threshold = label_threshold
     self._sep = separator
     self._sparse = []
@@ -144,11 +163,11 @@ class CsvParser:
       label = 1.0 if label >= self._threshold else 0.0
     check_label(label, text, path, line_no, self.schema.label_name, THRESHOLD_HINT)
     dense = []
-    for j, name in zip(self._dense, self._dense_names):
-      x = parse_float(row[j], path, line_no, name, float32=not self._log1p)
-      if self._log1p:
-        x = log1p_clamped(x)
-      dense.append(x)
+    for k, (j, name, log1p) in enumerate(zip(self._dense, self._dense_names, self._log1p)):
+      if not row[j]:
+        self._missing[k] += 1
+      x = parse_float(row[j], path, line_no, name, float32=not log1p)
+      dense.append(log1p_clamped(x) if log1p else x)
     ids = []
     for j, name, multi, hasher, vocab in self._sparse:
       value = row[j]
@@ -175,16 +194,37 @@ class CsvParser:
     return len(self._builder)
 
   def take(self) -> ExampleBatch:
-    return self._builder.take()
+    """The pending examples; their dense values are added to `dense_stats`."""
+    batch = self._builder.take()
+    self.dense_stats.add(batch.dense, self._missing)
+    self._missing = [0] * len(self._missing)
+    return batch
 
 
-def read_csv(
-  paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
-) -> tuple[ExampleSchema, Iterator[ExampleBatch]]:
-  """Opens the inputs; returns the schema and an iterator of columnar batches.
+def column_transforms(
+  dense_transform: str | Mapping[str, str], dense_columns: Sequence[str]
+) -> dict[str, str]:
+  """{column: "none" | "log1p"} from one transform for all or a mapping (as the manifest
+  of an `auto` conversion records it)."""
+  if isinstance(dense_transform, Mapping):
+    missing = [c for c in dense_columns if c not in dense_transform]
+    if missing:
+      raise ValueError(f"dense_transform names no transform for dense columns {missing}")
+    out = {c: dense_transform[c] for c in dense_columns}
+  else:
+    out = dict.fromkeys(dense_columns, dense_transform)
+  given = [dense_transform] if isinstance(dense_transform, str) else []
+  for value in dict.fromkeys([*out.values()] or given):
+    if value not in DENSE_TRANSFORMS:
+      raise ValueError(
+        f"dense_transform={value!r} is not one of {DENSE_TRANSFORMS}"
+        + (" ('auto' is chosen from the data by convert_csv)" if value == "auto" else "")
+      )
+  return out
 
-  `columns` are CsvParser's keyword arguments (label_column, ...).
-  """
+
+def read_header(paths: Sequence[str], delimiter: str) -> tuple[str, list[str]]:
+  """(the delimiter, the first file's header row)."""
   if not paths:
     raise ValueError("no input files")
   with contextlib.closing(read_lines(paths[0])) as lines:
@@ -192,7 +232,18 @@ def read_csv(
   if not first:
     raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
   delim = resolve_delimiter(delimiter, first)
-  header = next(_csv.reader([first], delimiter=delim))
+  return delim, next(_csv.reader([first], delimiter=delim))
+
+
+def read_csv(
+  paths: Sequence[str], *, delimiter: str = ",", chunk_size: int = _CHUNK, **columns
+) -> tuple[CsvParser, Iterator[ExampleBatch]]:
+  """Opens the inputs; returns the parser (its schema, dense statistics) and an
+  iterator of columnar batches.
+
+  `columns` are CsvParser's keyword arguments (label_column, ...).
+  """
+  delim, header = read_header(paths, delimiter)
   _check_unique(header, paths[0], columns)
   parser = CsvParser(header, **columns)
 
@@ -221,7 +272,7 @@ def read_csv(
     if len(parser):
       yield parser.take()
 
-  return parser.schema, batches()
+  return parser, batches()
 
 
 def _rows(reader, path: str) -> Iterator[tuple[int, list[str]]]:
@@ -271,18 +322,29 @@ def convert_csv(
 ) -> Manifest:
   """Converts CSV files into a dataset; `columns` as in CsvParser. Returns the manifest.
 
+  Unlike CsvParser's, the defaults come from the data: a sparse column
+  without a `vocab_sizes` entry gets a vocabulary sized by its distinct
+  values (sparsepipe.data.convert.vocab_sizing) and `dense_transform`
+  defaults to "auto" (sparsepipe.data.convert.dense_stats), both found by a
+  first pass over the inputs (csv/scan.py). The manifest records the
+  resulting sizes and per-column transforms, and how they were chosen
+  (info["vocab_sizing"]), with the dense statistics (info["dense_stats"]).
+
   With `eval_output`, a deterministic `eval_fraction` of the examples goes
   to a second dataset there instead (see sparsepipe.data.split); the
   manifest returned is the train split's.
   """
-  schema, batches = read_csv(inputs, delimiter=delimiter, **columns)
+  columns = _resolve_from_data(inputs, delimiter, columns)
+  sizing = columns.pop("vocab_sizing")
+  parser, batches = read_csv(inputs, delimiter=delimiter, **columns)
   return write_converted(
     "csv",
     inputs,
-    columns,
+    {**columns, "vocab_sizing": sizing},
     output_dir,
-    schema,
+    parser.schema,
     batches,
+    final_info=lambda: {"dense_stats": parser.dense_stats.to_dict(parser.dense_transforms)},
     show_progress=show_progress,
     examples_per_record=examples_per_record,
     max_records_per_shard=max_records_per_shard,
@@ -291,3 +353,31 @@ def convert_csv(
     eval_fraction=eval_fraction,
     split_seed=split_seed,
   )
+
+
+def _resolve_from_data(
+  inputs: Sequence[str], delimiter: str, columns: Mapping[str, object]
+) -> dict[str, object]:
+  """resolve_from_data with the CSV scan (csv/scan.py) of `inputs`."""
+  sparse = list(columns.get("sparse_columns", ()))
+  given = parse_vocab_sizes(columns.get("vocab_sizes"), sparse, allow_unsized=True)
+
+  def scan(hashed, integer, dense):
+    delim, header = read_header(inputs, delimiter)
+    header = [h.strip() for h in header]
+    _check_unique(header, inputs[0], columns)
+    missing = [c for c in [*hashed, *integer, *dense] if c not in header]
+    if missing:
+      raise ValueError(f"columns {missing} are not in the header {header}")
+    multi = set(columns.get("multivalent_columns", ()))
+    return scan_csv(
+      inputs,
+      delim,
+      header,
+      hashed={c: c in multi for c in hashed},
+      integer=integer,
+      dense=dense,
+      separator=str(columns.get("separator", "|")),
+    )
+
+  return resolve_from_data(columns, given, scan)

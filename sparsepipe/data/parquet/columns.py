@@ -13,8 +13,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT
-from sparsepipe.data.csv.convert import parse_vocab_sizes
+from sparsepipe.data.convert.dense_stats import DenseStats
+from sparsepipe.data.convert.text_input import THRESHOLD_HINT
+from sparsepipe.data.csv.convert import column_transforms, parse_vocab_sizes
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.parquet import arrays
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
@@ -89,7 +90,7 @@ class ParquetColumns:
     integer_id_columns: Sequence[str] = (),
     vocab_sizes: Mapping[str, int] | Sequence[str] | int = 1_000_000,
     weight_columns: Mapping[str, str] | Sequence[str] = (),
-    dense_transform: str = "none",
+    dense_transform: str | Mapping[str, str] = "none",
     label_threshold: float | None = None,
   ):
     stray = [c for c in integer_id_columns if c not in sparse_columns]
@@ -97,8 +98,7 @@ class ParquetColumns:
       raise ValueError(
         f"integer id columns {stray} are not among the sparse columns {list(sparse_columns)}"
       )
-    if dense_transform not in DENSE_TRANSFORMS:
-      raise ValueError(f"dense_transform={dense_transform!r} is not one of {DENSE_TRANSFORMS}")
+    self.dense_transforms = column_transforms(dense_transform, dense_columns)
     self.weights = parse_weight_columns(weight_columns, sparse_columns)
     self.roles = [(label_column, "label")]
     self.roles += [(c, "dense") for c in dense_columns]
@@ -120,7 +120,8 @@ class ParquetColumns:
     self._hashers = {
       c: arrays.BatchHasher(vocab_sizes[c]) for c in sparse_columns if c not in self._integer
     }
-    self._log1p = dense_transform == "log1p"
+    self._log1p = [self.dense_transforms[c] == "log1p" for c in dense_columns]
+    self.dense_stats = DenseStats(dense_columns)
     self._threshold = label_threshold
 
   def check_file(self, schema: pa.Schema, path: str) -> dict[str, pa.DataType]:
@@ -165,7 +166,9 @@ class ParquetColumns:
     labels = arrays.label_values(batch.column(label), label, self._threshold, THRESHOLD_HINT, rows)
     dense = np.zeros((batch.num_rows, self.schema.num_dense), np.float32)
     for j, name in enumerate(self.schema.dense_names):
-      dense[:, j] = arrays.dense_values(batch.column(name), name, self._log1p, rows)
+      dense[:, j] = arrays.dense_values(batch.column(name), name, self._log1p[j], rows)
+    missing = [batch.column(name).null_count for name in self.schema.dense_names]
+    self.dense_stats.add(dense, missing)
     sparse = {}
     for f in self.schema.sparse:
       weight_name = self.weights.get(f.name)

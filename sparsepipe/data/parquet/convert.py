@@ -12,7 +12,8 @@ the same examples from CSV and from Parquet:
 - label: a numeric column (nulls refused), which must lie in [0, 1], or with
   `label_threshold t` 1.0 if value >= t else 0.0.
 - dense columns: numeric, as float32 (null -> 0.0, as an empty CSV field);
-  with `dense_transform="log1p"`, x -> log(1 + max(x, 0)). Values must be
+  with `dense_transform="log1p"`, x -> log(1 + max(x, 0)); "auto" (the
+  converter's default) as the CSV converter's. Stored values must be
   finite as float32.
 - sparse columns: integer or string columns (dictionary-encoded too) give
   one id per row; list<...> columns of them (also large_list and
@@ -50,9 +51,11 @@ from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.parquet.arrays import Rows
 from sparsepipe.data.parquet.columns import ParquetColumns, comparable_type
 from sparsepipe.data.parquet.nulls import NullColumns
-from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.convert.from_data import resolve_from_data
 from sparsepipe.data.convert.output import write_converted
+from sparsepipe.data.csv.convert import parse_vocab_sizes
+from sparsepipe.data.parquet.scan import scan_parquet
 
 DEFAULT_BATCH_ROWS = 65_536
 
@@ -120,8 +123,9 @@ def _record_batches(
 
 def read_parquet(
   inputs: Sequence[str], *, batch_rows: int = DEFAULT_BATCH_ROWS, **columns
-) -> tuple[ExampleSchema, int, Iterator[ExampleBatch]]:
-  """Checks every input's schema; returns the schema, the row count and the batches.
+) -> tuple[ParquetColumns, int, Iterator[ExampleBatch]]:
+  """Checks every input's schema; returns the columns (their schema and dense
+  statistics), the row count and the batches.
 
   `columns` are ParquetColumns' keyword arguments (label_column, ...).
   """
@@ -153,7 +157,7 @@ def read_parquet(
       nulls.end_file(path)
     nulls.check(files)
 
-  return wanted.schema, total, batches()
+  return wanted, total, batches()
 
 
 def convert_parquet(
@@ -174,20 +178,40 @@ def convert_parquet(
 
   `columns` as in ParquetColumns (label_column, dense_columns,
   sparse_columns, integer_id_columns, vocab_sizes, weight_columns,
-  dense_transform, label_threshold). `batch_rows` rows are read and
+  dense_transform, label_threshold), but with convert_csv's defaults from
+  the data: unsized columns sized by their distinct values, and
+  dense_transform "auto" (a first pass, parquet/scan.py). `batch_rows` rows are read and
   converted at a time. With `eval_output`, a deterministic `eval_fraction`
   of the examples (by their index in the input, as in convert_csv) goes to
   a second dataset there; the manifest returned is the train split's.
   """
   files = parquet_files(inputs)
-  schema, total, batches = read_parquet(files, batch_rows=batch_rows, **columns)
+  sparse = list(columns.get("sparse_columns", ()))
+  given = parse_vocab_sizes(columns.get("vocab_sizes"), sparse, allow_unsized=True)
+
+  def scan(hashed, integer, dense):
+    checked = {**columns, "vocab_sizes": 1, "dense_transform": "none"}
+    read_parquet(files, batch_rows=batch_rows, **checked)  # names missing or mistyped columns
+
+    def record_batches(names):
+      for path in files:
+        with _open(path) as file:
+          for _, batch in _record_batches(file, path, names, batch_rows):
+            yield batch
+
+    return scan_parquet(record_batches, hashed, integer, dense)
+
+  columns = resolve_from_data(columns, given, scan)
+  sizing = columns.pop("vocab_sizing")
+  wanted, total, batches = read_parquet(files, batch_rows=batch_rows, **columns)
   return write_converted(
     "parquet",
     files,
-    columns,
+    {**columns, "vocab_sizing": sizing},
     output_dir,
-    schema,
+    wanted.schema,
     batches,
+    final_info=lambda: {"dense_stats": wanted.dense_stats.to_dict(wanted.dense_transforms)},
     total=total,
     show_progress=show_progress,
     examples_per_record=examples_per_record,

@@ -22,7 +22,8 @@ sparse feature of the train manifest:
 names, vocab sizes, weights or dense width a clear error, and
 `check_max_ids` a config whose max_ids is below what the data's manifest
 records (the job's COO buffers are sized by max_ids: a batch with more ids
-would not fit).
+would not fit), and `check_vocab_sizes` a config whose tables are smaller
+than the data's vocabularies (saying how to convert the data to fit).
 """
 
 from __future__ import annotations
@@ -94,6 +95,32 @@ def check_max_ids(config: Any, manifest: Manifest) -> None:
       f"dataset '{manifest.directory}': feature "
       + "; ".join(problems)
       + " (the COO buffers are sized by max_ids): raise max_ids to at least the data's"
+    )
+
+
+def check_vocab_sizes(config: Any, manifest: Manifest) -> None:
+  """ValueError naming each configured feature whose table is smaller than the data's
+  vocabulary (ids up to the data's vocab_size would not fit), and what to do."""
+  problems = []
+  for name, feature_config in config.features.items():
+    if name not in manifest.schema.feature_names:
+      continue  # named by the input's check, with the data's features
+    data_vocab = manifest.schema.feature(name).vocab_size
+    if data_vocab > int(feature_config.vocab_size):
+      problems.append(
+        f"'{name}' has vocab_size {data_vocab:,} in the data,"
+        f" config.features.{name}.vocab_size = {int(feature_config.vocab_size):,}"
+      )
+  if problems:
+    shown = "; ".join(problems[:3]) + (
+      f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    )
+    raise ValueError(
+      f"dataset '{manifest.directory}': the config's tables are smaller than the data's"
+      f" vocabularies: feature {shown}. Convert the data with the config's vocabulary sizes"
+      " (the converter's --vocab_sizes flag; for --config=criteo its VOCAB_SIZES, see"
+      " docs/config.md), or train on this data with --config=dataset (its tables follow the"
+      " data's manifest)"
     )
 
 

@@ -6,6 +6,8 @@ One convention in every line: batch n is the n-th batch trained
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 import jax
 
 from sparsepipe.launch.job.context import JobContext
@@ -20,14 +22,36 @@ def _mesh(job: JobContext) -> str:
   return f"{_count(job.model.mesh.size, 'device')} ({_count(jax.process_count(), 'process')})"
 
 
+# A job warns when it trains more than this many epochs (passes over the data).
+MANY_EPOCHS = 100
+
+
+def _ids(lo: int, hi: int, recorded: Any) -> str:
+  """Ids per example: the data's most and mean (its manifest), else the config's range."""
+  if isinstance(recorded, Mapping) and "max" in recorded and "mean" in recorded:
+    most, mean = int(recorded["max"]), float(recorded["mean"])
+    if most == 1 and mean == 1.0:
+      text = "1 id per example"
+    elif most <= 1:
+      text = f"0 or 1 ids per example (mean {mean:.2f})"
+    else:
+      text = f"up to {most} ids per example (mean {mean:.2f})"
+    return text if hi == most else f"{text}, max_ids {hi}"
+  if lo == hi:
+    return f"{hi} id{'s' if hi != 1 else ''} per example"
+  if (lo, hi) == (0, 1):
+    return "0 or 1 ids per example"
+  return f"{lo} to {hi} ids per example"
+
+
 def features(job: JobContext) -> list[str]:
   """One line per feature: vocabulary, ids per example, combiner, table dim."""
   lines = []
+  recorded = getattr(job.model, "ids_per_example", {})
   for name, feature in sorted(job.config.features.items()):
-    lo, hi = int(feature.min_ids), int(feature.max_ids)
-    ids = f"{hi} id{'s' if hi != 1 else ''}" if lo == hi else f"{lo} to {hi} ids"
+    ids = _ids(int(feature.min_ids), int(feature.max_ids), recorded.get(name))
     lines.append(
-      f"  feature '{name}': vocab {int(feature.vocab_size):,}, {ids} per example,"
+      f"  feature '{name}': vocab {int(feature.vocab_size):,}, {ids},"
       f" combiner {feature.combiner}, table dim {int(job.config.model.embedding_dim)}"
     )
   return lines
@@ -42,6 +66,31 @@ def fresh_start(job: JobContext) -> None:
   )
   for line in features(job):
     job.output.message(line)
+  for warning in data_warnings(job):
+    job.output.message(f"warning: {warning}")
+
+
+def data_warnings(job: JobContext) -> list[str]:
+  """What the data's manifest and the batch size say will go wrong: dense columns
+  stored at a scale that swamps the model, a batch larger than the dataset,
+  more than MANY_EPOCHS passes over it."""
+  out = list(getattr(job.model, "dense_warnings", ()))
+  n, batch, examples = job.schedule.num_steps, job.global_batch, job.model.epoch_examples
+  epochs = job.epoch(n)
+  if batch > examples:
+    out.append(
+      f"a batch of {batch:,} examples is larger than the dataset ({examples:,} examples):"
+      f" each batch repeats every example about {batch / examples:.0f} times, and"
+      f" {n:,} batches are {epochs:,.0f} epochs; lower --config.global_batch_size (or"
+      " per_host_batch_size) or train on more data"
+    )
+  elif epochs > MANY_EPOCHS:
+    out.append(
+      f"{n:,} batches of {batch:,} are {epochs:,.0f} epochs over {examples:,} examples (more"
+      f" than {MANY_EPOCHS}): the model will learn these examples by heart; lower"
+      " --config.num_steps or train on more data"
+    )
+  return out
 
 
 def resumed(job: JobContext, restored) -> None:
@@ -90,10 +139,19 @@ def result(job: JobContext) -> JobResult:
 
 
 def already_trained(job: JobContext) -> JobResult:
+  """The job trained this run's num_steps already: what the saved job has, and how to go on.
+
+  The saved num_steps may be above this run's (a job raised with
+  --config.num_steps or num_epochs, rerun without them): both are named.
+  """
+  saved = job.checkpoints.mngr.read_metadata(job.resumed_from).run.config
+  has = f"num_steps {int(saved['num_steps']):,} saved"
+  if float(saved.get("num_epochs", 0)) > 0:
+    has += f", from num_epochs {float(saved['num_epochs']):g}"
   job.output.message(
-    f"sparsepipe: already trained {job.batch:,} batches (checkpoint {job.resumed_from} in"
-    f" {job.checkpoints.mngr.directory}); num_steps is {job.schedule.num_steps:,}: raise"
-    " --config.num_steps to train more"
+    f"sparsepipe: the job in {job.workdir} has trained {job.batch:,} batches ({has};"
+    f" checkpoint {job.resumed_from}); this run's num_steps is {job.schedule.num_steps:,}:"
+    f" nothing to train. To train more, raise --config.num_steps above {job.batch:,}"
   )
   return result(job)
 

@@ -16,7 +16,7 @@ from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import specs as config_specs
-from sparsepipe.launch.config.from_manifest import check_max_ids
+from sparsepipe.launch.config.from_manifest import check_max_ids, check_vocab_sizes
 
 
 @dataclasses.dataclass
@@ -48,7 +48,11 @@ class JobModel:
     self.global_batch = config_specs.global_batch_size(config, jax.process_count())
     manifest = data.read_manifest(data_dir)
     check_max_ids(config, manifest)
+    check_vocab_sizes(config, manifest)
     self.num_dense = manifest.schema.num_dense
+    # What the data's manifest says, for the job's first lines (announce.py).
+    self.ids_per_example = dict(manifest.info.get("ids_per_example") or {})
+    self.dense_warnings = data.scale_warnings(manifest.info)
     self.epoch_examples = manifest.num_examples
     self.base_specs = self.feature_specs_for(mesh.size)
     self.model = pipeline.make_model(config.model)
