@@ -6,18 +6,20 @@ alone), the dense parameters and the deserialized predict function
 scores decoded examples (`predict`: dense floats and per-feature id lists,
 the data layer's ExampleBatch) or raw rows as the training data's converter
 read them (`predict_rows`: the same hashing and id rules), returning click
-probabilities.
+probabilities. No examples give an empty array, as numpy's functions do;
+examples of another dense width are an error naming both widths.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from sparsepipe.data.convert.rows import examples_from_rows
+from sparsepipe.data.convert.rows import row_columns
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.serving import delta as delta_lib
@@ -71,8 +73,11 @@ class Predictor:
     tables: Mapping[str, Any],
     params: list[np.ndarray],
     predict_fn: jax.export.Exported,
+    *,
+    directory: str | None = None,
   ):
     self.info = info
+    self.where = f"export '{directory}'" if directory else "the export"
     self.tables = dict(tables)
     self.params = params
     self._predict = predict_fn
@@ -82,16 +87,59 @@ class Predictor:
   def load(cls, export_dir: str, deltas: Sequence[str] = ()) -> Predictor:
     """A full export, with the deltas made after it applied in order."""
     base, newest, tables, params = load_chain(export_dir, deltas)
-    return cls(newest, tables, params, load_predict_function(export_dir))
+    predict_fn = load_predict_function(export_dir)
+    return cls(newest, tables, params, predict_fn, directory=export_dir)
+
+  @property
+  def columns(self) -> tuple[str, ...]:
+    """The raw columns predict_rows reads: the training data converter's label, dense
+    and sparse columns (ValueError if that data was not converted from raw rows)."""
+    return row_columns(self.info.converter["info"])
 
   def predict(self, batch: ExampleBatch) -> np.ndarray:
-    """[B] float32 click probabilities of decoded examples."""
+    """[B] float32 click probabilities of decoded examples ([0] for none).
+
+    Raises:
+      ValueError: the examples have another number of dense values than the
+        export's dense_dim, lack a feature, or hold an id outside its
+        vocabulary.
+    """
+    dense = np.asarray(batch.dense, np.float32)
+    width = dense.shape[1] if dense.ndim == 2 else None
+    if width != self.info.dense_dim:
+      raise ValueError(
+        f"the examples have {width if width is not None else dense.shape} dense values"
+        f" per example, {self.where} takes {self.info.dense_dim} (dense_dim)"
+      )
+    if batch.num_examples == 0:
+      return np.zeros(0, np.float32)
     embeddings = combined_embeddings(self.tables, self.info.features, batch)
-    dense = np.asarray(batch.dense, np.float32).reshape(-1, self.info.dense_dim)
     scores = self._predict.call(self.params, dense, embeddings)
     return np.asarray(jax.device_get(scores), np.float32)
 
-  def predict_rows(self, rows: Sequence[Mapping[str, str]]) -> np.ndarray:
-    """[len(rows)] click probabilities of raw rows ({column: text}, as a converter read them)."""
+  def predict_rows(
+    self, rows: Sequence[Mapping[str, Any]], *, ignore_columns: Collection[str] = ()
+  ) -> np.ndarray:
+    """[len(rows)] click probabilities of raw rows, converted as the training data was.
+
+    Each row is {column: value}, the value text (as the converter read it),
+    a number, None (a missing value: the same as an empty field, or the
+    column left out) or, for a multivalent column, a list of values (the
+    same ids as the field joined with the column's separator). `[]` gives
+    an empty array.
+
+    A column the converter never read is an error naming it and the
+    training data's columns (`self.columns`), not a warning: a misspelt
+    column would otherwise score as a missing value, and a warning is easy
+    to miss in a serving loop. Name columns the rows carry on purpose (an
+    id, a timestamp) in `ignore_columns`.
+
+    Raises:
+      InputFormatError: a row that is not a mapping, has a column the
+        converter did not read, or a value it cannot convert (naming the
+        row as line i of 'rows', and the column).
+      ValueError: the training data was not converted from raw rows.
+    """
     info = self.info.converter["info"]
-    return self.predict(examples_from_rows(info, self._schema, rows))
+    examples = examples_from_rows(info, self._schema, rows, ignore_columns=ignore_columns)
+    return self.predict(examples)

@@ -113,3 +113,142 @@ def test_the_predict_command_writes_the_scores_in_the_dataset_order(exported, tm
   np.testing.assert_array_equal(np.load(tmp_path / "scores.npy"), want)
   assert out.stdout.startswith(f"512 scores: {tmp_path / 'scores.npy'}; AUC ")
   assert "predict: 512/512 examples (100.0%)" in out.stderr
+
+
+def _rows(path):
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def test_none_and_lists_score_as_the_converter_read_the_fields(exported):
+  root, path = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  rows = _rows(path)
+  converted, _ = score_dataset(predictor, str(root / "data"))
+  # A multivalent column as a list: the converter's split of the field on "|".
+  listed = [{**row, "genres": row["genres"].split("|")} for row in rows]
+  np.testing.assert_array_equal(predictor.predict_rows(listed), converted)
+  # None: a missing value, as an empty field or the column left out.
+  some = rows[:20]
+  for column in ("userId", "title", "genres", "age"):
+    none = predictor.predict_rows([{**row, column: None} for row in some])
+    empty = predictor.predict_rows([{**row, column: ""} for row in some])
+    absent = predictor.predict_rows([{k: v for k, v in row.items() if k != column} for row in some])
+    np.testing.assert_array_equal(none, empty)
+    np.testing.assert_array_equal(none, absent)
+
+
+def test_predict_rows_of_no_rows_is_an_empty_array(exported):
+  root, _ = exported
+  scores = serving.Predictor.load(str(root / "export")).predict_rows([])
+  assert (scores.dtype, scores.shape) == (np.float32, (0,))
+
+
+def test_a_column_the_converter_never_read_is_an_error_naming_the_known_ones(exported):
+  root, _ = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  good = {"userId": "3", "title": "Heat (1995)", "genres": "Action", "age": "30"}
+  assert predictor.columns == ("rating", "age", "userId", "title", "genres")
+  with pytest.raises(data.InputFormatError) as e:
+    predictor.predict_rows([good, {**good, "titel": "Heat (1995)"}])
+  assert str(e.value) == (
+    "'rows' line 2: column(s) ['titel'] are not among the training data's columns ['age',"
+    " 'genres', 'rating', 'title', 'userId'] (correct the name, or pass ignore_columns= to leave"
+    " a column out)"
+  )
+  np.testing.assert_array_equal(
+    predictor.predict_rows([{**good, "timestamp": "881250949"}], ignore_columns=["timestamp"]),
+    predictor.predict_rows([good]),
+  )
+
+
+def test_examples_of_another_dense_width_name_both_widths(exported):
+  root, _ = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  batch = data.ExampleBatch(
+    labels=np.zeros(2, np.float32),
+    dense=np.zeros((2, 2), np.float32),
+    sparse={
+      name: data.RaggedBatch(np.zeros(0, np.int32), np.zeros(2, np.int32))
+      for name in ("userId", "title", "genres")
+    },
+  )
+  with pytest.raises(
+    ValueError,
+    match=rf"^the examples have 2 dense values per example, export '{root / 'export'}' takes 1"
+    r" \(dense_dim\)$",
+  ):
+    predictor.predict(batch)
+
+
+def _convert(root, path, name, **changes):
+  columns = dict(
+    label_column="rating",
+    label_threshold=4.0,
+    dense_columns=["age"],
+    sparse_columns=["userId", "title", "genres"],
+    multivalent_columns=["genres"],
+    integer_id_columns=["userId"],
+    vocab_sizes=["1000", "userId=50", "genres=16"],
+  )
+  data.convert_csv([path], str(root / name), **{**columns, **changes})
+  return str(root / name)
+
+
+def test_a_dataset_converted_otherwise_is_refused_naming_the_differences(exported, tmp_path):
+  root, path = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  other = _convert(
+    tmp_path,
+    path,
+    "other",
+    sparse_columns=["userId", "title"],
+    multivalent_columns=[],
+    vocab_sizes=["2000", "userId=50"],
+  )
+  with pytest.raises(serving.DatasetMismatchError) as e:
+    score_dataset(predictor, other)
+  assert str(e.value) == (
+    f"dataset '{other}' was not converted as the training data of export '{root / 'export'}':"
+    " no feature(s) ['genres'] there; feature 'title' has vocab_size 2000 there, 1000 in the"
+    " export; multivalent_columns [] there, ['genres'] in the export; convert it with the same"
+    " columns and options"
+  )
+  hashed = _convert(tmp_path, path, "hashed", integer_id_columns=[])
+  with pytest.raises(
+    serving.DatasetMismatchError,
+    match=r"was not converted as the training data of export '.*': integer_id_columns \[\]"
+    r" there, \['userId'\] in the export; convert it with the same columns and options$",
+  ):
+    score_dataset(predictor, hashed)
+  # The same options on other inputs (here: the same file again) score.
+  again = _convert(tmp_path, path, "again")
+  np.testing.assert_array_equal(
+    score_dataset(predictor, again)[0], score_dataset(predictor, str(root / "data"))[0]
+  )
+
+
+def test_the_predict_command_names_a_dataset_of_another_dense_width(exported, tmp_path):
+  root, path = exported
+  wide = _convert(tmp_path, path, "wide", dense_columns=["age", "userId"])
+  out = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "sparsepipe.serving.predict",
+      f"--export={root / 'export'}",
+      f"--data={wide}",
+      f"--output={tmp_path / 'scores.npy'}",
+    ],
+    capture_output=True,
+    text=True,
+    env={**os.environ, "PYTHONPATH": paths.REPO_ROOT},
+    check=False,
+  )
+  assert out.returncode == 1, out.stderr
+  assert out.stderr.splitlines() == [
+    f"error: dataset '{wide}' was not converted as the training data of export"
+    f" '{root / 'export'}': 2 dense columns ['age', 'userId'] there, 1 ['age'] in the export;"
+    " convert it with the same columns and options"
+  ]
+  assert not os.path.exists(tmp_path / "scores.npy")

@@ -6,16 +6,22 @@ dense transforms. `examples_from_rows` reads them from the manifest's info
 and schema and runs the converter's own parser on rows given as
 {column: text}: CSV columns by name (sparsepipe.data.csv), or Criteo's
 label, I1..I13, C1..C26. A missing label column is taken as 0 (rows to
-score have none); any other missing column is empty.
+score have none); any other missing column is empty. Values are Python
+objects (row_values.py): None is a missing value, a list a multivalent
+column's values. A column the converter never read (a typo, or a column
+of the raw data the dataset left out) is an error naming it, unless it is
+in `ignore_columns`: a misspelt column would otherwise be a silently
+empty feature.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from sparsepipe.data.criteo import convert as criteo
 from sparsepipe.data.csv import convert as csv
 from sparsepipe.data.example import ExampleBatch
+from sparsepipe.data.convert.row_values import ROWS, check_columns, field_text
 from sparsepipe.data.convert.text_input import InputFormatError
 from sparsepipe.data.schema import ExampleSchema
 
@@ -33,49 +39,91 @@ _CSV_KEYS = (
 )
 
 
-def _csv_examples(info: Mapping[str, Any], rows: Sequence[Mapping[str, str]]) -> ExampleBatch:
+def _csv_header(info: Mapping[str, Any]) -> list[str]:
+  dense, sparse = info.get("dense_columns", ()), info.get("sparse_columns", ())
+  return [info["label_column"], *dense, *sparse]
+
+
+def _csv_examples(info: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> ExampleBatch:
   columns = {k: info[k] for k in _CSV_KEYS if k in info}
-  label = columns["label_column"]
-  header = [label, *columns.get("dense_columns", ()), *columns.get("sparse_columns", ())]
+  header = _csv_header(info)
   parser = csv.CsvParser(header, **columns)
+  multivalent = set(columns.get("multivalent_columns", ()))
+  separators = [columns.get("separator", "|") if c in multivalent else None for c in header]
   for i, row in enumerate(rows):
-    values = {**row, label: row.get(label) or "0"}
-    parser.add_row([str(values.get(c, "")) for c in header], "rows", i + 1)
+    fields = [field_text(row.get(c), c, sep, i + 1) for c, sep in zip(header, separators)]
+    fields[0] = fields[0] or "0"  # the label
+    parser.add_row(fields, ROWS, i + 1)
   return parser.take()
 
 
 def _criteo_examples(info: Mapping[str, Any], schema: ExampleSchema, rows) -> ExampleBatch:
   parser = criteo.CriteoParser(schema, empty_category=info.get("empty_category", "drop"))
-  names = ("label", *criteo.DENSE_NAMES, *criteo.SPARSE_NAMES)
+  names = _CRITEO_COLUMNS
   for i, row in enumerate(rows):
-    values = {**row, "label": row.get("label") or "0"}
-    parser.add_line("\t".join(str(values.get(n, "")) for n in names), "\t", "rows", i + 1)
+    fields = [field_text(row.get(n), n, None, i + 1) for n in names]
+    fields[0] = fields[0] or "0"  # the label
+    for name, text in zip(names, fields):
+      if any(c in text for c in "\t\r\n"):
+        raise InputFormatError(
+          ROWS, i + 1, f"column {name} value {text!r} holds a tab or line break"
+        )
+    parser.add_line("\t".join(fields), "\t", ROWS, i + 1)
   return parser.take()
 
 
-def examples_from_rows(
-  info: Mapping[str, Any], schema: ExampleSchema, rows: Sequence[Mapping[str, str]]
-) -> ExampleBatch:
-  """Columnar examples of `rows`, converted as the dataset of `info` and `schema` was.
+_CRITEO_COLUMNS = ("label", *criteo.DENSE_NAMES, *criteo.SPARSE_NAMES)
+
+
+def row_columns(info: Mapping[str, Any]) -> tuple[str, ...]:
+  """The columns the converter of `info` read: the label, dense and sparse columns.
 
   Raises:
-    ValueError: the dataset was not made by a converter of raw rows (e.g.
-      generated), or a row is malformed or not a mapping (InputFormatError
-      names row i as line i of "rows").
+    ValueError: the dataset was not made from raw rows by sparsepipe.data.csv
+      or sparsepipe.data.criteo.
   """
-  for i, row in enumerate(rows):
-    if not isinstance(row, Mapping):
-      raise InputFormatError(
-        "rows",
-        i + 1,
-        f"a {type(row).__name__}, not a {{column: text}} mapping (e.g. dict(zip(header, fields)))",
-      )
   converter = info.get("converter")
   if converter == "sparsepipe.data.csv":
-    return _csv_examples(info, rows)
+    return tuple(_csv_header(info))
   if converter == "sparsepipe.data.criteo":
-    return _criteo_examples(info, schema, rows)
+    return _CRITEO_COLUMNS
   raise ValueError(
     f"the training data was made by {converter or 'a generator'!r}, not from raw rows by"
     " sparsepipe.data.csv or sparsepipe.data.criteo: score decoded examples with predict()"
   )
+
+
+def examples_from_rows(
+  info: Mapping[str, Any],
+  schema: ExampleSchema,
+  rows: Sequence[Mapping[str, Any]],
+  *,
+  ignore_columns: Collection[str] = (),
+) -> ExampleBatch:
+  """Columnar examples of `rows`, converted as the dataset of `info` and `schema` was.
+
+  Args:
+    info, schema: the dataset's manifest info and schema.
+    rows: {column: value} mappings (see the module docstring).
+    ignore_columns: columns the rows may carry that the converter did not
+      read; any other such column is an error.
+
+  Raises:
+    ValueError: the dataset was not made by a converter of raw rows (e.g.
+      generated), or a row is malformed, not a mapping or has a column the
+      converter did not read (InputFormatError names row i as line i of
+      "rows").
+  """
+  known = set(row_columns(info))
+  ignore = set(ignore_columns)
+  for i, row in enumerate(rows):
+    if not isinstance(row, Mapping):
+      raise InputFormatError(
+        ROWS,
+        i + 1,
+        f"a {type(row).__name__}, not a {{column: text}} mapping (e.g. dict(zip(header, fields)))",
+      )
+    check_columns(row, known, ignore, i + 1)
+  if info.get("converter") == "sparsepipe.data.csv":
+    return _csv_examples(info, rows)
+  return _criteo_examples(info, schema, rows)
