@@ -3,6 +3,7 @@
 from sparsepipe.checkpointing.errors import CheckpointError
 from sparsepipe.checkpointing.errors import ConfigMismatchError
 from sparsepipe.checkpointing.errors import StepNotKeptError
+from sparsepipe.checkpointing.errors import UnwritableCheckpointDirectoryError
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.manager import DEFAULT_RELAYOUTS

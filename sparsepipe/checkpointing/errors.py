@@ -7,6 +7,12 @@ class CheckpointError(ValueError):
   """Base class of every checkpoint problem raised by sparsepipe."""
 
 
+class UnwritableCheckpointDirectoryError(CheckpointError):
+  """The checkpoint directory cannot be written (permissions, a read-only file
+  system, a path through a file). Found when the manager opens, before any
+  training: Orbax itself would fail only at the first save, in the background."""
+
+
 class IncompatibleCheckpointError(CheckpointError):
   """The checkpoint is intact but was written by an incompatible run.
 

@@ -32,7 +32,9 @@ step, the item and the reason (corrupt.py).
 incompatible run, or for another dataset, is refused
 (IncompatibleCheckpointError), never skipped or renamed. A read-only
 manager (`read_only=True`, for readers beside a running job) saves,
-renames and deletes nothing.
+renames and deletes nothing. A writable manager checks when it opens that
+it can write its directory (check_writable): Orbax would find out only at
+the first save, in its background thread, and wait minutes for it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from __future__ import annotations
 import functools
 import logging as std_logging
 import os
+import tempfile
 from typing import Any, Iterable, Mapping, Sequence
 
 import grain
@@ -52,6 +55,7 @@ from sparsepipe.checkpointing import empty_arrays
 from sparsepipe.checkpointing import saving
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.errors import StepNotKeptError
+from sparsepipe.checkpointing.errors import UnwritableCheckpointDirectoryError
 from sparsepipe.checkpointing.handlers import array_handler
 from sparsepipe.checkpointing.handlers import MetadataHandler
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
@@ -106,6 +110,25 @@ def _options(interval: int, keep_latest: int, async_save: bool, read_only: bool)
   )
 
 
+def check_writable(directory: str) -> None:
+  """Creates `directory` if needed and a directory in it (removed at once), as a save
+  does; UnwritableCheckpointDirectoryError naming it if that fails.
+
+  A real attempt, not os.access: for root, access() says yes to a directory
+  without write permission bits, and root's writes still fail on a read-only
+  file system or in sysfs.
+  """
+  try:
+    os.makedirs(directory, exist_ok=True)
+    os.rmdir(tempfile.mkdtemp(prefix=".write-check-", dir=directory))
+  except OSError as e:
+    reason = e.strerror or type(e).__name__
+    raise UnwritableCheckpointDirectoryError(
+      f"the checkpoint directory '{directory}' cannot be written ({reason}): no checkpoint"
+      " could be saved there; make it writable, or use another directory"
+    ) from None
+
+
 class TrainingCheckpointManager:
   """Saves and restores CheckpointItems steps in one directory.
 
@@ -125,7 +148,8 @@ class TrainingCheckpointManager:
     fingerprint_arrays: bool = True,
     read_only: bool = False,
   ):
-    """Opens (or creates) the checkpoint directory.
+    """Opens (or creates) the checkpoint directory; a writable one is checked
+    to be writable (UnwritableCheckpointDirectoryError).
 
     Args:
       directory: checkpoint root; made absolute (Orbax needs it absolute).
@@ -163,10 +187,13 @@ class TrainingCheckpointManager:
       fdo=ocp.JsonCheckpointHandler(),
       metadata=MetadataHandler(),
     )
+    directory = os.path.abspath(os.fspath(directory))
     if self._read_only:
       std_logging.getLogger("absl").addFilter(_READ_ONLY_NOTICE)  # once: same object
+    else:
+      check_writable(directory)  # now, not at the first save (module doc)
     self._mngr = ocp.CheckpointManager(
-      epath.Path(os.path.abspath(os.fspath(directory))),
+      epath.Path(directory),
       options=_options(int(save_interval_steps), int(keep_latest), self._async, self._read_only),
       item_handlers=handlers,
     )
