@@ -18,7 +18,9 @@ from sparsepipe.launch.config.base import feature
 FIELD_DOCS = {
   "seed": "Seed of parameter init, the data shuffle and generated data.",
   "num_steps": "Batches to train. A finished or running job may raise it (it trains the"
-  " added batches); a value at or below the batches trained says the job is done.",
+  " added batches); a value at or below the batches trained says the job is done. A job"
+  " warns at its start when a batch is larger than the dataset or the batches make more"
+  " than 100 epochs.",
   "num_epochs": "If > 0, passes over the train data to train instead of num_steps:"
   " num_steps becomes ceil(num_epochs * examples / global batch). May be a fraction;"
   " a job may raise it.",
@@ -45,7 +47,10 @@ FIELD_DOCS = {
   "synthetic.examples_per_record": "Examples packed in one ArrayRecord record.",
   "synthetic.records_per_shard": "Records per ArrayRecord file.",
   "synthetic.eval_examples": "Examples of a generated held-out split (0: none).",
-  "features.NAME.vocab_size": "Rows of the feature's table (ids lie in [0, vocab_size)).",
+  "features.NAME.vocab_size": "Rows of the feature's table (ids lie in [0, vocab_size)). A"
+  " dataset with a larger vocabulary is refused: convert it with these sizes (the"
+  " converter's --vocab_sizes; --config=criteo's are its VOCAB_SIZES, the command is in"
+  " sparsepipe/launch/config/shipped/criteo.py), or train it with --config=dataset.",
   "features.NAME.min_ids": "Fewest ids of one example (generated data).",
   "features.NAME.max_ids": "Most ids of one example; sizes the batch's id and COO buffers"
   " (a dataset whose manifest records more is refused).",
