@@ -1,7 +1,9 @@
 """Where a command may write its output: never into, over or above saved work.
 
 Saved work is what a command cannot make again cheaply. Each kind is
-recognised by the file that makes a directory one:
+recognised by the file that makes a directory one (a manifest.json or
+export.json that reads as another program's, with another "format", does
+not count; an unreadable one does):
 
     workdir   job.json or checkpoints/   a training job (checkpointing.workdir_layout)
     dataset   manifest.json              a converted dataset (data.manifest)
@@ -20,11 +22,14 @@ output and what it would have destroyed, raised before anything is written.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Sequence
 
 from sparsepipe.checkpointing import workdir_marker
+from sparsepipe.data.manifest import MANIFEST_FORMAT
 from sparsepipe.data.manifest import MANIFEST_NAME
+from sparsepipe.serving.export_format import EXPORT_FORMAT
 from sparsepipe.serving.export_format import INFO_FILENAME
 from sparsepipe.serving.export_format import PARAMS_FILENAME
 from sparsepipe.serving.export_format import PREDICT_FILENAME
@@ -38,6 +43,19 @@ class OutputPathError(ValueError):
   """An --output that would write into or over saved work: names both."""
 
 
+def _ours(path: str, file_format: str) -> bool:
+  """Whether the JSON file at `path` may be sparsepipe's: another program's manifest.json
+  (it reads, with another "format") is not; an unreadable one is (when in doubt, keep)."""
+  if not os.path.isfile(path):
+    return False
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError):
+    return True
+  return not isinstance(data, dict) or data.get("format") == file_format
+
+
 def saved_work(directory: str) -> tuple[str, str] | None:
   """(kind, the entry that makes it one) of saved work, e.g. ("workdir", "job.json"); else None."""
   if not os.path.isdir(directory):
@@ -45,8 +63,11 @@ def saved_work(directory: str) -> tuple[str, str] | None:
   marker = workdir_marker(directory)
   if marker:
     return "workdir", marker
-  for kind, name in (("dataset", MANIFEST_NAME), ("export", INFO_FILENAME)):
-    if os.path.isfile(os.path.join(directory, name)):
+  for kind, name, file_format in (
+    ("dataset", MANIFEST_NAME, MANIFEST_FORMAT),
+    ("export", INFO_FILENAME, EXPORT_FORMAT),
+  ):
+    if _ours(os.path.join(directory, name), file_format):
       return kind, name
   return None
 

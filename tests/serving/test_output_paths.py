@@ -8,6 +8,10 @@ import pytest
 from sparsepipe import serving
 
 
+DATASET = '{"format": "sparsepipe.arrayrecord"}'
+EXPORT = '{"format": "sparsepipe.export"}'
+
+
 def _tree(root, files):
   for name, text in files.items():
     path = os.path.join(root, name)
@@ -25,10 +29,10 @@ def saved(tmp_path):
       tmp_path / "w", {"job.json": "{}", "checkpoints/4/x": "", "metrics.jsonl": ""}
     ),
     "old_workdir": _tree(tmp_path / "w02", {"checkpoints/4/x": ""}),
-    "dataset": _tree(tmp_path / "d", {"manifest.json": "{}", "shard-00000": ""}),
+    "dataset": _tree(tmp_path / "d", {"manifest.json": DATASET, "shard-00000": ""}),
     "export": _tree(
       tmp_path / "e",
-      {"export.json": "{}", "params.npz": "", "predict.jaxexport": "", "tables/user.npy": ""},
+      {"export.json": EXPORT, "params.npz": "", "predict.jaxexport": "", "tables/user.npy": ""},
     ),
     "file": _tree(tmp_path, {"notes.txt": "keep me"}) + "/notes.txt",
   }
@@ -41,6 +45,12 @@ def test_saved_work_is_recognised_by_the_file_that_makes_it(saved, tmp_path):
   assert serving.saved_work(saved["export"]) == ("export", "export.json")
   assert serving.saved_work(saved["file"]) is None
   assert serving.saved_work(str(tmp_path)) is None
+  # Another program's manifest.json (e.g. a web app's) is not a dataset; a damaged one is.
+  other = _tree(tmp_path / "app", {"manifest.json": '{"name": "app"}'})
+  assert serving.saved_work(other) is None
+  serving.check_export_output(os.path.join(other, "model"), overwrite=False)
+  damaged = _tree(tmp_path / "damaged", {"manifest.json": '{"format": "sparsepipe.arr'})
+  assert serving.saved_work(damaged) == ("dataset", "manifest.json")
 
 
 @pytest.mark.parametrize(
