@@ -23,6 +23,7 @@ from sparsepipe.core.optimizers import FTRLOptimizerSpec
 from sparsepipe.core.optimizers import LaPropOptimizerSpec
 from sparsepipe.core.optimizers import OptimizerSpec
 from sparsepipe.core.optimizers import SGDOptimizerSpec
+from sparsepipe.core.specs import check_combiner
 from sparsepipe.core.specs import FeatureIdTransformation
 from sparsepipe.core.specs import FeatureSpec
 from sparsepipe.core.specs import StackedTableSpec

@@ -34,6 +34,17 @@ def _as_shape(value: Any) -> tuple[int, ...]:
 COMBINERS = ("sum", "mean", "sqrtn")
 
 
+def check_combiner(combiner: Any, what: str) -> str:
+  """`combiner` if it is one of COMBINERS, else a ValueError naming `what` and the value.
+
+  Every place that reads a combiner (specs, config, export, lookup) checks
+  it: an unknown name must not fall through to one of the formulas.
+  """
+  if not isinstance(combiner, str) or combiner not in COMBINERS:
+    raise ValueError(f"{what}: combiner {combiner!r} is not one of {', '.join(COMBINERS)}")
+  return combiner
+
+
 # ----------------------------------------------------------------------------
 # Stacking metadata (filled in by stacking.py).
 # ----------------------------------------------------------------------------
@@ -73,6 +84,9 @@ class StackedTableSpec:
   max_unique_ids_per_partition: int = 256
   suggested_coo_buffer_size_per_device: int | None = None
 
+  def __post_init__(self):
+    check_combiner(self.combiner, f"stack '{self.stack_name}'")
+
 
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
@@ -100,8 +114,7 @@ class TableSpec:
   stacked_table_spec: StackedTableSpec | None = None
 
   def __post_init__(self):
-    if self.combiner not in COMBINERS:
-      raise ValueError(f"table '{self.name}': combiner {self.combiner!r} is not one of {COMBINERS}")
+    check_combiner(self.combiner, f"table '{self.name}'")
     if self.vocabulary_size <= 0 or self.embedding_dim <= 0:
       raise ValueError(
         f"table '{self.name}': vocabulary_size={self.vocabulary_size} and"

@@ -1,6 +1,7 @@
 """The export directory: a trained model without the training topology (docs/export_format.md).
 
-    E/export.json            what the export is (ExportInfo), and every file's sha256
+    E/export.json            what the export is (ExportInfo), every file's sha256,
+                             and its own ("sha256": of the canonical JSON of the rest)
     E/params.npz             the dense parameters, leaf i as "p<i>" (flatten order)
     E/tables/<table>.npy     a table's rows [vocabulary_size, dim] float32
                              (a delta: only the rows that changed, and
@@ -10,7 +11,13 @@
 Plain numpy files and JSON: no pickle (read with allow_pickle=False). An
 export is written beside its destination and moved into place when
 complete, so a reader never sees a partial one; a file that is missing or
-does not match its sha256 is an ExportError naming it.
+does not match its sha256 is an ExportError naming it, and so is an
+export.json that does not match its own (format_version 2 on). Exports of
+sparsepipe 0.3 (format_version 1, no digest of export.json) are still read,
+with a warning that their export.json cannot be checked: a re-export needs
+the checkpoint, which may be gone, and a changed export_id would orphan the
+deltas made on top of them. Damage cannot pass a version 2 export off as
+one of version 1: that takes both the version and the digest key changed.
 """
 
 from __future__ import annotations
@@ -23,10 +30,18 @@ import shutil
 import uuid
 from typing import Any, Mapping
 
+from absl import logging
 import numpy as np
 
+from sparsepipe.checkpointing.integrity.digests import DIGEST_KEY
+from sparsepipe.checkpointing.integrity.digests import digest
+from sparsepipe.checkpointing.integrity.digests import seal
+from sparsepipe.core.specs import check_combiner
+
 EXPORT_FORMAT = "sparsepipe.export"
-EXPORT_VERSION = 1
+# 2: export.json carries the sha256 of its own canonical JSON; 1 (sparsepipe 0.3): it does not.
+EXPORT_VERSION = 2
+UNSEALED_VERSION = 1
 INFO_FILENAME = "export.json"
 PARAMS_FILENAME = "params.npz"
 PREDICT_FILENAME = "predict.jaxexport"
@@ -86,13 +101,8 @@ class ExportInfo:
 
   @classmethod
   def from_json(cls, data: Mapping[str, Any], where: str) -> ExportInfo:
-    if data.get("format") != EXPORT_FORMAT:
-      raise ExportError(f"{where}: {INFO_FILENAME} is not a sparsepipe export")
-    if data.get("format_version", 0) > EXPORT_VERSION:
-      raise ExportError(
-        f"{where} has export format_version {data['format_version']}; this sparsepipe reads"
-        f" {EXPORT_VERSION} and older"
-      )
+    """The info of a parsed export.json, checked against its own sha256 (see the module)."""
+    data = _unsealed(data, where)
     names = [f.name for f in dataclasses.fields(cls)]
     missing = [n for n in names if n not in data]
     if missing:
@@ -100,7 +110,42 @@ class ExportInfo:
     values = {n: data[n] for n in names}
     values["features"] = tuple(values["features"])
     values["platforms"] = tuple(values["platforms"])
+    for feature in values["features"]:
+      try:
+        check_combiner(feature.get("combiner"), f"{where}: feature '{feature.get('name')}'")
+      except ValueError as e:
+        raise ExportError(str(e)) from None
     return cls(**values)
+
+
+def _unsealed(data: Any, where: str) -> dict[str, Any]:
+  """export.json without its digest: ExportError if it does not match, or is not an export's."""
+  if not isinstance(data, Mapping) or data.get("format") != EXPORT_FORMAT:
+    raise ExportError(f"{where}: {INFO_FILENAME} is not a sparsepipe export")
+  version = data.get("format_version")
+  if not isinstance(version, int):
+    raise ExportError(f"{where}: {INFO_FILENAME} has format_version {version!r}, not a number")
+  if version > EXPORT_VERSION:  # a newer format may seal otherwise: name the version
+    raise ExportError(
+      f"{where} has export format_version {version}; this sparsepipe reads"
+      f" {EXPORT_VERSION} and older"
+    )
+  body = {k: v for k, v in data.items() if k != DIGEST_KEY}
+  if DIGEST_KEY in data:
+    if digest(body) != data[DIGEST_KEY]:
+      raise ExportError(
+        f"{where}: file '{INFO_FILENAME}' does not match its sha256 (damaged or altered)"
+      )
+  elif version != UNSEALED_VERSION:
+    raise ExportError(f"{where}: file '{INFO_FILENAME}' carries no sha256 (damaged or altered)")
+  else:
+    logging.warning(
+      "%s was written by sparsepipe 0.3 (export format_version 1): its %s carries no sha256,"
+      " so damage to it cannot be detected; export the checkpoint again to have it checked",
+      where,
+      INFO_FILENAME,
+    )
+  return body
 
 
 def new_export_id() -> str:
@@ -152,7 +197,7 @@ def write_export(
       for name in names:
         path = os.path.join(root, name)
         files[os.path.relpath(path, tmp)] = _sha256(path)
-    body = dataclasses.replace(info, files=dict(sorted(files.items()))).to_json()
+    body = seal(dataclasses.replace(info, files=dict(sorted(files.items()))).to_json())
     with open(os.path.join(tmp, INFO_FILENAME), "w") as f:
       json.dump(body, f, indent=1, sort_keys=True)
     _move_into_place(tmp, output)

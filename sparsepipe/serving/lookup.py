@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from sparsepipe.core.specs import check_combiner
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.transforms.coo.gains import id_gains
 
@@ -38,8 +39,9 @@ def combined_embeddings(
   """{feature: [B, dim] float32} for the examples of `batch`.
 
   Raises:
-    ValueError: a feature is missing from the batch, or an id is outside
-      its table's vocabulary (naming the feature and the id).
+    ValueError: a feature is missing from the batch, an id is outside its
+      table's vocabulary (naming the feature and the id), or a feature's
+      combiner is not sum, mean or sqrtn.
   """
   out = {}
   for feature in features:
@@ -55,7 +57,6 @@ def combined_embeddings(
         f"feature '{name}': id {int(values[bad[0]])} is outside its vocabulary [0, {vocab})"
       )
     weights = ragged.weights if feature.get("weighted") else None
-    out[name] = _combined(
-      tables[feature["table"]], values, ragged.row_lengths, weights, feature["combiner"]
-    )
+    combiner = check_combiner(feature.get("combiner"), f"feature '{name}'")
+    out[name] = _combined(tables[feature["table"]], values, ragged.row_lengths, weights, combiner)
   return out

@@ -31,6 +31,15 @@ def _choice(table: dict[str, Any], name: str, what: str) -> Any:
   return table[name]
 
 
+def check_combiners(config: Any) -> None:
+  """A ValueError naming the first feature whose combiner is not sum, mean or sqrtn.
+
+  The launcher calls it before any data is made; feature_specs calls it too.
+  """
+  for name, feature in config.features.items():
+    core.check_combiner(feature.combiner, f"config.features.{name}.combiner (feature '{name}')")
+
+
 def embedding_optimizer_spec(config: Any) -> Any:
   """config.embedding_optimizer -> an embedding optimizer spec."""
   opt = config.embedding_optimizer
@@ -124,6 +133,7 @@ def build_feature_specs(
   max_ids = (not worst_case_limits and int(limits.max_ids_per_partition)) or worst
   max_unique = (not worst_case_limits and int(limits.max_unique_ids_per_partition)) or worst
   optimizer = embedding_optimizer_spec(config)
+  check_combiners(config)
   specs = {}
   for name, feature in config.features.items():
     table = core.TableSpec(

@@ -64,6 +64,7 @@ class _Job:
   def __init__(self, config: Any, workdir: str, config_name: str):
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
+    config_specs.check_combiners(config)  # named before any data is made
     self.config = config
     self.config_name = config_name
     self.workdir = os.path.abspath(workdir)

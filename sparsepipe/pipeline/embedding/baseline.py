@@ -11,13 +11,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.core.specs import COMBINERS
+from sparsepipe.core.specs import check_combiner
 
 
 def dense_gains(ids: jax.Array, weights: jax.Array, combiner: str) -> jax.Array:
   """Per-id gains [B, k] of the combiner; 0 where ids < 0."""
-  if combiner not in COMBINERS:
-    raise ValueError(f"combiner {combiner!r} is not one of {COMBINERS}")
+  check_combiner(combiner, "dense_gains")
   weights = jnp.where(ids >= 0, weights.astype(jnp.float32), 0.0)
   if combiner == "sum":
     return weights

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparsepipe.core.specs import check_combiner
+
 
 def sequential_row_sums(
   values: np.ndarray, lengths: np.ndarray, *, squares: bool = False
@@ -55,6 +57,7 @@ def id_gains(
   Returns (per_row, per_id): exactly one is not None. Unweighted input has
   a gain per sample (1, 1/k, 1/sqrt(k)); weighted input a gain per id.
   """
+  check_combiner(combiner, "id_gains")  # an unknown name must not be taken as sqrtn
   with np.errstate(divide="ignore", invalid="ignore"):
     if weights is None:
       k = lengths.astype(np.float32)
