@@ -13,6 +13,7 @@ Multi-host: run one process per host with --coordinator_address,
 managed clusters).
 """
 
+import logging as std_logging
 import os
 import sys
 
@@ -20,6 +21,7 @@ from absl import app
 from absl import flags
 
 from sparsepipe.data.convert import cli
+from sparsepipe.launch.config.flag import config_help
 from sparsepipe.launch.config.flag import config_name
 from sparsepipe.launch.config.flag import define_config_flag
 from sparsepipe.launch.config.flag import parse_flags_or_exit
@@ -41,6 +43,19 @@ _CPU_DEVICES = flags.DEFINE_integer(
 )
 
 
+class _SaveWaitNotice(std_logging.Filter):
+  """Drops Orbax's warning "Waiting for previous save to complete took N seconds".
+
+  The job saves asynchronously, so on a small job a save often meets the
+  previous one still writing; the wait is expected, and its time is in the
+  summary's examples/s. Orbax logs it as an absl WARNING, which
+  start_command's WARNING level lets through; --verbosity shows it again.
+  """
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Waiting for previous save to complete")
+
+
 def workdir() -> str:
   """--workdir, or ./workdir/<config name> (each config its own)."""
   name = config_name(flags.FLAGS["config"].config_filename)
@@ -49,6 +64,8 @@ def workdir() -> str:
 
 def main(argv) -> int:
   cli.start_command(argv)
+  if not flags.FLAGS["verbosity"].present:
+    std_logging.getLogger("absl").addFilter(_SaveWaitNotice())
   import jax  # pylint: disable=g-import-not-at-top
 
   if _CPU_DEVICES.value:
@@ -72,6 +89,8 @@ if __name__ == "__main__":
   sys.exit(
     app.run(
       cli.reports_errors(main),
-      flags_parser=lambda argv: parse_flags_or_exit(argv, flags.FLAGS),
+      flags_parser=lambda argv: parse_flags_or_exit(
+        argv, lambda args: cli.parse_flags(args, help_epilog=config_help)
+      ),
     )
   )

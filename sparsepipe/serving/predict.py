@@ -60,4 +60,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main)))
+  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))

@@ -148,6 +148,26 @@ def start_command(argv: Sequence[str]) -> None:
     logging.set_verbosity(logging.WARNING)
 
 
+def parse_flags(argv: Sequence[str], help_epilog: Callable[[], str] | None = None) -> list[str]:
+  """app.run's flags_parser for every command: a bad flag is one line (exit 1), and
+  --help (--helpshort, --helpfull) exits 0 after absl's usage and `help_epilog()`.
+
+  absl's help flags print the usage and exit with status 1; a request for
+  help is not an error, so the exit is turned into 0 here.
+  """
+  try:
+    return flags.FLAGS(list(argv))
+  except SystemExit as e:  # only absl's help flags exit while flags parse
+    if e.code != 1:
+      raise
+    if help_epilog is not None:
+      print(f"\n{help_epilog()}")
+    sys.exit(0)
+  except flags.Error as e:
+    print(f"error: {str(e).removeprefix('flag ')}", file=sys.stderr)
+    sys.exit(1)
+
+
 def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
   """Wraps a command's main: USER_ERRORS become one line on stderr (exit_with_error)."""
 

@@ -45,4 +45,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(cli.reports_errors(_main))
+  app.run(cli.reports_errors(_main), flags_parser=cli.parse_flags)

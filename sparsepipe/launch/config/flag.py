@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import textwrap
 from typing import Any
 
 from absl import flags
@@ -54,6 +55,28 @@ def define_config_flag(default: str = "demo") -> flags.FlagHolder:
   flag = flags.FLAGS["config"]
   flag.parser = _FileOrName(flag.parser)
   return holder
+
+
+def config_help() -> str:
+  """What --help adds for the launchers: the config's top-level fields and where
+  each field is documented (absl's usage lists flags, not config fields)."""
+  config = flags.FLAGS["config"].value  # the default's, or a --config=... given before --help
+  fields = []
+  for key in sorted(config.keys()):
+    value = config[key]
+    if key == "features":
+      fields.append("features.NAME.*")
+    elif hasattr(value, "items"):
+      fields.append(f"{key}.*")
+    else:
+      fields.append(f"{key}={value!r}")
+  return "\n".join(
+    [
+      "Config fields (set any with --config.FIELD=VALUE; docs/config.md lists each with its",
+      "default, units and meaning):",
+      *textwrap.wrap(", ".join(fields), 78, initial_indent="  ", subsequent_indent="  "),
+    ]
+  )
 
 
 def config_name(flag_value: str | None) -> str:

@@ -26,6 +26,7 @@ from sparsepipe import pipeline
 from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
+from sparsepipe.launch.job.metrics import SteadyRate
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -97,16 +98,19 @@ class LossHook(JobHook):
 class ProgressHook(JobHook):
   """The progress line every log_every_steps batches: rate, loss, data wait, epoch.
 
-  It also measures the steady-state rate: examples/s over the intervals in
-  which nothing but training happened (no compilation at a segment's start,
-  no save, no eval: the hooks doing those call `disturbed()`).
+  Its rate and data wait are those of the intervals in which nothing but
+  training happened (no compilation at a segment's start, no save, no eval:
+  the hooks doing those call `disturbed()`), over the last 10 such intervals
+  on the line ('-' before the first) and over all of them in the summary.
   """
+
+  WINDOW = 10  # intervals of the line's rate
 
   def __init__(self, job: JobContext):
     super().__init__(job)
     self.every = max(int(job.config.log_every_steps), 1)
     self.meter = IntervalMeter()
-    self.quiet = [0, 0.0]  # examples, seconds of undisturbed intervals
+    self.steady = SteadyRate(self.WINDOW)
     self._disturbed = True
 
   def disturbed(self) -> None:
@@ -127,11 +131,10 @@ class ProgressHook(JobHook):
     batch = self.job.position.start + result.batch_index + 1
     if batch % self.every == 0:
       self.job.hooks["losses"].flush()
-      rate, wait = self.meter.read()
       if not self._disturbed:
-        self.quiet[0] += self.meter.examples
-        self.quiet[1] += self.meter.seconds
+        self.steady.add(self.meter.examples, self.meter.seconds, self.meter.wait_seconds)
       self._disturbed = False
+      rate, wait = self.steady.recent()
       last = self.job.hooks["losses"].last_loss
       self.job.output.progress(batch, rate, last, wait, self.job.epoch(batch))
       self.meter.reset()
@@ -139,8 +142,7 @@ class ProgressHook(JobHook):
 
   def steady_rate(self) -> float | None:
     """Examples/s of the undisturbed intervals (None if there was none)."""
-    examples, seconds = self.quiet
-    return examples / seconds if seconds > 0 else None
+    return self.steady.overall()
 
 
 class HeapHook(JobHook):

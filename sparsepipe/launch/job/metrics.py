@@ -11,6 +11,7 @@ resume and preemption lines aside. Only process 0 writes (output.py).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import time
@@ -72,7 +73,12 @@ class MetricsLog:
 
 
 class ProgressLine:
-  """The training line: batch, epoch, examples/s, loss, data-wait share, latest event."""
+  """The training line: batch, epoch, examples/s, loss, data-wait share, latest event.
+
+  The rate and data wait are those of training alone over the last few
+  intervals (SteadyRate.recent): steady, not swinging with each save or
+  compilation.
+  """
 
   def __init__(self, total_batches: int, *, stream: TextIO | None = None, enabled: bool = True):
     self._total = total_batches
@@ -86,18 +92,19 @@ class ProgressLine:
   def update(
     self,
     batch: int,
-    examples_per_second: float,
+    examples_per_second: float | None,
     loss: float | None,
-    data_wait: float,
+    data_wait: float | None,
     epoch: float | None = None,
   ) -> None:
+    """One line; a None rate or data wait (none measured yet) shows as '-'."""
     parts = [f"batch {batch}/{self._total}"]
     if epoch is not None:
       parts.append(f"epoch {epoch:.2f}")
     parts += [
-      f"{examples_per_second:,.0f} ex/s",
+      ("-" if examples_per_second is None else f"{examples_per_second:,.0f}") + " ex/s",
       "loss " + ("-" if loss is None else f"{loss:.4f}"),
-      f"data wait {100 * data_wait:.0f}%",
+      "data wait " + ("-" if data_wait is None else f"{100 * data_wait:.0f}%"),
     ]
     if self._event:
       parts.append(self._event)
@@ -109,7 +116,7 @@ class ProgressLine:
 
 
 class IntervalMeter:
-  """Examples/s and data-wait share since the last `reset`."""
+  """Examples, seconds and seconds waiting for data since the last `reset`."""
 
   def __init__(self):
     self.reset()
@@ -118,6 +125,10 @@ class IntervalMeter:
     self._start = time.perf_counter()
     self._wait = 0.0
     self._examples = 0
+
+  @property
+  def wait_seconds(self) -> float:
+    return self._wait
 
   def add(self, examples: int, data_wait_seconds: float) -> None:
     self._examples += examples
@@ -131,7 +142,34 @@ class IntervalMeter:
   def seconds(self) -> float:
     return max(time.perf_counter() - self._start, 1e-9)
 
-  def read(self) -> tuple[float, float]:
-    """(examples/s, share of the time waiting for data) since the reset."""
-    elapsed = self.seconds
-    return self._examples / elapsed, min(self._wait / elapsed, 1.0)
+
+class SteadyRate:
+  """Examples/s and data-wait share of the intervals of training alone.
+
+  An interval in which the job also compiled, saved or evaluated is left
+  out: its rate measures that work, not training (the demo's line swung from
+  117 to 27,874 ex/s and back with them). `recent()` is over the last
+  `window` such intervals (the progress line), `overall()` over all of them
+  (the summary's steady-state rate).
+  """
+
+  def __init__(self, window: int = 10):
+    self._recent: collections.deque[tuple[int, float, float]] = collections.deque(maxlen=window)
+    self._examples = 0
+    self._seconds = 0.0
+
+  def add(self, examples: int, seconds: float, wait_seconds: float) -> None:
+    self._recent.append((examples, seconds, wait_seconds))
+    self._examples += examples
+    self._seconds += seconds
+
+  def recent(self) -> tuple[float | None, float | None]:
+    """(examples/s, data-wait share) over the last `window` intervals; (None, None) before one."""
+    if not self._recent:
+      return None, None
+    examples, seconds, wait = (sum(column) for column in zip(*self._recent))
+    return examples / seconds, min(wait / seconds, 1.0)
+
+  def overall(self) -> float | None:
+    """Examples/s over every interval added (None before one)."""
+    return self._examples / self._seconds if self._seconds > 0 else None

@@ -89,7 +89,9 @@ class JobOutput:
     """The latest event on the progress line (e.g. 'ckpt @20')."""
     self.line.event(text)
 
-  def progress(self, batch: int, rate: float, loss: float | None, wait: float, epoch: float):
+  def progress(
+    self, batch: int, rate: float | None, loss: float | None, wait: float | None, epoch: float
+  ) -> None:
     self.line.update(batch, rate, loss, wait, epoch)
 
   def close(self) -> None:

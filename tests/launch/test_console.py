@@ -1,0 +1,142 @@
+"""What the commands print: --help, the progress line's rate, no Orbax notices."""
+
+import io
+import subprocess
+import sys
+import types
+
+import pytest
+
+from sparsepipe.launch.config.shipped import criteo
+from sparsepipe.launch.job import metrics
+from sparsepipe.launch.job.hooks import ProgressHook
+from sparsepipe.launch.job.metrics import ProgressLine
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+
+def _help(*args):
+  return subprocess.run(
+    [sys.executable, "-m", *args, "--help"],
+    env=harness.cpu_env(1),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+
+
+def test_launcher_help_exits_0_and_names_the_config_fields_and_their_docs():
+  out = _help("sparsepipe.launch", "--config=criteo", "--config.num_steps=7")
+  assert (out.returncode, out.stderr) == (0, ""), out.stderr
+  epilog = out.stdout.split("Try --helpfull to get a list of all flags.\n\n")[1].splitlines()
+  assert epilog[:2] == [
+    "Config fields (set any with --config.FIELD=VALUE; docs/config.md lists each with its",
+    "default, units and meaning):",
+  ]
+  assert all(line.startswith("  ") and len(line) <= 80 for line in epilog[2:]), epilog
+  config = criteo.get_config()
+  expected = [
+    "features.NAME.*"
+    if key == "features"
+    else f"{key}.*"
+    if hasattr(config[key], "items")
+    else f"{key}={7 if key == 'num_steps' else config[key]!r}"
+    for key in sorted(config.keys())
+  ]
+  assert " ".join(line.strip() for line in epilog[2:]).split(", ") == expected
+  assert "num_steps=7" in expected and "global_batch_size=4096" in expected
+
+
+@pytest.mark.parametrize(
+  "module",
+  [
+    "sparsepipe.launch.evaluate",
+    "sparsepipe.launch.export",
+    "sparsepipe.data.csv",
+    "sparsepipe.serving.predict",
+  ],
+)
+def test_every_command_help_exits_0(module):
+  out = _help(module)
+  assert (out.returncode, out.stderr) == (0, ""), out.stderr
+  assert out.stdout.rstrip().endswith("Try --helpfull to get a list of all flags."), out.stdout
+
+
+class _Clock:
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+def test_progress_line_shows_the_rate_of_training_alone(monkeypatch):
+  """A compiling first interval and a save's interval leave the line's rate alone."""
+  clock = _Clock()
+  monkeypatch.setattr(metrics.time, "perf_counter", clock)
+  stream = io.StringIO()
+  line = ProgressLine(8, stream=stream)
+  job = types.SimpleNamespace(
+    config=types.SimpleNamespace(log_every_steps=2),
+    global_batch=100,
+    position=types.SimpleNamespace(start=0),
+    hooks={"losses": types.SimpleNamespace(flush=lambda: None, last_loss=0.5)},
+    output=types.SimpleNamespace(progress=line.update),
+    epoch=lambda batch: None,
+  )
+  hook = ProgressHook(job)
+  hook.start()
+  # Batches 1-2 compile (10 s); 3-4 train (0.5 s, 0.2 s waiting for data);
+  # 5-6 also save (5 s); 7-8 train (1 s).
+  for index, now, wait, saves in [
+    (0, 9.0, 0.0, False),
+    (1, 10.0, 0.0, False),
+    (2, 10.25, 0.1, False),
+    (3, 10.5, 0.1, False),
+    (4, 13.0, 0.0, True),
+    (5, 15.5, 0.0, False),
+    (6, 16.0, 0.0, False),
+    (7, 16.5, 0.0, False),
+  ]:
+    clock.now = now
+    if saves:
+      hook.disturbed()
+    hook(types.SimpleNamespace(batch_index=index, data_wait_seconds=wait))
+  assert stream.getvalue().splitlines() == [
+    "batch 2/8 | - ex/s | loss 0.5000 | data wait -",
+    "batch 4/8 | 400 ex/s | loss 0.5000 | data wait 40%",
+    "batch 6/8 | 400 ex/s | loss 0.5000 | data wait 40%",
+    "batch 8/8 | 267 ex/s | loss 0.5000 | data wait 13%",
+  ]
+  assert hook.steady_rate() == pytest.approx(400 / 1.5)
+
+
+# The launcher with Orbax's threshold for its "Waiting for previous save"
+# warning at -1 s, so that every save after the first logs it.
+_WAITING_LAUNCHER = """
+import runpy, sys
+import orbax.checkpoint.checkpoint_manager as checkpoint_manager
+checkpoint_manager._WAIT_FOR_PREV_SAVE_WARNING_THRESHOLD_SECS = -1.0
+sys.argv = ["sparsepipe.launch", *sys.argv[1:]]
+runpy.run_module("sparsepipe.launch", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_orbax_save_wait_notices_stay_out_of_the_output_unless_verbosity_is_given(tmp_path):
+  flags = launch_testing.flag_overrides(num_steps=4, fdo__every_steps=0, checkpoint__every_steps=1)
+  command = [sys.executable, "-c", _WAITING_LAUNCHER, f"--workdir={tmp_path / 'job'}", *flags]
+  out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
+  assert out.returncode == 0, out.describe()
+  assert _save_waits(out) == [], out.describe()
+  assert launch_testing.events(str(tmp_path / "job"), "done") == [{"event": "done", "batch": 4}]
+  out = harness.run(
+    [*command, "--config.num_steps=6", "--verbosity=0"], env=harness.cpu_env(1), timeout_s=300
+  )
+  assert out.returncode == 0, out.describe()
+  assert _save_waits(out), out.describe()
+
+
+def _save_waits(out):
+  lines = out.lines + out.stderr.splitlines()
+  return [line for line in lines if "Waiting for previous save to complete took" in line]
