@@ -133,9 +133,30 @@ def test_fewer_steps_than_trained_say_the_job_is_done(first_run, capsys):
   workdir, _ = first_run
   before = launch_testing.batch_losses(workdir)
   result = train_and_evaluate(launch_testing.tiny_config(num_steps=5), workdir)
-  assert result.batches_trained == max(before) and result.last_loss is None
+  trained = max(before)
+  assert result.batches_trained == trained and result.last_loss is None
   assert launch_testing.batch_losses(workdir) == before
-  assert "sparsepipe: already trained" in capsys.readouterr().out
+  assert capsys.readouterr().out.splitlines()[-1] == (
+    f"sparsepipe: the job in {workdir} has trained {trained} batches (num_steps {trained}"
+    f" saved; checkpoint {trained}); this run's num_steps is 5: nothing to train. To train"
+    f" more, raise --config.num_steps above {trained}"
+  )
+
+
+def test_a_rerun_without_the_raised_epochs_names_what_the_job_has(first_run, tmp_path, capsys):
+  """num_epochs raised a job past its config's num_steps; a plain rerun says so."""
+  workdir = str(tmp_path / "job")
+  shutil.copytree(first_run[0], workdir)
+  # 0.375 epochs of 1,024 examples in batches of 32: 12 batches.
+  raised = train_and_evaluate(launch_testing.tiny_config(num_epochs=0.375), workdir)
+  assert raised.batches_trained == 12
+  capsys.readouterr()
+  train_and_evaluate(launch_testing.tiny_config(), workdir)
+  assert capsys.readouterr().out.splitlines()[-1] == (
+    f"sparsepipe: the job in {workdir} has trained 12 batches (num_steps 12 saved, from"
+    " num_epochs 0.375; checkpoint 12); this run's num_steps is 8: nothing to train. To train"
+    " more, raise --config.num_steps above 12"
+  )
 
 
 def test_non_finite_training_stops_before_saving_it(tmp_path):
