@@ -5,8 +5,11 @@ small synthetic dataset, trains with the pipelined step, checkpoints,
 evaluates, prints a summary. Rerunning resumes from the newest checkpoint.
 
 Exit status: 0 done (or already done); 1 an error, named in one line on
-stderr (`--verbose` for the traceback); 42 preempted (SIGTERM or Ctrl-C)
-after saving a checkpoint: run the same command again to continue.
+stderr (`--verbose` for the traceback); 42 stopped by SIGTERM or Ctrl-C
+with everything it trained saved (a checkpoint saved at the next batch,
+or stopped while starting or closing, with nothing to save): run the same
+command again to continue; 130 a second Ctrl-C stopped the training
+without saving: run it again to train on from the newest checkpoint.
 
 Multi-host: run one process per host with --coordinator_address,
 --num_processes and --process_id (or --distributed_auto on TPU pods and
@@ -16,6 +19,12 @@ managed clusters).
 import logging as std_logging
 import os
 import sys
+
+from sparsepipe.launch import stopping
+
+# Before the imports below take seconds: SIGTERM and Ctrl-C end the launch
+# with one line from its start (stopping.py).
+stopping.stop_outside_training()
 
 from absl import app
 from absl import flags
@@ -80,6 +89,9 @@ def main(argv) -> int:
   try:
     name = config_name(flags.FLAGS["config"].config_filename)
     result = train_and_evaluate(flags.FLAGS.config, workdir(), config_name=name)
+  except KeyboardInterrupt:  # a second Ctrl-C while training (stopping.py)
+    print(stopping.aborted_line(), file=sys.stderr, flush=True)
+    return stopping.ABORTED_EXIT_CODE
   finally:
     distributed.shutdown(started)
   return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0

@@ -36,6 +36,7 @@ from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.output import JobOutput
 from sparsepipe.launch.job.schedule import Schedule
+from sparsepipe.launch import stopping
 from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
 
@@ -97,6 +98,7 @@ class _Job:
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
     ) as mngr:
       with checkpointing.PreemptionWatcher(mngr) as watcher:
+        stopping.training_begins()  # the launcher's handler is back only to close
         try:
           try:
             job = self._start(JobCheckpoints(mngr, self.model), watcher)

@@ -1,0 +1,81 @@
+"""The launcher's stop signals outside training: one line and a documented status.
+
+While the job trains, checkpointing.PreemptionWatcher takes SIGTERM and
+Ctrl-C: it saves at the next batch boundary and the launcher exits 42.
+Outside it (importing, making the dataset and the model, until the
+checkpoints are open; closing after the last save) Python's defaults ended a
+launch with status 143 and no word (SIGTERM) or a KeyboardInterrupt
+traceback (Ctrl-C). `python -m sparsepipe.launch` installs
+`stop_outside_training` before anything else (this module imports only
+the standard library, and sparsepipe.launch loads its parts lazily): a
+stop signal there prints one line and exits STOPPED_EXIT_CODE at once.
+Nothing trained goes unsaved: before training there is nothing to save, and
+closing begins after the last save; running the same command again goes on.
+
+A second Ctrl-C while training aborts without saving (the watcher's
+KeyboardInterrupt); the launcher prints one line and exits
+ABORTED_EXIT_CODE, and a rerun trains again from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+# Equals checkpointing.PREEMPTED_EXIT_CODE (a test checks; importing it here
+# would import JAX before the handlers are installed).
+STOPPED_EXIT_CODE = 42
+# A second Ctrl-C: stopped without saving (the shell's status for Ctrl-C).
+ABORTED_EXIT_CODE = 130
+
+_SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}
+_NOTHING_TO_SAVE = {
+  "starting": "while starting, before training: nothing to save",
+  "closing": "while closing, after the last save: nothing is lost",
+}
+
+
+class _StopOutsideTraining:
+  """The SIGTERM and SIGINT handler of the launcher's phases outside training."""
+
+  def __init__(self) -> None:
+    self.phase = "starting"
+    self.stopping = False
+
+  def __call__(self, signum: int, frame: Any) -> None:
+    del frame
+    if self.stopping:  # a second signal while the first one's cleanup runs: at once
+      os._exit(STOPPED_EXIT_CODE)  # pylint: disable=protected-access
+    self.stopping = True
+    # os.write, not print: the main thread may be inside a print to stderr.
+    line = (
+      f"sparsepipe: stopped by {_SIGNAL_NAMES.get(signum, signum)}"
+      f" {_NOTHING_TO_SAVE[self.phase]}; run the same command again to go on\n"
+    )
+    os.write(2, line.encode())
+    raise SystemExit(STOPPED_EXIT_CODE)
+
+
+_HANDLER = _StopOutsideTraining()
+
+
+def stop_outside_training() -> None:
+  """Installs the launcher's handler of SIGTERM and SIGINT (main thread only)."""
+  _HANDLER.phase, _HANDLER.stopping = "starting", False
+  signal.signal(signal.SIGTERM, _HANDLER)
+  signal.signal(signal.SIGINT, _HANDLER)
+
+
+def training_begins() -> None:
+  """From here a stop signal is the PreemptionWatcher's; once it gives them back,
+  the job has saved and is closing."""
+  _HANDLER.phase = "closing"
+
+
+def aborted_line() -> str:
+  """What the launcher prints when a second Ctrl-C aborted the training."""
+  return (
+    "sparsepipe: stopped by a second Ctrl-C without saving; run the same command again to"
+    " train on from the newest checkpoint"
+  )

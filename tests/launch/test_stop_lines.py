@@ -1,0 +1,132 @@
+"""A launch stopped outside training, or aborted, says so in one line, with its status.
+
+SIGTERM while a launch started used to end it with status 143 and no word,
+and a second Ctrl-C while training with a traceback of 189 lines; a
+checkpoint directory that cannot be written, after training to the first
+save, with a 5-minute wait and 78 lines.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from sparsepipe import checkpointing
+from sparsepipe.launch import stopping
+from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.workdir.lock import LOCK_FILENAME
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+_TIMEOUT_S = 300
+_STARTING = (
+  "sparsepipe: stopped by SIGTERM while starting, before training: nothing to save; run the"
+  " same command again to go on"
+)
+
+
+class _Launch:
+  """`python -m sparsepipe.launch` in its own session, its stdout and stderr lines kept."""
+
+  def __init__(self, workdir, *flags: str):
+    self.proc = subprocess.Popen(
+      [sys.executable, "-m", "sparsepipe.launch", f"--workdir={workdir}"]
+      + [f"--config={launch_testing.DEMO_CONFIG}", *flags],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      env=harness.cpu_env(8),
+      text=True,
+      start_new_session=True,
+    )
+    self.out: list[str] = []
+    self.err: list[str] = []
+    self._readers = [
+      threading.Thread(target=self._read, args=(self.proc.stdout, self.out)),
+      threading.Thread(target=self._read, args=(self.proc.stderr, self.err)),
+    ]
+    for reader in self._readers:
+      reader.start()
+
+  @staticmethod
+  def _read(stream, lines):
+    for line in stream:
+      lines.append(line.rstrip("\n"))
+
+  def wait_for(self, lines: list[str], pattern: str) -> None:
+    deadline = time.monotonic() + _TIMEOUT_S
+    while not any(re.match(pattern, line) for line in lines):
+      assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.out} {self.err}"
+      assert time.monotonic() < deadline, f"no line {pattern!r}: {self.out} {self.err}"
+      time.sleep(0.05)
+
+  def signal(self, signum: int) -> None:
+    os.killpg(self.proc.pid, signum)  # as a terminal or a scheduler sends it
+
+  def finish(self) -> int:
+    try:
+      self.proc.wait(timeout=_TIMEOUT_S)
+    finally:
+      if self.proc.poll() is None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+      for reader in self._readers:
+        reader.join()
+    return self.proc.returncode
+
+
+def test_the_launchers_stop_status_is_the_preemption_status_and_its_start_is_light():
+  assert stopping.STOPPED_EXIT_CODE == checkpointing.PREEMPTED_EXIT_CODE
+  probe = (
+    "import sys, sparsepipe.launch; print(sorted({'jax', 'grain', 'orbax'} & sys.modules.keys()))"
+  )
+  out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+  assert out.stdout == "[]\n"
+
+
+def test_sigterm_while_starting_is_one_line_and_the_rerun_trains(tmp_path):
+  workdir = tmp_path / "job"
+  flags = launch_testing.flag_overrides(num_steps=2, checkpoint__every_steps=2)
+  launch = _Launch(workdir, *flags)
+  deadline = time.monotonic() + _TIMEOUT_S
+  while not (workdir / LOCK_FILENAME).exists():  # in train_and_evaluate: making the data
+    assert launch.proc.poll() is None and time.monotonic() < deadline, launch.err
+    time.sleep(0.02)
+  launch.signal(signal.SIGTERM)
+  assert (launch.finish(), launch.err) == (stopping.STOPPED_EXIT_CODE, [_STARTING])
+  assert not any(line.startswith("batch ") for line in launch.out)
+  again = _Launch(workdir, *flags)
+  assert again.finish() == 0, again.err
+  assert launch_testing.batch_losses(str(workdir)).keys() == {1, 2}
+
+
+def test_a_second_ctrl_c_is_one_line_and_status_130(tmp_path):
+  data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
+  launch = _Launch(
+    tmp_path / "job", *launch_testing.flag_overrides(data__dir=data_dir, num_steps=100000)
+  )
+  launch.wait_for(launch.out, r"batch 2/")
+  launch.signal(signal.SIGINT)
+  launch.wait_for(launch.err, r"sparsepipe: Ctrl-C: saving at the next")
+  launch.signal(signal.SIGINT)
+  assert launch.finish() == stopping.ABORTED_EXIT_CODE, launch.err
+  assert launch.err[-1] == stopping.aborted_line()
+  assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in launch.err)
+
+
+def test_an_unwritable_checkpoint_directory_is_named_before_training(tmp_path):
+  workdir = tmp_path / "job"
+  workdir.mkdir()
+  (workdir / "checkpoints").symlink_to("/sys")  # even root cannot write there
+  data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
+  launch = _Launch(workdir, *launch_testing.flag_overrides(data__dir=data_dir))
+  assert launch.finish() == 1
+  assert launch.err == [
+    f"error: the checkpoint directory '{workdir / 'checkpoints'}' cannot be written"
+    " (Operation not permitted): no checkpoint could be saved there; make it writable, or"
+    " use another directory"
+  ]
+  assert not any(line.startswith("batch ") for line in launch.out)
