@@ -208,7 +208,7 @@ class AdamOptimizerSpec(OptimizerSpec):
 
   def update_hyperparameters(self, step: Any = None) -> tuple[jax.Array, ...]:
     """(alpha_t, beta_1, beta_2, epsilon_hat) without float32 cancellation
-    (lr=1, step 0: alpha_0 = 0.31622776), for the update."""
+    (lr=1, step 0: alpha_0 = 0.31622776, to the ulp of XLA's float32 expm1), for the update."""
     t = (0 if step is None else step) + 1
     c2 = jnp.sqrt(_one_minus_power(self.beta_2, t))
     alpha = self.get_learning_rate(step) * c2 / _one_minus_power(self.beta_1, t)

@@ -267,9 +267,12 @@ def test_adam_hyperparameters_are_the_reference_float32_values():
   # The update keeps the exact formula: 1 - beta^t without float32 cancellation.
   from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
 
+  # Within 1 float32 ulp of the exact values: XLA's float32 expm1 moved by an ulp between
+  # jaxlib releases (alpha_0 0.31622776 on 0.10.2, 0.31622773 on 0.12.0.1); the reference's
+  # float32 cancellation (0.31622565 above) is 71 ulps away.
   update = [x.item() for x in optimizers.step_hyperparameters(spec, jnp.int32(0))]
-  assert update == [f32(0.31622776), f32(0.9), f32(0.999), f32(3.1622774e-10)]
-  assert update[0] == f32(math.sqrt(0.001) / 0.1)
+  exact = [math.sqrt(0.001) / 0.1, 0.9, 0.999, 1e-8 * math.sqrt(0.001)]
+  np.testing.assert_array_max_ulp(np.float32(update), np.float32(exact), maxulp=1)
   embedding_spec = reference_module("nn.embedding_spec")
   if embedding_spec is None:
     return
