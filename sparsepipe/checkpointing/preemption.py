@@ -23,7 +23,8 @@ and exits with PREEMPTED_EXIT_CODE, so a supervisor can tell a preemption
 - Grain workers (mp_prefetch) are in the same process group and would die
   on a group SIGTERM or Ctrl-C before the main process saved: start them
   with `worker_init_fn=core.ignore_stop_signals_in_worker` (sparsepipe's
-  input pipeline does).
+  input pipeline does), which also ends them when the main process ends
+  (a SIGKILLed job leaves no worker behind).
 """
 
 from __future__ import annotations

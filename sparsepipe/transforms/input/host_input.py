@@ -142,8 +142,9 @@ def prefetch_in_workers(
   """Runs `ds` in `num_workers` processes; elements come back unchanged, in order.
 
   Each element's arrays travel in one reused shared-memory block
-  (PackArrays / UnpackArrays). Workers ignore SIGTERM, keep freed memory,
-  then run `worker_init_fn(worker_index, worker_count)`. 0 workers: `ds`.
+  (PackArrays / UnpackArrays). Workers ignore SIGTERM, exit when the main
+  process ends (core.exit_with_parent), keep freed memory, then run
+  `worker_init_fn(worker_index, worker_count)`. 0 workers: `ds`.
   Grain's multiprocessing reads absl flags: the program must have parsed
   them (absl.app.run does; elsewhere call absl.flags.FLAGS.mark_as_parsed()).
   """
