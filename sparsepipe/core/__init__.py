@@ -1,5 +1,6 @@
 """Shared basics below every other subpackage: specs, COO containers, batches, mesh."""
 
+from sparsepipe.core import compile_cache
 from sparsepipe.core.batch import EvalBatch
 from sparsepipe.core.batch import TrainBatch
 from sparsepipe.core.coo_types import PreprocessedInput

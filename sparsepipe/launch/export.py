@@ -51,6 +51,8 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
   directory, config = checkpoints.saved_config(workdir, step)
+  # The job's compilation cache (core/compile_cache.py), before anything compiles.
+  core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
   mesh = core.make_mesh(jax.devices("cpu")[:1])
   data_dir = dataset.ensure_dataset(config, os.path.abspath(workdir), show_progress=False)
   model = JobModel(config, data_dir, mesh)

@@ -82,6 +82,10 @@ FIELD_DOCS = {
   "pipelining": "Overlap the lookup of batch i and the update of batch i-2 with the dense"
   " step of batch i-1 (False: all three per batch, in order).",
   "features_from_manifest": "Take `features` from data.dir's manifest (--config=dataset).",
+  "compilation_cache_dir": "Where compiled programs are kept for the next start of any job,"
+  " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba): auto is"
+  " $XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe; empty: off. A"
+  " JAX_COMPILATION_CACHE_DIR in the environment wins for JAX's programs. A job may change it.",
   "eval.data_dir": "A held-out dataset with the train set's features (empty: the generated"
   " split when synthetic.eval_examples > 0, else none).",
   "eval.every_steps": "Batches between evals (0: only at the end; with an eval set the job"

@@ -39,6 +39,7 @@ class JobContext:
       checkpoint (exports name it, so deltas apply only to their own job).
     resumed_from: the checkpoint step the job started from, or None.
     preempted: set when a preemption stops the job at this boundary.
+    startup: the StartupTimer of this run's start (startup.py), or None.
     hooks: the job's hooks by kind, for the ones that work together.
     train_metrics: what each `pipeline.train` call of this process measured.
   """
@@ -58,6 +59,7 @@ class JobContext:
   job_id: str
   resumed_from: int | None = None
   preempted: bool = False
+  startup: Any = None
   hooks: dict[str, Any] = dataclasses.field(default_factory=dict)
   train_metrics: list[pipeline.TrainMetrics] = dataclasses.field(default_factory=list)
 

@@ -173,6 +173,18 @@ class HeapHook(JobHook):
     return False
 
 
+class StartupHook(JobHook):
+  """Records where the start's time went at the first trained batch (startup.py)."""
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    timer = self.job.startup
+    if timer is None or timer.done:
+      return False
+    if timer.step(result.data_wait_seconds, result.output):
+      timer.record(self.job.output, self.job.position.start + result.batch_index + 1)
+    return False
+
+
 class PreemptionHook(JobHook):
   """Stops the loop at the first batch boundary after a preemption notice (or Ctrl-C).
 
@@ -278,6 +290,7 @@ def make_hooks(job: JobContext) -> list[Any]:
     "losses": LossHook(job),
     "progress": ProgressHook(job),
     "heap": HeapHook(job),
+    "startup": StartupHook(job),
     "preemption": PreemptionHook(job),
     "checkpoints": CheckpointHook(job),
   }

@@ -3,7 +3,9 @@
 Every hook reports through it, with the batch number the record belongs to
 (batch n: the n-th batch trained, schedule.py), so the three outputs agree:
 a loss is a metrics.jsonl line and a `train/loss` point at step n; an eval
-is a line, `eval/*` points at step n and a line on the console; an event
+is a line, `eval/*` points at step n and a line on the console; a start's
+record (startup.py) is `startup/*` points, a named phase a `time/<name>_s`
+point; an event
 (checkpoint, FDO, preemption, ...) is a line and a console message.
 
 A job resumed after batch n first calls `resume_after(n)`: metrics.jsonl
@@ -25,6 +27,10 @@ from sparsepipe.launch.job.metrics import ProgressLine
 from sparsepipe.launch.job.tensorboard import TensorBoardWriter
 
 METRICS_FILENAME = "metrics.jsonl"
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class JobOutput:
@@ -66,6 +72,11 @@ class JobOutput:
       values = {k: v for k, v in record.items() if k not in ("event", "batch", "examples")}
       self._tensorboard.scalars(batch, {f"eval/{k}": v for k, v in values.items()})
       self._tensorboard.flush()
+    elif record.get("event") == "startup":
+      values = {k: v for k, v in record.items() if k != "batch" and _is_number(v)}
+      self._tensorboard.scalars(batch, {f"startup/{k}": v for k, v in values.items()})
+    elif record.get("event") == "phase":
+      self._tensorboard.scalars(batch, {f"time/{record['phase']}_s": record["seconds"]})
 
   def record(self, record: dict[str, Any]) -> None:
     """One metrics.jsonl line (with its TensorBoard points, for losses and evals)."""

@@ -36,6 +36,7 @@ from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.output import JobOutput
 from sparsepipe.launch.job.schedule import Schedule
+from sparsepipe.launch.job.startup import StartupTimer
 from sparsepipe.launch import stopping
 from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
@@ -46,6 +47,7 @@ MUTABLE_CONFIG_KEYS = (
   "config.num_epochs",
   "config.data.num_workers",
   "config.log_every_steps",
+  "config.compilation_cache_dir",
   "config.fdo.every_steps",
   "config.checkpoint.*",
   "config.eval.*",
@@ -63,6 +65,7 @@ class _Job:
   """One process's share of a job (see train_and_evaluate)."""
 
   def __init__(self, config: Any, workdir: str, config_name: str):
+    self.startup = StartupTimer()
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
     config_specs.check_combiners(config)  # named before any data is made
@@ -86,6 +89,7 @@ class _Job:
     self.run_info = checkpointing.RunInfo.create(
       config, self.mesh, data_worker_count=self.model.input_config.num_workers
     )
+    self.startup.mark("data")
 
   def run(self) -> JobResult:
     ckpt = self.config.checkpoint
@@ -104,6 +108,8 @@ class _Job:
             job = self._start(JobCheckpoints(mngr, self.model), watcher)
           except checkpointing.ConfigMismatchError as e:
             raise owner.another_job_error(self.workdir, e) from e
+          self.startup.mark("state")
+          self.startup.restored = job.resumed_from is not None
           try:
             return self._train(job)
           except transforms.LimitExceededError as e:
@@ -111,6 +117,7 @@ class _Job:
           finally:
             job.setup.close()
         finally:
+          self.startup.close()
           self.output.close()
 
   def _context(self, ckpts, watcher, setup, train_state, pipeline_state, position, resumed, job_id):
@@ -129,6 +136,7 @@ class _Job:
       position=position,
       job_id=job_id,
       resumed_from=resumed,
+      startup=self.startup,
     )
 
   def _start(self, ckpts: JobCheckpoints, watcher: Any) -> JobContext:
@@ -136,6 +144,7 @@ class _Job:
     restored = ckpts.restore()
     if restored is None:
       setup = self.model.setup(self.model.base_specs)
+      setup.iterator.start_prefetch()  # the workers start while the state is made
       job = self._context(
         ckpts,
         watcher,
@@ -252,4 +261,5 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
     WorkdirInUseError: another job is running in `workdir` (launch/workdir/lock.py).
   """
   with exclusive_workdir(os.path.abspath(workdir)):
+    core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
     return _Job(config, workdir, config_name).run()

@@ -10,7 +10,8 @@ partition stays) and writes the kept entries, the padding and the tail of
 every SC's segment in place (docs/coo_format.md "Buffer layout").
 
 Both are compiled with numba on first use in a process (about a second
-each; not cached on disk, whose cache files would be pickles). The hot
+each), or loaded from numba's cache on disk when the job turned it on
+(core/compile_cache.py: every data worker would compile them again). The hot
 loops index with unsigned integers (`_u`): numba then skips its
 negative-index wraparound, whose extra instructions and registers cost a
 quarter of the layout pass; every such index is non-negative by
@@ -19,15 +20,15 @@ construction.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from sparsepipe.core import compile_cache
 from sparsepipe.transforms.coo.layout import INT_MAX
 
 _u = np.uint64
 
 
-@numba.njit(nogil=True)
+@compile_cache.njit(nogil=True)
 def key_pass(values, lengths, rows_per_sc, low_base, fields, key, cursors, ends, mark):
   """Appends the keys of one feature's ids to the regions of their SCs.
 
@@ -69,7 +70,7 @@ def key_pass(values, lengths, rows_per_sc, low_base, fields, key, cursors, ends,
     key[c + n : ends[q]] = -1
 
 
-@numba.njit(nogil=True, inline="always")
+@compile_cache.njit(nogil=True, inline="always")
 def _fill(emb, sid_out, gain_out, start, stop):
   """(INT_MAX, INT_MAX, NaN) in slots [start, stop): padding and segment tails."""
   for s in range(start, stop):
@@ -82,7 +83,7 @@ def _make_layout_sc(weighted: bool):
   """layout_pass for one SC, compiled for weighted or unweighted keys (a
   closure constant, so the other kind's branches are compiled away: 10%)."""
 
-  @numba.njit(nogil=True)
+  @compile_cache.njit(nogil=True)
   def layout_sc(row, base, fields, sample_of, gain_of, limits, out, rows, counts, uniques):
     """One SC: its sorted keys `row`, its segment `out`, its row pointers and
     statistics. Returns (dropped, lost, aligned end).
@@ -156,7 +157,7 @@ _SC_BY_SAMPLE = _make_layout_sc(False)
 _SC_BY_POSITION = _make_layout_sc(True)
 
 
-@numba.njit(nogil=True)
+@compile_cache.njit(nogil=True)
 def layout_pass(key, sc_starts, sc_counts, fields, sample_of, gain_of, limits, out, rows, stats):
   """Writes one stack's buffers and statistics.
 

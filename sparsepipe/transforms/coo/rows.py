@@ -26,6 +26,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 import numpy as np
 
+from sparsepipe.core import compile_cache
+
 _TYPE = 8  # PyObject_HEAD: ob_refcnt, ob_type
 _HEAD = 16
 # PyArrayObject_fields after the head: data, nd, dimensions, strides, base, descr, flags.
@@ -45,17 +47,17 @@ def _address(typingctx, address):
   return types.voidptr(address), codegen
 
 
-@numba.njit
+@compile_cache.njit()
 def _u64(address):
   return numba.carray(_address(address), 1, np.uint64)[0]
 
 
-@numba.njit
+@compile_cache.njit()
 def _i32(address):
   return numba.carray(_address(address), 1, np.int32)[0]
 
 
-@numba.njit
+@compile_cache.njit()
 def _lengths(pointers, array_type, descr, lengths, data):
   """Row lengths and data addresses; the first row that is not a contiguous
   1-D array of `descr`, else -1."""
@@ -70,7 +72,7 @@ def _lengths(pointers, array_type, descr, lengths, data):
   return -1
 
 
-@numba.njit
+@compile_cache.njit()
 def _gather(data, lengths, out):
   """Copies every row's items into `out`, back to back."""
   start = 0

@@ -1,0 +1,187 @@
+"""Seconds to the first trained batch: a first start against a second one.
+
+    python benchmarks/startup.py [--json out.json] [--data_root DIR] [--skip_criteo]
+
+Each start is the launcher in a fresh process (`python -m sparsepipe.launch`)
+in a new workdir over data made beforehand, so a start is what a restarted
+or another job of the same config pays: imports, state init, compilation,
+the input's first batches. Per config, four starts in one run:
+
+  before   the compilation cache off (`--config.compilation_cache_dir=`),
+           twice: the second start pays what the first did;
+  after    a cache in a new directory: the first start compiles and fills
+           it, the second loads every program from it.
+
+For each start: the seconds from the process's start to the first trained
+batch (the job's `first batch after` line), its phases from the job's
+`startup` record (data, state, input, compile; programs compiled and cache
+hits), and the whole process's seconds. The goals (issue 26): demo, second
+start / first start (after) <= 0.4; criteo on 1 CPU device, second start
+<= 10 s to the first batch. The machine may be shared: compare figures of
+one run only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_DATA_ROOT = flags.DEFINE_string(
+  "data_root", None, "Where the datasets are made once and reused (default: a temp dir)."
+)
+_SKIP_CRITEO = flags.DEFINE_bool("skip_criteo", False, "Only the demo config.")
+_CRITEO_STEPS = 3
+
+CONFIGS = {
+  "demo": ["--config=demo", "--config.num_steps=20"],
+  "criteo": [
+    "--config=criteo",
+    "--cpu_devices=1",
+    f"--config.num_steps={_CRITEO_STEPS}",
+    "--config.fdo.every_steps=0",
+    f"--config.checkpoint.every_steps={_CRITEO_STEPS}",
+    "--config.checkpoint.async_save=false",
+  ],
+}
+
+
+def _env() -> dict[str, str]:
+  env = dict(os.environ)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the job's setting decides
+  env.setdefault("JAX_PLATFORMS", "cpu")
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+def _launch(args: list[str]) -> tuple[float | None, float, list[str]]:
+  """(seconds to the `first batch after` line, seconds in all, stdout lines)."""
+  started = time.perf_counter()
+  process = subprocess.Popen(
+    [sys.executable, "-m", "sparsepipe.launch", *args],
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env=_env(),
+  )
+  first = None
+  lines = []
+  for line in process.stdout:
+    lines.append(line.rstrip("\n"))
+    if first is None and "first batch after" in line:
+      first = time.perf_counter() - started
+  stderr = process.stderr.read()
+  if process.wait() != 0:
+    raise RuntimeError(f"{' '.join(args)} failed:\n{stderr[-3000:]}")
+  return first, time.perf_counter() - started, lines
+
+
+def _startup_record(workdir: str) -> dict:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    (record,) = [r for r in map(json.loads, f) if r.get("event") == "startup"]
+  return record
+
+
+def _data_dir(name: str, root: str) -> str:
+  """The config's dataset, made once by a 1-batch job (its generated data kept)."""
+  data = os.path.join(root, f"{name}_data")
+  if not os.path.exists(os.path.join(data, "manifest.json")):
+    workdir = tempfile.mkdtemp(prefix=f"{name}_data_job_", dir=root)
+    _launch(
+      [
+        *CONFIGS[name],
+        "--config.num_steps=1",
+        "--config.compilation_cache_dir=",
+        f"--workdir={workdir}",
+      ]
+    )
+    os.rename(os.path.join(workdir, "data"), data)
+  return data
+
+
+def _starts(name: str, root: str) -> list[dict]:
+  data = _data_dir(name, root)
+  rows = []
+  for variant in ("before", "after"):
+    cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
+    for start in ("first", "second"):
+      workdir = tempfile.mkdtemp(prefix=f"{name}_{variant}_{start}_", dir=root)
+      args = [
+        *CONFIGS[name],
+        f"--config.data.dir={data}",
+        f"--config.compilation_cache_dir={cache}",
+        f"--workdir={workdir}",
+      ]
+      to_first, total, _ = _launch(args)
+      record = _startup_record(workdir)
+      rows.append(
+        {
+          "config": name,
+          "cache": variant,
+          "start": start,
+          "first_batch_s": round(to_first, 2),
+          "process_s": round(total, 2),
+          **{k: record[k] for k in ("data_s", "state_s", "input_s", "compile_s")},
+          **{k: record[k] for k in ("programs_compiled", "cache_hits", "cache_misses")},
+        }
+      )
+      print(_row(rows[-1]), flush=True)
+  return rows
+
+
+HEADER = (
+  f"{'config':7} {'cache':6} {'start':6} {'1st batch s':>11} {'process s':>9} {'data':>6}"
+  f" {'state':>6} {'input':>6} {'compile':>7} {'compiled':>8} {'hits':>5}"
+)
+
+
+def _row(r: dict) -> str:
+  return (
+    f"{r['config']:7} {r['cache']:6} {r['start']:6} {r['first_batch_s']:11.1f}"
+    f" {r['process_s']:9.1f} {r['data_s']:6.1f} {r['state_s']:6.1f} {r['input_s']:6.1f}"
+    f" {r['compile_s']:7.1f} {r['programs_compiled']:8d} {r['cache_hits']:5d}"
+  )
+
+
+def _ratios(rows: list[dict]) -> dict[str, float]:
+  out = {}
+  for name in sorted({r["config"] for r in rows}):
+    by = {(r["cache"], r["start"]): r for r in rows if r["config"] == name}
+    after = by[("after", "second")]["first_batch_s"]
+    out[f"{name}: second start with the cache / first start"] = round(
+      after / by[("after", "first")]["first_batch_s"], 3
+    )
+    out[f"{name}: second start with the cache / second start without"] = round(
+      after / by[("before", "second")]["first_batch_s"], 3
+    )
+    out[f"{name}: second start with the cache, s to the first batch"] = after
+  return out
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  root = _DATA_ROOT.value or tempfile.mkdtemp(prefix="sparsepipe_startup_")
+  os.makedirs(root, exist_ok=True)
+  print(HEADER, flush=True)
+  rows = []
+  for name in CONFIGS:
+    if name == "criteo" and _SKIP_CRITEO.value:
+      continue
+    rows += _starts(name, root)
+  ratios = _ratios(rows)
+  for key, value in ratios.items():
+    print(f"{key}: {value}")
+  if _JSON.value:
+    with open(_JSON.value, "w") as f:
+      json.dump({"starts": rows, "ratios": ratios}, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,110 @@
+"""The persistent cache of compiled programs: JAX's (XLA) and numba's (COO passes).
+
+A job, `evaluate` and `export` compile the same programs at every start (the
+step, the table initialisation, the eval step); the data workers compile the
+numba passes of COO preprocessing, each in its own process. Both compilers
+can keep what they compiled on disk and load it at the next start instead:
+
+    <root>/jax/     JAX's persistent compilation cache (every program, however
+                    small or quick to compile: both thresholds are off)
+    <root>/numba/   numba's cache of the compiled passes (NUMBA_CACHE_DIR)
+
+`root` is the config's `compilation_cache_dir`: "auto" (the default) is
+$XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe; "" turns the cache
+off. A JAX_COMPILATION_CACHE_DIR in the environment is JAX's own setting and
+wins for JAX's part. Entries are keyed by the program, the compiler and its
+versions and the devices, so any number of jobs, hosts and processes share
+one directory; a wrong entry is never used, a missing or unreadable one is
+compiled again (JAX warns and goes on). Only the user who owns the
+directory should be able to write to it: loading an entry runs its code.
+
+Numba keeps the setting in the environment (NUMBA_CACHE_DIR), so the data
+worker processes started after `enable` inherit it; the passes register
+with `njit` here so that the ones already imported in this process cache
+too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+AUTO = "auto"
+JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
+NUMBA_DIR_ENV = "NUMBA_CACHE_DIR"
+
+_dispatchers: list[Any] = []
+
+
+def default_root() -> str:
+  """$XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "sparsepipe")
+
+
+def cache_root(setting: str) -> str | None:
+  """The cache's root directory for a `compilation_cache_dir` setting (None: off)."""
+  setting = str(setting)
+  if not setting:
+    return None
+  if setting == AUTO:
+    return default_root()
+  return os.path.abspath(os.path.expanduser(setting))
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+  """numba.njit(**options) whose dispatcher caches on disk once `enable` ran
+  (in this process, or in the parent that started this one)."""
+
+  def wrap(fn: Callable[..., Any]) -> Any:
+    import numba  # pylint: disable=g-import-not-at-top
+
+    dispatcher = numba.njit(**options)(fn)
+    _dispatchers.append(dispatcher)
+    if numba.config.CACHE_DIR:
+      dispatcher.enable_caching()
+    return dispatcher
+
+  return wrap
+
+
+def _enable_jax(directory: str) -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=g-import-not-at-top
+
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  if jax.config.jax_compilation_cache_dir != directory:
+    jax.config.update("jax_compilation_cache_dir", directory)
+    # JAX decides once per process, at its first compilation, whether to use
+    # the cache: start over so that a process which compiled before uses it.
+    compilation_cache.reset_cache()
+
+
+def _enable_numba(directory: str) -> None:
+  import numba  # pylint: disable=g-import-not-at-top
+
+  os.environ[NUMBA_DIR_ENV] = directory  # the data workers started from now on
+  if numba.config.CACHE_DIR != directory:
+    numba.config.CACHE_DIR = directory
+    for dispatcher in _dispatchers:
+      dispatcher.enable_caching()
+
+
+def enable(setting: str) -> str | None:
+  """Turns the caches on for this process and the processes it starts.
+
+  Args:
+    setting: the config's `compilation_cache_dir` ("auto", a path, or ""
+      for off).
+
+  Returns:
+    The root directory, or None when off. Call before the first compilation
+    of a job; later calls with the same setting do nothing.
+  """
+  root = cache_root(setting)
+  if root is None:
+    return None
+  _enable_jax(os.environ.get(JAX_DIR_ENV) or os.path.join(root, "jax"))
+  _enable_numba(os.path.join(root, "numba"))
+  return root
