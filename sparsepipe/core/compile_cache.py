@@ -62,10 +62,19 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
     dispatcher = numba.njit(**options)(fn)
     _dispatchers.append(dispatcher)
     if numba.config.CACHE_DIR:
-      dispatcher.enable_caching()
+      _cache_on_disk(dispatcher)
     return dispatcher
 
   return wrap
+
+
+def _cache_on_disk(dispatcher: Any) -> None:
+  """Caches `dispatcher` in numba's cache directory; where numba finds no
+  directory it can write, it compiles in memory as before."""
+  try:
+    dispatcher.enable_caching()
+  except RuntimeError:  # "cannot cache function ...: no locator available"
+    pass
 
 
 def _enable_jax(directory: str) -> None:
@@ -88,7 +97,7 @@ def _enable_numba(directory: str) -> None:
   if numba.config.CACHE_DIR != directory:
     numba.config.CACHE_DIR = directory
     for dispatcher in _dispatchers:
-      dispatcher.enable_caching()
+      _cache_on_disk(dispatcher)
 
 
 def enable(setting: str) -> str | None:

@@ -112,3 +112,17 @@ def test_a_named_phase_is_a_metrics_line_and_a_tensorboard_point(tmp_path):
     }
   ]
   assert calls == [(300, {"time/retune_stall_s": 0.25})]
+
+
+def test_the_cache_root_of_each_setting(monkeypatch):
+  from sparsepipe.core import compile_cache  # pylint: disable=g-import-not-at-top
+
+  monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
+  assert compile_cache.cache_root("auto") == "/xdg/sparsepipe"
+  monkeypatch.delenv("XDG_CACHE_HOME")
+  monkeypatch.setenv("HOME", "/home/u")
+  assert compile_cache.cache_root("auto") == "/home/u/.cache/sparsepipe"
+  assert compile_cache.cache_root("~/c") == "/home/u/c"
+  assert compile_cache.cache_root("/abs/c") == "/abs/c"
+  assert compile_cache.cache_root("") is None
+  assert compile_cache.enable("") is None
