@@ -65,3 +65,41 @@ def test_raising_num_steps_mid_segment_lengthens_it_without_fdo(data_dir, tmp_pa
   assert recorder.indices == list(range(4, 9))
   # The same pipeline run as the 9-batch job: the same losses, bit for bit.
   assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(uninterrupted)
+
+
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_extending_a_job_that_stopped_mid_fdo_segment_keeps_its_retune_batches(
+  data_dir, tmp_path, pipelining
+):
+  """FDO every 4: stopped after batch 6, raised to 12, it retunes after 8 as a 12-batch job.
+
+  Sequential: batches 7-12 equal the 12-batch job's bit for bit. Pipelined, the
+  6-batch job drained at its end (its final model holds batch 6's embedding
+  update), so batch 7's lookup sees that update one batch earlier than in the
+  uninterrupted run: the losses after batch 6 differ by float rounding only.
+  """
+
+  def config(num_steps):
+    return launch_testing.tiny_config(
+      data__dir=data_dir, num_steps=num_steps, pipelining=pipelining
+    )
+
+  uninterrupted, extended = str(tmp_path / "uninterrupted"), str(tmp_path / "extended")
+  train_and_evaluate(config(12), uninterrupted)
+  train_and_evaluate(config(6), extended)
+  train_and_evaluate(config(12), extended)
+
+  def retunes(workdir):
+    return [(e["batch"], e["limits"]) for e in launch_testing.events(workdir, "fdo")]
+
+  assert [batch for batch, _ in retunes(extended)] == [4, 8]
+  assert retunes(extended) == retunes(uninterrupted)
+  ours, theirs = launch_testing.batch_losses(extended), launch_testing.batch_losses(uninterrupted)
+  assert sorted(ours) == list(range(1, 13))
+  if not pipelining:
+    assert ours == theirs
+  else:
+    assert [ours[b] for b in range(1, 7)] == [theirs[b] for b in range(1, 7)]
+    assert [ours[b] for b in range(7, 13)] == pytest.approx(
+      [theirs[b] for b in range(7, 13)], rel=1e-3
+    )

@@ -51,6 +51,31 @@ def test_fdo_retunes_the_limits_between_segments(first_run):
   assert limits["suggested_coo_buffer_size_per_device"] is not None
 
 
+def test_an_early_first_fdo_pass_retunes_after_first_after_batches_and_resumes_exactly(tmp_path):
+  """fdo.first_after=2, every_steps=4: retunes after batches 2 and 4 (8 is the end); a job
+  resumed inside the early segment, at its end or inside the next one trains the same."""
+  config = launch_testing.tiny_config(
+    fdo__first_after=2, checkpoint__every_steps=1, checkpoint__keep=100
+  )
+  reference = str(tmp_path / "reference")
+  train_and_evaluate(config, reference)
+  retunes = launch_testing.events(reference, "fdo")
+  assert [e["batch"] for e in retunes] == [2, 4]
+  (early,) = retunes[0]["limits"].values()
+  assert 1 <= early["max_ids_per_partition"] < 32  # tuned: 32 is the worst case
+  for stopped in (1, 2, 3):
+    workdir = str(tmp_path / f"stopped_{stopped}")
+    shutil.copytree(reference, workdir)
+    launch_testing.remove_checkpoints_after(workdir, stopped)
+    result = train_and_evaluate(config, workdir)
+    assert result.resumed_from == stopped
+    assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(reference)
+    assert launch_testing.events(workdir, "fdo") == retunes
+    ours = launch_testing.checkpoint_arrays(workdir, 8)
+    for path, value in launch_testing.checkpoint_arrays(reference, 8).items():
+      assert ours[path].tobytes() == value.tobytes(), (stopped, path)
+
+
 def test_rerunning_a_finished_job_trains_nothing(first_run):
   workdir, _ = first_run
   before = launch_testing.batch_losses(workdir)

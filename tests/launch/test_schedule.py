@@ -70,8 +70,9 @@ def test_resume_follows_num_steps_for_a_segment_planned_to_the_end():
   # Cut at num_steps, never below the batches already read.
   assert Schedule(1000, 0).resume(saved).length == 1000
   assert Schedule(650, 0).resume(saved).length == 700
-  # FDO now on: the segment ends at the next FDO boundary.
-  assert Schedule(1600, 500).resume(saved) == dataclasses.replace(saved, length=700, to_end=False)
+  # FDO now on: the segment ends at the first retune point at or past the batches read.
+  assert Schedule(1600, 500).resume(saved) == dataclasses.replace(saved, length=1000, to_end=False)
+  assert Schedule(1600, 350).resume(saved) == dataclasses.replace(saved, length=700, to_end=False)
 
 
 def test_resume_keeps_fdo_segments_and_their_drain():
@@ -89,9 +90,46 @@ def test_a_changed_fdo_interval_applies_from_the_next_segment():
   assert schedule.next_segment(Position(3, 90, 10, False, 12)) is None
 
 
+def test_retunes_belong_to_absolute_batch_numbers():
+  """A job extended after it finished at batch 90 retunes after 100 and 120, not 90 and 110."""
+  stopped = Position(4, 80, 10, False, pipeline_step=12)
+  schedule = Schedule(128, 20)
+  assert schedule.resume(stopped) == stopped
+  following = schedule.next_segment(stopped)
+  assert following == Position(5, 90, 10, False)
+  assert [schedule.retunes_after(b) for b in (80, 90, 100, 110, 120)] == [1, 0, 1, 0, 1]
+  assert segments(schedule)[4:] == [(80, 20, False), (100, 20, False), (120, 8, False)]
+  # Lowering num_steps cuts the segment; raising it back plans up to the multiple again.
+  assert segments(Schedule(90, 20))[-1] == (80, 10, False)
+
+
+def test_an_early_first_fdo_pass_then_every_multiple():
+  assert segments(Schedule(20, 8, fdo_first=3)) == [
+    (0, 3, False),
+    (3, 5, False),
+    (8, 8, False),
+    (16, 4, False),
+  ]
+  assert [b for b in range(1, 21) if Schedule(20, 8, fdo_first=3).retunes_after(b)] == [3, 8, 16]
+  # At or past every_steps, or with FDO off, there is no early pass.
+  assert segments(Schedule(10, 4, fdo_first=4)) == segments(Schedule(10, 4))
+  assert segments(Schedule(10, 4, fdo_first=6)) == segments(Schedule(10, 4))
+  assert segments(Schedule(7, 0, fdo_first=3)) == [(0, 7, True)]
+  assert not Schedule(7, 0, fdo_first=3).retunes_after(3)
+  # A job resumed before its early pass keeps it; a segment planned to the end
+  # (FDO turned on on resume) ends at the early pass if it has not read past it.
+  assert Schedule(20, 8, fdo_first=3).resume(Position(0, 0, 3, False, 2)).length == 3
+  assert Schedule(20, 8, fdo_first=3).resume(Position(0, 0, 20, True, 2)).length == 3
+  assert Schedule(20, 8, fdo_first=3).resume(Position(0, 0, 20, True, 5)).length == 8
+
+
 @pytest.mark.parametrize(
   "args, message",
-  [((0, 4), r"^num_steps=0 must be >= 1$"), ((5, -1), r"^fdo.every_steps=-1 must be >= 0$")],
+  [
+    ((0, 4), r"^num_steps=0 must be >= 1$"),
+    ((5, -1), r"^fdo.every_steps=-1 must be >= 0$"),
+    ((5, 4, True, -2), r"^fdo.first_after=-2 must be >= 0$"),
+  ],
 )
 def test_bad_schedules_are_refused(args, message):
   with pytest.raises(ValueError, match=message):

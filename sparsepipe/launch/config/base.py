@@ -86,7 +86,7 @@ def base_config(
       for_devices=0,
     )
   )
-  config.fdo = ml_collections.ConfigDict(dict(every_steps=0, headroom=1.5))
+  config.fdo = ml_collections.ConfigDict(dict(every_steps=0, first_after=4, headroom=1.5))
   config.pipelining = True
   config.features_from_manifest = False
   config.compilation_cache_dir = "auto"

@@ -76,8 +76,12 @@ FIELD_DOCS = {
   "limits.max_unique_ids_per_partition": "The same for distinct ids (0: the worst case).",
   "limits.for_devices": "The global device count the limits were set for (0: any); on"
   " fewer devices they grow as a resized checkpoint's do, at most to the worst case.",
-  "fdo.every_steps": "Batches between FDO retunes of the limits (0: never); the pipeline"
-  " drains and the step recompiles at each. A job may change it (from its next segment).",
+  "fdo.every_steps": "FDO retunes the limits after every multiple of this batch number (0:"
+  " never); the pipeline drains and the step recompiles at each. A job may change it (from"
+  " its next segment).",
+  "fdo.first_after": "With FDO on, the first retune comes after this batch when it is below"
+  " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
+  " A job may change it (from its next segment).",
   "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
   "pipelining": "Overlap the lookup of batch i and the update of batch i-2 with the dense"
   " step of batch i-1 (False: all three per batch, in order).",

@@ -49,6 +49,7 @@ MUTABLE_CONFIG_KEYS = (
   "config.log_every_steps",
   "config.compilation_cache_dir",
   "config.fdo.every_steps",
+  "config.fdo.first_after",
   "config.checkpoint.*",
   "config.eval.*",
 )
@@ -217,7 +218,7 @@ class _Job:
   def _retune(self, job: JobContext) -> Setup:
     """FDO at a drained segment boundary; rebuilds step and input if the limits changed."""
     setup = job.setup
-    if not self.schedule.fdo_every:
+    if not self.schedule.retunes_after(job.batch):  # e.g. the end of a job since extended
       return setup
     specs, merged = fdo.retune_limits(
       setup.feature_specs,
@@ -227,14 +228,17 @@ class _Job:
       num_sc_per_device=self.model.num_sc,
       global_device_count=self.mesh.size,
     )
-    job.output.event(
-      "fdo",
-      job.batch,
-      f"sparsepipe: FDO after batch {job.batch}: {fdo.describe_limits(setup.feature_specs, specs)}",
-      limits=transforms.get_stack_limits(specs),
-      # Per host a running sum; across hosts the FDO merge takes the max.
-      dropped_ids_largest_host={k: int(v) for k, v in merged.id_drop_counters.items()},
-    )
+    # A job resumed from the checkpoint of its retune point has the line already.
+    if not job.output.recorded("fdo", job.batch):
+      changes = fdo.describe_limits(setup.feature_specs, specs)
+      job.output.event(
+        "fdo",
+        job.batch,
+        f"sparsepipe: FDO after batch {job.batch}: {changes}",
+        limits=transforms.get_stack_limits(specs),
+        # Per host a running sum; across hosts the FDO merge takes the max.
+        dropped_ids_largest_host={k: int(v) for k, v in merged.id_drop_counters.items()},
+      )
     if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
       return setup
     iterator = self.model.make_iterator(specs)

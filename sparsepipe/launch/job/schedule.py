@@ -10,15 +10,25 @@ A job trains its batches as consecutive *segments*, each one pipeline run
 (its batches + 2 fill/drain pipeline steps) with one set of COO limits.
 Between segments the pipeline is drained, FDO may change the limits (new
 specs, recompiled step) and the input is rebuilt at the same batch index.
-A segment is planned when it starts: with FDO on (fdo.every_steps = E) it
-is E batches (fewer at the end of the job); with FDO off it runs to the
-end of the job, `num_steps`. A checkpoint records its segment, so a
-resumed job continues the same run; raising or lowering num_steps, or
-changing fdo.every_steps, re-plans (`Schedule.resume`): a segment planned
-to the end follows the new num_steps (and, with FDO now on, ends at the
-next FDO boundary), any segment is cut at num_steps, and a changed
-fdo.every_steps applies to the segments after it. Batches already read
-always stay in their segment.
+FDO retunes after fixed batch numbers: after every multiple of
+`fdo.every_steps` (0: FDO off, never), and once early, after batch
+`fdo.first_after` when that is below every_steps (0: no early pass), so
+that a new job's buffers follow its data after a few batches instead of a
+whole interval.
+A segment is planned when it starts: it ends at the next retune point
+(or at `num_steps` if that comes first); with no retune point ahead it runs
+to the end of the job, `num_steps`. The retune points are absolute batch
+numbers, so a job stopped and extended, resumed, resized or cut anywhere
+retunes after the same batches as an uninterrupted one; a segment that
+ended at a former num_steps (a job extended after it finished) is followed
+by one that runs to the next retune point, without a retune between them.
+A checkpoint records its segment, so a resumed job continues the same run;
+raising or lowering num_steps, or changing the FDO fields, re-plans
+(`Schedule.resume`): a segment planned to the end follows the new
+num_steps (and, with FDO now on, ends at the first retune point at or past
+the batches it has read), any segment is cut at num_steps, and changed FDO
+fields apply to the segments after it. Batches already read always stay in
+their segment.
 
 Inside a pipelined segment of L batches starting after batch s, pipeline
 step p (0..L+2) has read min(p, L) batches; the dense step of batch s+p-1
@@ -117,28 +127,58 @@ class Position:
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-  """How a job's batches split into segments, from its config."""
+  """How a job's batches split into segments, from its config.
+
+  Attributes:
+    num_steps: batches of the job.
+    fdo_every: FDO retunes after every multiple of this batch number (0: never).
+    pipelined: fill and drain steps (False: sequential mode).
+    fdo_first: with FDO on, it also retunes after this batch (0: no early pass).
+  """
 
   num_steps: int
   fdo_every: int
   pipelined: bool = True
+  fdo_first: int = 0
 
   def __post_init__(self):
     if self.num_steps < 1:
       raise ValueError(f"num_steps={self.num_steps} must be >= 1")
     if self.fdo_every < 0:
       raise ValueError(f"fdo.every_steps={self.fdo_every} must be >= 0")
+    if self.fdo_first < 0:
+      raise ValueError(f"fdo.first_after={self.fdo_first} must be >= 0")
 
   @classmethod
   def from_config(cls, config: Any) -> Schedule:
-    """The schedule of a job config (num_steps, fdo.every_steps, pipelining)."""
-    return cls(int(config.num_steps), int(config.fdo.every_steps), bool(config.pipelining))
+    """The schedule of a job config (num_steps, fdo.every_steps and first_after, pipelining)."""
+    return cls(
+      int(config.num_steps),
+      int(config.fdo.every_steps),
+      bool(config.pipelining),
+      int(config.fdo.get("first_after", 0)),
+    )
 
-  def _plan(self, segment: int, start: int) -> Position:
+  def retunes_after(self, batch: int) -> bool:
+    """Whether FDO retunes the limits after batch `batch` (an absolute batch number)."""
+    if batch < 1 or not self.fdo_every:
+      return False
+    return batch == self.fdo_first < self.fdo_every or batch % self.fdo_every == 0
+
+  def next_retune(self, batch: int) -> int | None:
+    """The first batch after `batch` that FDO retunes after (None: no more)."""
+    if not self.fdo_every:
+      return None
+    following = (batch // self.fdo_every + 1) * self.fdo_every
+    return self.fdo_first if batch < self.fdo_first < self.fdo_every else following
+
+  def _plan(self, segment: int, start: int, read: int = 0) -> Position:
+    """The segment after batch `start`, at least `read` batches long (its batches read)."""
     remaining = self.num_steps - start
-    if self.fdo_every:
-      return Position(segment, start, min(self.fdo_every, remaining), False, 0, self.pipelined)
-    return Position(segment, start, remaining, True, 0, self.pipelined)
+    end = self.next_retune(start + max(read - 1, 0))
+    if end is None:
+      return Position(segment, start, remaining, True, 0, self.pipelined)
+    return Position(segment, start, min(end - start, remaining), False, 0, self.pipelined)
 
   def first(self) -> Position:
     """The job's first segment, at its start."""
@@ -161,7 +201,7 @@ class Schedule:
     if step > saved.length or saved.start >= self.num_steps:
       return saved
     if saved.to_end:
-      planned = self._plan(saved.segment, saved.start)
+      planned = self._plan(saved.segment, saved.start, read=step)
       length, to_end = planned.length, planned.to_end
     else:
       length, to_end = min(saved.length, self.num_steps - saved.start), False
