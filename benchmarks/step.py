@@ -15,7 +15,16 @@ it measures
       vocabulary size of --baseline_vocab_sizes;
   (c) ZeRO vs a replicated optax Adam: optimizer bytes per device and the
       pipelined step time;
-and (b) is section kernels. Section sparse_heavy (benchmarks/sparse_heavy.py)
+and (b) is section kernels. Section modes times the trainer's two steps,
+pipelined and sequential (`make_trainer(pipelining=...)`, the job's
+config.pipelining), on a DLRM with the criteo config's MLPs; at the criteo
+shape on one CPU device:
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=1 python benchmarks/step.py \
+        --sections modes --batch_size 4096 --tables 26 --ids_per_sample 1
+
+(a device count in XLA_FLAGS is kept; 8 CPU devices otherwise).
+Section sparse_heavy (benchmarks/sparse_heavy.py)
 takes a model whose embedding path dominates (26 features, dim 64, small
 MLPs), built as the job builds it, and times per batch the host input,
 lookup, update and dense stages alone, the pipelined step, the same model
@@ -37,7 +46,7 @@ import time
 from typing import Any, NamedTuple
 
 _FLAG = "--xla_force_host_platform_device_count=8"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -71,15 +80,17 @@ _SC = flags.DEFINE_integer("num_sc_per_device", 1, "SparseCores per device.")
 _ROUNDS = flags.DEFINE_integer("rounds", 11, "Timing rounds (median taken).")
 _STEPS = flags.DEFINE_integer("steps", 10, "Steps per round.")
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
-SECTIONS = ("dlrm", "kernels", "sparse_heavy")
+SECTIONS = ("dlrm", "kernels", "sparse_heavy", "modes")
 _SECTIONS = flags.DEFINE_list(
   "sections",
   list(SECTIONS),
   "What to measure: dlrm (pipelining, ZeRO), kernels (COO vs dense baseline),"
-  " sparse_heavy (where a sparse-heavy batch's time goes).",
+  " sparse_heavy (where a sparse-heavy batch's time goes), modes (the trainer's pipelined"
+  " and sequential steps).",
 )
 
 _ND = 13
+_CRITEO_MLPS = ((512, 256), (1024, 1024, 512, 256))  # the criteo config's, bottom's last dim apart
 _SEEDS = (0, 1, 2, 3)
 
 
@@ -175,8 +186,8 @@ def _round_runner(step, carry, make_inputs):
   return run_round, holder
 
 
-def _trainer(mesh, specs, dense_optimizer, example):
-  model = P.DLRM(bottom_mlp_dims=(128, 64, _DIM.value), top_mlp_dims=(256, 128))
+def _trainer(mesh, specs, dense_optimizer, example, pipelining=True, mlps=((128, 64), (256, 128))):
+  model = P.DLRM(bottom_mlp_dims=(*mlps[0], _DIM.value), top_mlp_dims=mlps[1])
   params = model.init(jax.random.key(0), _ND, P.feature_dims_of(specs))
   emb = P.init_embedding_variables(jax.random.key(1), specs, mesh, num_sc_per_device=_SC.value)
   state = P.create_train_state(dense_optimizer, params, mesh, emb)
@@ -188,6 +199,7 @@ def _trainer(mesh, specs, dense_optimizer, example):
     tc,
     feature_specs=specs,
     num_sc_per_device=_SC.value,
+    pipelining=pipelining,
   )
   return trainer, state
 
@@ -219,7 +231,7 @@ def _sequential_step(trainer, same_work):
   rep = jax.sharding.NamedSharding(trainer.mesh, jax.sharding.PartitionSpec())
   jitted = jax.jit(
     lambda train_state, inputs: step(inputs, train_state),
-    donate_argnums=(0, 1),
+    donate_argnums=(0,),  # the inputs have no output to go to
     in_shardings=(
       trainer.train_state_sharding,
       (trainer.input_sharding, trainer.input_sharding.sparse_inputs),
@@ -238,6 +250,32 @@ def _pipelined(trainer, state, device_batch):
     return train_state, pipeline_state
 
   return _round_runner(step, (state, trainer.initial_pipeline_state()), device_batch)
+
+
+def _modes_variants(mesh):
+  """The trainer's pipelined and sequential steps (config.pipelining) on one model."""
+  specs, _ = _prepared_specs(core.AdamOptimizerSpec(0.001), _TABLES.value, _VOCAB.value, mesh.size)
+  host = [_host_batch(specs, mesh.size, s) for s in _SEEDS]
+  data = core.data_sharding(mesh)
+  device_batch = lambda i: jax.device_put(host[i % len(host)], data)
+  variants = {}
+  for name, pipelining in (("mode_pipelined", True), ("mode_sequential", False)):
+    trainer, state = _trainer(
+      mesh, specs, optax.adam(1e-3), host[0], pipelining=pipelining, mlps=_CRITEO_MLPS
+    )
+    variants[name], _ = _pipelined(trainer, state, device_batch)
+  return variants
+
+
+def _modes_figures(times):
+  ms = {k: float(np.median(times[k])) * 1e3 for k in ("mode_pipelined", "mode_sequential")}
+  ratio = _median_ratio(times, "mode_pipelined", "mode_sequential")
+  rows = [
+    ("trainer step, pipelined", f"{ms['mode_pipelined']:.2f} ms"),
+    ("trainer step, sequential", f"{ms['mode_sequential']:.2f} ms"),
+    ("  pipelined / sequential", f"{ratio:.3f}"),
+  ]
+  return {"mode_pipelined_over_sequential": ratio}, rows
 
 
 def _kernel_vs_baseline(mesh, vocab):
@@ -379,6 +417,8 @@ def _setup(sections, heavy_root):
     variants["kernels"] = {}
     for vocab in context["vocabs"]:
       variants["kernels"].update(_kernel_vs_baseline(mesh, vocab))
+  if "modes" in sections:
+    variants["modes"] = _modes_variants(mesh)
   if "sparse_heavy" in sections:
     variants["sparse_heavy"], context["heavy_after_rounds"], context["heavy_shape"] = (
       sparse_heavy.setup(_STEPS.value, heavy_root)
@@ -411,6 +451,10 @@ def _figures(sections, times, context):
     more, kernel_rows = _kernel_figures(times, context["vocabs"])
     figures.update(more)
     rows += kernel_rows
+  if "modes" in sections:
+    more, mode_rows = _modes_figures(times)
+    figures.update(more, modes_shape=dict(batch=_BATCH.value, tables=_TABLES.value, ids=_IDS.value))
+    rows += mode_rows
   if "sparse_heavy" in sections:
     figures["sparse_heavy"], heavy_rows = sparse_heavy.report(
       times, context["heavy_after_rounds"](_ROUNDS.value), context["heavy_shape"]

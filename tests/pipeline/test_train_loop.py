@@ -6,6 +6,8 @@ with 2 SparseCores each, 5 batches of 32 examples.
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -355,3 +357,26 @@ def test_step_keeps_the_states_in_their_donated_buffers(setup):
   assert steady.output_size_in_bytes - steady.alias_size_in_bytes < 1024
   fill = setup.trainer.lower_step(state, fake_tc_step=True).compile().memory_analysis()
   assert fill.output_size_in_bytes - fill.alias_size_in_bytes < 1024
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+def test_no_donated_buffer_goes_unused(setup, pipelining):
+  """Every buffer a step donates becomes an output's: jax warns of none it could not use.
+
+  Fill, steady state and drain (pipelined), and the sequential step. A
+  donated buffer no output takes is freed late and tells of an argument
+  the step should have kept.
+  """
+  trainer = pipeline.make_trainer(
+    setup.mesh,
+    setup.fresh_state(),
+    setup.batch(0),
+    setup.tc,
+    feature_specs=setup.feature_specs,
+    num_sc_per_device=S,
+    pipelining=pipelining,
+  )
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
+  assert [str(w.message) for w in caught if "donated buffers" in str(w.message)] == []
