@@ -51,6 +51,17 @@ def test_fdo_retunes_the_limits_between_segments(first_run):
   assert limits["suggested_coo_buffer_size_per_device"] is not None
 
 
+def test_each_retune_records_its_stall(first_run):
+  """The retune after batch 4: the gap to batch 5 less one steady batch, in metrics.jsonl."""
+  workdir, _ = first_run
+  records = launch_testing.events(workdir, "phase")
+  (stall,) = [r for r in records if r["phase"] == "retune_stall"]
+  assert stall["batch"] == 4
+  # The limits changed (test above): the gap holds the new step's compilation.
+  assert 0 < stall["steady_batch_s"] < stall["gap_s"]
+  assert stall["seconds"] == pytest.approx(stall["gap_s"] - stall["steady_batch_s"], abs=2e-6)
+
+
 def test_an_early_first_fdo_pass_retunes_after_first_after_batches_and_resumes_exactly(tmp_path):
   """fdo.first_after=2, every_steps=4: retunes after batches 2 and 4 (8 is the end); a job
   resumed inside the early segment, at its end or inside the next one trains the same."""

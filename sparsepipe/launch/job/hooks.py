@@ -16,6 +16,7 @@ after the checkpoint of its boundary.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import jax
@@ -27,6 +28,7 @@ from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
 from sparsepipe.launch.job.metrics import SteadyRate
+from sparsepipe.launch.job.startup import record_phase
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -185,6 +187,50 @@ class StartupHook(JobHook):
     return False
 
 
+class RetuneStallHook(JobHook):
+  """Measures each FDO retune's stall and records it as a `retune_stall` phase (startup.py).
+
+  The stall is the gap between the last batch of the segment before the
+  retune and the first batch after it (drain, FDO merge, new step's
+  compilation, new input), minus one steady batch time: the median gap
+  between the segment's consecutive batches after its first two (which
+  compile). Times are the host's, when the loop hands a batch to the hooks;
+  with no steady gap measured (a segment of two batches or fewer, or a job
+  resumed at the retune) no stall is recorded.
+  """
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    self.last: float | None = None
+    self.gaps: list[float] = []
+    self.retuned_after: int | None = None
+
+  def segment_end(self) -> None:
+    if self.job.schedule.retunes_after(self.job.batch):
+      self.retuned_after = self.job.batch
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    if result.batch_index is None:
+      return False
+    now = time.perf_counter()
+    if self.retuned_after is not None:
+      if self.last is not None and self.gaps:
+        gap, steady = now - self.last, float(np.median(self.gaps))
+        record_phase(
+          self.job.output,
+          "retune_stall",
+          self.retuned_after,
+          gap - steady,
+          gap_s=round(gap, 6),
+          steady_batch_s=round(steady, 6),
+        )
+      self.retuned_after, self.gaps = None, []
+    elif self.last is not None and result.batch_index >= 2:
+      self.gaps.append(now - self.last)
+    self.last = now
+    return False
+
+
 class PreemptionHook(JobHook):
   """Stops the loop at the first batch boundary after a preemption notice (or Ctrl-C).
 
@@ -291,6 +337,7 @@ def make_hooks(job: JobContext) -> list[Any]:
     "progress": ProgressHook(job),
     "heap": HeapHook(job),
     "startup": StartupHook(job),
+    "retune_stall": RetuneStallHook(job),
     "preemption": PreemptionHook(job),
     "checkpoints": CheckpointHook(job),
   }
