@@ -1,6 +1,7 @@
 """Seconds to the first trained batch: a first start against a second one.
 
-    python benchmarks/startup.py [--json out.json] [--data_root DIR] [--skip_criteo]
+    python benchmarks/startup.py [--json out.json] [--data_root DIR] [--configs demo,criteo]
+        [--variants before,after]
 
 Each start is the launcher in a fresh process (`python -m sparsepipe.launch`)
 in a new workdir over data made beforehand, so a start is what a restarted
@@ -37,7 +38,10 @@ _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file."
 _DATA_ROOT = flags.DEFINE_string(
   "data_root", None, "Where the datasets are made once and reused (default: a temp dir)."
 )
-_SKIP_CRITEO = flags.DEFINE_bool("skip_criteo", False, "Only the demo config.")
+_CONFIGS = flags.DEFINE_list("configs", ["demo", "criteo"], "The configs to start.")
+_VARIANTS = flags.DEFINE_list(
+  "variants", ["before", "after"], "before: the cache off; after: a cache in a new directory."
+)
 _CRITEO_STEPS = 3
 
 CONFIGS = {
@@ -109,7 +113,7 @@ def _data_dir(name: str, root: str) -> str:
 def _starts(name: str, root: str) -> list[dict]:
   data = _data_dir(name, root)
   rows = []
-  for variant in ("before", "after"):
+  for variant in _VARIANTS.value:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
     for start in ("first", "second"):
       workdir = tempfile.mkdtemp(prefix=f"{name}_{variant}_{start}_", dir=root)
@@ -154,13 +158,16 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
   out = {}
   for name in sorted({r["config"] for r in rows}):
     by = {(r["cache"], r["start"]): r for r in rows if r["config"] == name}
+    if ("after", "second") not in by:
+      continue
     after = by[("after", "second")]["first_batch_s"]
     out[f"{name}: second start with the cache / first start"] = round(
       after / by[("after", "first")]["first_batch_s"], 3
     )
-    out[f"{name}: second start with the cache / second start without"] = round(
-      after / by[("before", "second")]["first_batch_s"], 3
-    )
+    if ("before", "second") in by:
+      out[f"{name}: second start with the cache / second start without"] = round(
+        after / by[("before", "second")]["first_batch_s"], 3
+      )
     out[f"{name}: second start with the cache, s to the first batch"] = after
   return out
 
@@ -171,9 +178,7 @@ def main(argv: list[str]) -> None:
   os.makedirs(root, exist_ok=True)
   print(HEADER, flush=True)
   rows = []
-  for name in CONFIGS:
-    if name == "criteo" and _SKIP_CRITEO.value:
-      continue
+  for name in _CONFIGS.value:
     rows += _starts(name, root)
   ratios = _ratios(rows)
   for key, value in ratios.items():
