@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 
-import numpy as np
 import pytest
 
 from sparsepipe.launch.job.dataset import ensure_dataset
@@ -85,11 +84,23 @@ def _saved_mid_segment(workdir):
   return preempted["batch"]
 
 
-def _assert_close_to_reference(workdir, reference, rtol=1e-4):
+def _assert_close_to_reference(workdir, reference, first_resize):
+  """Bit for bit up to the first resize; then within float rounding (rtol 1e-6).
+
+  Another device count sums the gradients and the loss in another order, so
+  the losses after a resize differ in the last bits (about 1e-7 relative);
+  the difference grows as training goes on (benchmarks/resize.py: past 1e-4
+  some 170 batches later), which these few batches after each resize are
+  too close to show.
+  """
   ours, theirs = launch_testing.batch_losses(workdir), launch_testing.batch_losses(reference)
   assert sorted(ours) == sorted(theirs) == list(range(1, NUM_STEPS + 1))
-  batches = sorted(ours)
-  np.testing.assert_allclose([ours[b] for b in batches], [theirs[b] for b in batches], rtol=rtol)
+  before = range(1, first_resize + 1)
+  assert [ours[b] for b in before] == [theirs[b] for b in before]
+  after = range(first_resize + 1, NUM_STEPS + 1)
+  relative = [abs(ours[b] - theirs[b]) / abs(theirs[b]) for b in after]
+  print(f"{workdir}: losses after batch {first_resize}: relative differences {relative}")
+  assert max(relative) <= 1e-6, relative
 
 
 def test_mid_segment_stops_resume_on_four_two_then_eight_devices(shared):
@@ -105,7 +116,7 @@ def test_mid_segment_stops_resume_on_four_two_then_eight_devices(shared):
   assert stops == sorted(set(stops))
   final = harness.run(command, env=envs[8], timeout_s=300)
   assert final.returncode == 0, final.describe()
-  _assert_close_to_reference(workdir, reference)
+  _assert_close_to_reference(workdir, reference, stops[0])
   # launch.evaluate reads any step on any device count, mid-segment ones too.
   evaluate = [sys.executable, "-m", "sparsepipe.launch.evaluate", f"--workdir={workdir}"]
   step = stops[-1]
@@ -120,12 +131,13 @@ def test_two_processes_to_one_mid_segment_and_back_to_two(shared):
   root, data_dir, envs, reference = shared
   workdir = str(root / "processes")
   _stopped(_two_processes(workdir, data_dir), envs[4], after=None)
-  _saved_mid_segment(workdir)
+  first_stop = _saved_mid_segment(workdir)
   _stopped([_command(workdir, data_dir)], envs[8], after=5)
   _saved_mid_segment(workdir)
   runs = harness.run_many(_two_processes(workdir, data_dir), env=envs[4], timeout_s=400)
   assert [r.returncode for r in runs] == [0, 0], "\n".join(r.describe() for r in runs)
-  _assert_close_to_reference(workdir, reference)
+  # 2 processes of 4 devices: the reference's 8 devices, the same topology until the stop.
+  _assert_close_to_reference(workdir, reference, first_stop)
 
 
 def test_another_worker_count_at_each_restart_continues_bit_for_bit(shared):
