@@ -99,7 +99,8 @@ def planted_config(pipelining: bool):
   config.fdo.every_steps = 100
   config.eval.every_steps = 0
   config.checkpoint.every_steps = 1000
-  config.pipelining = pipelining
+  with config.ignore_type():  # 'auto' by default
+    config.pipelining = pipelining
   return config
 
 

@@ -33,6 +33,9 @@ TINY_OVERRIDES = {
   "checkpoint.keep": 2,
   "synthetic.eval_examples": 0,  # no eval unless a test asks for it
   "eval.every_steps": 0,
+  # The tests follow the pipelined schedule (fill, drain); "auto", the
+  # default, would pick the sequential step on CPU devices.
+  "pipelining": True,
 }
 
 
@@ -50,7 +53,8 @@ def tiny_config(**overrides: Any):
     *parents, leaf = key.split(".")
     for p in parents:
       node = node[p]
-    node[leaf] = value
+    with node.ignore_type():  # pipelining: 'auto' by default, a bool in tests
+      node[leaf] = value
   return config
 
 
@@ -122,7 +126,8 @@ def shipped_config(name: str, **overrides: Any):
     *parents, leaf = key.split(".")
     for p in parents:
       node = node[p]
-    node[leaf] = value
+    with node.ignore_type():  # pipelining: 'auto' by default, a bool in tests
+      node[leaf] = value
   return config
 
 

@@ -66,6 +66,7 @@ from sparsepipe.pipeline.training.train_state import abstract_train_state
 from sparsepipe.pipeline.training.train_state import create_train_state
 from sparsepipe.pipeline.training.train_state import train_state_sharding
 from sparsepipe.pipeline.training.trainer import Trainer
+from sparsepipe.pipeline.training.mode import pipelining_pays_off
 from sparsepipe.pipeline.training.loop import StepHook
 from sparsepipe.pipeline.training.loop import StepResult
 from sparsepipe.pipeline.training.loop import TrainMetrics

@@ -87,7 +87,7 @@ def base_config(
     )
   )
   config.fdo = ml_collections.ConfigDict(dict(every_steps=0, first_after=4, headroom=1.5))
-  config.pipelining = True
+  config.pipelining = "auto"
   config.features_from_manifest = False
   config.compilation_cache_dir = "auto"
   config.eval = ml_collections.ConfigDict(dict(data_dir="", every_steps=0))

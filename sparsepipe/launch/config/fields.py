@@ -83,8 +83,10 @@ FIELD_DOCS = {
   " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
   " A job may change it (from its next segment).",
   "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
-  "pipelining": "Overlap the lookup of batch i and the update of batch i-2 with the dense"
-  " step of batch i-1 (False: all three per batch, in order).",
+  "pipelining": "true: overlap the lookup of batch i and the update of batch i-2 with the"
+  " dense step of batch i-1; false: all three per batch, in order; auto: a resumed job's"
+  " saved mode, else true on more than one GPU or TPU device and false on CPU and on one"
+  " device (README, The train step).",
   "features_from_manifest": "Take `features` from data.dir's manifest (--config=dataset).",
   "compilation_cache_dir": "Where compiled programs are kept for the next start of any job,"
   " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba): auto is"

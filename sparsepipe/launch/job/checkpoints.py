@@ -25,6 +25,7 @@ import ml_collections
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe import transforms
+from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.schedule import Position
@@ -78,7 +79,7 @@ def split_train_state(train_state: pipeline.TrainState) -> tuple[dict[str, Any],
 def saved_position(fdo: dict[str, Any], meta: checkpointing.CheckpointMetadata) -> Position:
   """The Position a step was saved at (its segment from the "fdo" item)."""
   step = meta.progress.pipeline_step
-  pipelined = bool(meta.run.config.get("pipelining", True))
+  pipelined = bool(pipelining_choice(meta.run.config.get("pipelining", True)))
   if meta.format_version >= BATCH_STEPS_FORMAT:
     return Position(
       int(fdo["segment"]),
@@ -290,3 +291,30 @@ def restore_saved_model(
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")
   return restored
+
+
+def _saved_pipelining(workdir: str) -> bool | None:
+  """The mode the newest checkpoint of `workdir` was saved with; None without one."""
+  try:
+    _, saved = saved_config(workdir, None)
+  except ValueError:  # no checkpoint yet, or one that restore will name
+    return None
+  return pipelining_choice(saved.get("pipelining", True))
+
+
+def resolve_job_pipelining(config: Any, workdir: str, mesh: Any) -> bool:
+  """Sets config.pipelining to the mode the job runs (a bool, recorded in its checkpoints).
+
+  "auto" keeps the mode of the job's newest checkpoint, so a job resumes
+  with the step (and the checkpoint layout) it was saved with; a fresh job
+  takes `pipeline.pipelining_pays_off` for its devices. An explicit
+  true/false that differs from the saved mode is refused at restore, as a
+  changed config.
+  """
+  saved = None
+  if pipelining_choice(config.pipelining) is None:
+    saved = _saved_pipelining(workdir)
+  mode = resolve_pipelining(config.pipelining, mesh.devices.flat[0].platform, mesh.size, saved)
+  with config.ignore_type():
+    config.pipelining = mode
+  return mode

@@ -16,6 +16,7 @@ from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config.pipelining import resolve_pipelining
 from sparsepipe.launch.config.from_manifest import check_max_ids, check_vocab_sizes
 
 
@@ -110,7 +111,9 @@ class JobModel:
       self.tc_stage,
       feature_specs=feature_specs,
       num_sc_per_device=self.num_sc,
-      pipelining=bool(self.config.pipelining),
+      pipelining=resolve_pipelining(
+        self.config.pipelining, self.mesh.devices.flat[0].platform, self.mesh.size
+      ),
     )
 
   def make_iterator(self, feature_specs: Any) -> transforms.InputIterator:

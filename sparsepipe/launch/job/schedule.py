@@ -47,6 +47,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+
+from sparsepipe.launch.config.pipelining import resolve_pipelining
+
 
 @dataclasses.dataclass(frozen=True)
 class Position:
@@ -155,7 +159,7 @@ class Schedule:
     return cls(
       int(config.num_steps),
       int(config.fdo.every_steps),
-      bool(config.pipelining),
+      resolve_pipelining(config.pipelining, jax.devices()[0].platform, jax.device_count()),
       int(config.fdo.get("first_after", 0)),
     )
 

@@ -121,8 +121,9 @@ class Trainer:
   state; `fake_tc_step` is static (two programs), or, with
   `gradient_multiplier=True`, one program serves all steps.
 
-  With `pipelining=False` (sequential mode, for debugging and to measure
-  what pipelining costs in model quality) one step runs the lookup, the
+  With `pipelining=False` (sequential mode: the faster one where the stages
+  cannot overlap, see `pipelining_pays_off`; also to measure what
+  pipelining costs in model quality) one step runs the lookup, the
   dense step and the embedding update of the same batch: a run of n batches
   takes n steps, and the PipelineState's buffers stay unused (zeros), so
   checkpoints have the same layout in both modes.
