@@ -8,8 +8,8 @@ step, pipelining only adds work: the two sparse stages see different
 batches, so the id exchange and sort that a sequential step shares
 between lookup and update of one batch run twice, and the activations,
 gradients and inputs of two batches are carried between steps. On CPU
-the devices share the host's cores (benchmarks/step.py: 1 and 8 CPU
-devices), and a single device has no exchange to hide.
+the devices share the host's cores, and a single device has no exchange
+to hide (benchmarks/step.py --sections modes times both steps).
 """
 
 from __future__ import annotations
