@@ -1,8 +1,8 @@
 """python -m sparsepipe.launch [--config=NAME|FILE] [--config.FIELD=VALUE ...] [--workdir=DIR]
 
 With no arguments: the demo (`--config=demo`) in ./workdir/demo: writes a
-small synthetic dataset, trains with the pipelined step, checkpoints,
-evaluates, prints a summary. Rerunning resumes from the newest checkpoint.
+small synthetic dataset, trains (the step config.pipelining picks: sequential
+on CPU), checkpoints, evaluates, prints a summary. Rerunning resumes from the newest checkpoint.
 
 Exit status: 0 done (or already done); 1 an error, named in one line on
 stderr (`--verbose` for the traceback); 42 stopped by SIGTERM or Ctrl-C

@@ -98,6 +98,6 @@ def test_the_job_prints_the_warnings_at_its_start(tmp_path):
     " std 11.54, transform none): inputs past 100 swamp the model; convert with"
     " --dense_transform log1p (or auto) to store log(1 + x)",
     "warning: a batch of 64 examples is larger than the dataset (40 examples): each batch"
-    " repeats every example about 2 times, and 2 batches are 3 epochs; lower"
+    " holds every example 1.6 times on average, and 2 batches are 3 epochs; lower"
     " --config.global_batch_size (or per_host_batch_size) or train on more data",
   ]

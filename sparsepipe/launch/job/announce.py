@@ -80,7 +80,7 @@ def data_warnings(job: JobContext) -> list[str]:
   if batch > examples:
     out.append(
       f"a batch of {batch:,} examples is larger than the dataset ({examples:,} examples):"
-      f" each batch repeats every example about {batch / examples:.0f} times, and"
+      f" each batch holds every example {batch / examples:.1f} times on average, and"
       f" {n:,} batches are {epochs:,.0f} epochs; lower --config.global_batch_size (or"
       " per_host_batch_size) or train on more data"
     )
