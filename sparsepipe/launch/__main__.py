@@ -73,8 +73,11 @@ def workdir() -> str:
 
 def main(argv) -> int:
   cli.start_command(argv)
+  absl_logger = std_logging.getLogger("absl")
   if not flags.FLAGS["verbosity"].present:
-    std_logging.getLogger("absl").addFilter(_SaveWaitNotice())
+    absl_logger.addFilter(_SaveWaitNotice())
+  quiet = stopping.QuietAbandonedSaves()
+  absl_logger.addFilter(quiet)
   import jax  # pylint: disable=g-import-not-at-top
 
   if _CPU_DEVICES.value:
@@ -89,7 +92,10 @@ def main(argv) -> int:
   try:
     name = config_name(flags.FLAGS["config"].config_filename)
     result = train_and_evaluate(flags.FLAGS.config, workdir(), config_name=name)
-  except KeyboardInterrupt:  # a second Ctrl-C while training (stopping.py)
+  except BaseException as error:  # pylint: disable=broad-exception-caught
+    if not stopping.interrupted(error):  # a second Ctrl-C while training (stopping.py)
+      raise
+    quiet.aborted = True
     print(stopping.aborted_line(), file=sys.stderr, flush=True)
     return stopping.ABORTED_EXIT_CODE
   finally:

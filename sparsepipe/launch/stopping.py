@@ -19,6 +19,7 @@ ABORTED_EXIT_CODE, and a rerun trains again from the newest checkpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from typing import Any
@@ -71,6 +72,42 @@ def training_begins() -> None:
   """From here a stop signal is the PreemptionWatcher's; once it gives them back,
   the job has saved and is closing."""
   _HANDLER.phase = "closing"
+
+
+def interrupted(error: BaseException | None) -> bool:
+  """Whether `error` is a KeyboardInterrupt or was raised while one unwound.
+
+  A second Ctrl-C that lands while a checkpoint is being saved abandons the
+  save; the save's background commit then fails, and the error that reaches
+  the launcher may be that failure (a RuntimeError) with the interrupt as
+  its cause or context.
+  """
+  seen: set[int] = set()
+  while error is not None and id(error) not in seen:
+    if isinstance(error, KeyboardInterrupt):
+      return True
+    seen.add(id(error))
+    error = error.__cause__ or error.__context__
+  return False
+
+
+class QuietAbandonedSaves(logging.Filter):
+  """Drops the log records of a save abandoned by a second Ctrl-C.
+
+  Orbax's background threads log the abandoned save's failure (with its
+  traceback, some 100 lines) at ERROR; once the launcher has said the job
+  stopped without saving, they say nothing more.
+  """
+
+  def __init__(self) -> None:
+    super().__init__()
+    self.aborted = False
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    error = record.exc_info[1] if record.exc_info else None
+    if interrupted(error):
+      self.aborted = True
+    return not self.aborted
 
 
 def aborted_line() -> str:

@@ -6,6 +6,7 @@ checkpoint directory that cannot be written, after training to the first
 save, with a 5-minute wait and 78 lines.
 """
 
+import logging
 import os
 import re
 import signal
@@ -130,3 +131,46 @@ def test_an_unwritable_checkpoint_directory_is_named_before_training(tmp_path):
     " use another directory"
   ]
   assert not any(line.startswith("batch ") for line in launch.out)
+
+
+def test_an_error_raised_while_a_second_ctrl_c_unwinds_counts_as_the_interrupt():
+  # A second Ctrl-C inside a save abandons it; the error that reaches the launcher
+  # is then the save's RuntimeError, raised from the KeyboardInterrupt (it exited 1
+  # with a traceback).
+  try:
+    try:
+      raise KeyboardInterrupt
+    except KeyboardInterrupt as interrupt:
+      raise RuntimeError("the save was abandoned before its arrays were copied") from interrupt
+  except RuntimeError as error:
+    abandoned = error
+  try:
+    try:
+      raise KeyboardInterrupt
+    except KeyboardInterrupt:
+      raise ValueError("raised in a finally block while unwinding")  # __context__ only
+  except ValueError as error:
+    in_cleanup = error
+  assert stopping.interrupted(abandoned) and stopping.interrupted(in_cleanup)
+  assert not stopping.interrupted(RuntimeError("a plain error"))
+  assert not stopping.interrupted(SystemExit(42))
+
+
+def test_the_abandoned_save_logs_nothing_after_the_abort():
+  quiet = stopping.QuietAbandonedSaves()
+  logger = logging.getLogger("test_abandoned_saves")
+  logger.addFilter(quiet)
+  seen = []
+  handler = logging.Handler()
+  handler.emit = lambda record: seen.append(record.getMessage())
+  logger.addHandler(handler)
+  logger.error("a save before the abort")
+  try:
+    try:
+      raise KeyboardInterrupt
+    except KeyboardInterrupt as interrupt:
+      raise RuntimeError("the save was abandoned") from interrupt
+  except RuntimeError:
+    logger.exception("_SignalingThread.run() raised an exception")
+  logger.error("cannot schedule new futures after shutdown")
+  assert seen == ["a save before the abort"]
