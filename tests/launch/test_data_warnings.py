@@ -72,8 +72,8 @@ def _job(num_steps, batch, examples, dense_warnings=()):
 
 def test_a_batch_larger_than_the_dataset_or_many_epochs_warn():
   assert announce.data_warnings(_job(20, 4096, 163)) == [
-    "a batch of 4,096 examples is larger than the dataset (163 examples): each batch repeats"
-    " every example about 25 times, and 20 batches are 503 epochs; lower"
+    "a batch of 4,096 examples is larger than the dataset (163 examples): each batch holds"
+    " every example 25.1 times on average, and 20 batches are 503 epochs; lower"
     " --config.global_batch_size (or per_host_batch_size) or train on more data"
   ]
   assert announce.data_warnings(_job(1000, 64, 600)) == [
