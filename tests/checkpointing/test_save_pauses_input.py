@@ -25,7 +25,7 @@ from sparsepipe.transforms import PreprocessedBatch
 
 NO_STATS = SparseDenseMatmulInputStats({}, {})
 AHEAD = 6  # batches read ahead, by one thread
-SLOW_S = 0.03  # per batch: the read-ahead is still busy when the save starts
+SLOW_S = 0.1  # per batch: the read-ahead (0.6 s) is still busy when the save starts
 
 
 class Started:
