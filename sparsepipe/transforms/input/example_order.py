@@ -7,7 +7,16 @@ a batch is a contiguous range of it (train_batches.py). Its order:
   examples_per_record R examples each) in a seeded random order
   (index_shuffle.permute, another order every epoch), then its short
   records (the last record of a shard may hold fewer than R), in file
-  order. Examples inside a record stay together and in order.
+  order. With `window` W = 0, or records of one example, that is the
+  stream: examples inside a record stay together and in order.
+  With W > 0 and R > 1 the examples are shuffled across records too: the
+  epoch's record sequence is cut into windows of W consecutive records,
+  and the n examples of a window are put in a seeded random order of
+  their own (permute over [0, n), stream = window number + 1, another
+  order every epoch): stream slot s of window w holds the q-th example
+  of w's records (in sequence order), q = permute(s). So the examples of
+  one record spread over the window's part of the stream, and any two
+  examples of one window can land in the same batch.
 * in file order (shuffle off, and evaluation): record after record.
 
 Positions are plain arithmetic on the manifest's counts, so any range of
@@ -65,10 +74,33 @@ class RecordRun(NamedTuple):
   take: int
 
 
-class ExampleOrder:
-  """The example stream of a dataset: shuffled per epoch (seeded), or in file order."""
+class WindowSlots(NamedTuple):
+  """Where the examples of a range of a window-shuffled stream are.
 
-  def __init__(self, manifest: Manifest, *, shuffle: bool, seed: int = 0):
+  Attributes:
+    windows: [m] the distinct windows the range reads, ascending (global
+      numbers: epoch * windows_per_epoch + window of the epoch).
+    window: [take] index into `windows` of each example, in stream order.
+    slot: [take] the example's index among its window's examples
+      (`ExampleOrder.window_records` order).
+  """
+
+  windows: np.ndarray
+  window: np.ndarray
+  slot: np.ndarray
+
+
+class ExampleOrder:
+  """The example stream of a dataset: shuffled per epoch (seeded), or in file order.
+
+  `window` > 0 (records) shuffles examples across the records of each
+  window (module doc) when the dataset packs more than one example per
+  record and `shuffle` is on; `shuffles_examples` says whether it does.
+  """
+
+  def __init__(self, manifest: Manifest, *, shuffle: bool, seed: int = 0, window: int = 0):
+    if window < 0:
+      raise ValueError(f"shuffle window={window} records must be >= 0")
     self._starts = record_starts(manifest)
     self._counts = np.diff(self._starts)
     self._r = int(manifest.examples_per_record)
@@ -83,6 +115,21 @@ class ExampleOrder:
     self._short_starts = self._num_full * self._r + np.concatenate(
       [[0], np.cumsum(self._counts[self._short])]
     )
+    shuffles = self._shuffle and self._r > 1 and window > 0
+    self.window = int(window) if shuffles else 0
+    if self.window:
+      # Epoch position where each window starts (and the epoch's end).
+      ranks = np.arange(0, len(self._counts), self.window)
+      full_pos = np.minimum(ranks, self._num_full) * self._r
+      short_pos = self._short_starts[np.maximum(ranks - self._num_full, 0)]
+      starts = np.where(ranks < self._num_full, full_pos, short_pos)
+      self._window_starts = np.append(starts, self.epoch_examples).astype(np.int64)
+      self.windows_per_epoch = len(ranks)
+
+  @property
+  def shuffles_examples(self) -> bool:
+    """Whether examples are shuffled across records (a window shuffle)."""
+    return self.window > 0
 
   def _full_record(self, ranks: np.ndarray) -> np.ndarray:
     """Record index of the full records of rank `ranks` (the i-th record that is not short)."""
@@ -128,3 +175,31 @@ class ExampleOrder:
       position += hi - lo
     records = np.concatenate(runs)
     return RecordRun(records, self._counts[records], int(skip), stop - start)
+
+  def window_records(self, window: int) -> RecordRun:
+    """The records of global window `window`, in sequence order (all their examples)."""
+    epoch, w = divmod(int(window), self.windows_per_epoch)
+    lo, hi = int(self._window_starts[w]), int(self._window_starts[w + 1])
+    records, _ = self._epoch_records(epoch, lo, hi)
+    return RecordRun(records, self._counts[records], 0, hi - lo)
+
+  def window_slots(self, start: int, stop: int) -> WindowSlots:
+    """The windows and slots of stream positions [start, stop) (window shuffle only)."""
+    if not self.window:
+      raise ValueError("window_slots needs a window shuffle (shuffles_examples)")
+    if not 0 <= start < stop:
+      raise ValueError(f"an example range [{start}, {stop}) must be non-empty and non-negative")
+    positions = np.arange(start, stop, dtype=np.int64)
+    epoch, p = np.divmod(positions, self.epoch_examples)
+    w = np.searchsorted(self._window_starts, p, side="right") - 1
+    offset = p - self._window_starts[w]
+    size = self._window_starts[w + 1] - self._window_starts[w]
+    glob = epoch * self.windows_per_epoch + w
+    windows, index = np.unique(glob, return_inverse=True)
+    slot = np.empty_like(offset)
+    for i, g in enumerate(windows):
+      here = index == i
+      e, ww = divmod(int(g), self.windows_per_epoch)
+      n = int(size[np.argmax(here)])
+      slot[here] = permute(offset[here], n, seed=self._seed, epoch=e, stream=ww + 1)
+    return WindowSlots(windows, index.astype(np.int64), slot)

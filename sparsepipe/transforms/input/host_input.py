@@ -10,9 +10,10 @@
       -> placement (optional)          # e.g. pipeline.make_train_input's device_put
       -> InputIterator                 # position + FDO statistics, the JSON state
 
-Examples are shuffled per epoch at record granularity (example_order.py):
-the examples of one record stay together, in order. A batch depends on
-(dataset, seed, shuffle, global batch index, host index, host count) only;
+Examples are shuffled per epoch: the records, and the examples across
+each window of `shuffle_window` records (example_order.py; window_read.py
+decodes each window once per process). A batch depends on (dataset, seed,
+shuffle, shuffle_window, global batch index, host index, host count) only;
 not on the worker count, the read-ahead, or the batches read before it.
 
 Evaluation reads the same way, in file order, once, padded and masked:
@@ -79,7 +80,7 @@ def make_example_batches(
     manifest, reader_options=config.reader_options, skip_corrupt=config.skip_corrupt
   )
   read = ReadTrainBatch(
-    ExampleOrder(manifest, shuffle=config.shuffle, seed=config.seed),
+    ExampleOrder(manifest, shuffle=config.shuffle, seed=config.seed, window=config.shuffle_window),
     reader,
     per_host_batch_size=config.per_host_batch_size,
     process_index=index,
@@ -195,7 +196,12 @@ def dataset_fingerprint(manifest: Manifest) -> str:
 
 
 def _metadata(config: InputConfig, manifest: Manifest, index: int, count: int) -> dict[str, Any]:
+  window = {}
+  if config.shuffle and config.shuffle_window and manifest.examples_per_record > 1:
+    # Only where it shuffles examples: states of record-shuffled streams stay as they were.
+    window = {"shuffle_window": config.shuffle_window}
   return {
+    **window,
     "state_version": STATE_VERSION,
     "per_host_batch_size": config.per_host_batch_size,
     "process_index": index,

@@ -31,8 +31,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
   return x ^ (x >> np.uint64(31))
 
 
-def _round_keys(seed: int, epoch: int) -> list[np.uint64]:
+def _round_keys(seed: int, epoch: int, stream: int) -> list[np.uint64]:
   base = int(_mix(np.array([((int(seed) << 32) ^ int(epoch)) & _MASK64], np.uint64))[0])
+  if stream:  # another family of permutations; stream 0 keeps the original keys
+    base = int(_mix(np.array([base ^ (int(stream) * _GOLDEN & _MASK64)], np.uint64))[0])
   words = [(base + _GOLDEN * (r + 1)) & _MASK64 for r in range(_ROUNDS)]
   return list(_mix(np.array(words, np.uint64)))
 
@@ -46,13 +48,17 @@ def _feistel(x: np.ndarray, half_bits: int, keys: list[np.uint64]) -> np.ndarray
   return (left << shift) | right
 
 
-def permute(positions: np.ndarray, n: int, *, seed: int, epoch: int = 0) -> np.ndarray:
-  """The images of `positions` (ints in [0, n)) under the (seed, epoch) permutation.
+def permute(
+  positions: np.ndarray, n: int, *, seed: int, epoch: int = 0, stream: int = 0
+) -> np.ndarray:
+  """The images of `positions` (ints in [0, n)) under the (seed, epoch, stream) permutation.
 
   Args:
     positions: int array of positions in [0, n).
     n: the size of the permuted range (>= 1).
-    seed, epoch: select the permutation (non-negative ints).
+    seed, epoch, stream: select the permutation (non-negative ints); `stream`
+      > 0 gives independent permutations for the same (seed, epoch), e.g.
+      one per shuffle window (example_order.py).
 
   Returns:
     int64 array of the same shape: distinct positions map to distinct values.
@@ -63,7 +69,7 @@ def permute(positions: np.ndarray, n: int, *, seed: int, epoch: int = 0) -> np.n
   if positions.size and (positions.min() < 0 or positions.max() >= n):
     raise ValueError(f"positions must lie in [0, {n})")
   half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
-  keys = _round_keys(seed, epoch)
+  keys = _round_keys(seed, epoch, stream)
   out = positions.astype(np.uint64)
   todo = np.arange(out.size)
   flat = out.reshape(-1)

@@ -9,6 +9,10 @@ import grain
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 
+# Records per shuffle window: 256 records of 128 examples are 8 batches of
+# 4096 (the criteo config's), about 9 MB decoded at its shape.
+DEFAULT_SHUFFLE_WINDOW = 256
+
 
 @dataclasses.dataclass(frozen=True)
 class InputConfig:
@@ -19,6 +23,10 @@ class InputConfig:
     per_host_batch_size: examples per batch on this host.
     seed: shuffle seed (the same on every host).
     shuffle: shuffle records each epoch (example_order.py).
+    shuffle_window: with shuffle, also shuffle the examples of each window
+      of this many consecutive records of the shuffled record order
+      (example_order.py; for datasets of more than one example per record).
+      0: records only, their examples stay together (0.3's order).
     num_epochs: None repeats forever; else as many whole batches as the
       epochs hold (the last partial batch is dropped).
     num_workers: Grain worker processes (0: in this process, in
@@ -38,6 +46,7 @@ class InputConfig:
   per_host_batch_size: int
   seed: int = 0
   shuffle: bool = True
+  shuffle_window: int = DEFAULT_SHUFFLE_WINDOW
   num_epochs: int | None = None
   num_workers: int = 0
   worker_buffer_size: int = 2
@@ -56,6 +65,8 @@ class InputConfig:
       raise ValueError(f"num_workers={self.num_workers} must be >= 0")
     if self.read_threads < 1:
       raise ValueError(f"read_threads={self.read_threads} must be >= 1")
+    if self.shuffle_window < 0:
+      raise ValueError(f"shuffle_window={self.shuffle_window} records must be >= 0")
     if not 0 <= self.seed < 2**32:
       raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
 

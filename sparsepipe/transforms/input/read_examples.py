@@ -62,6 +62,18 @@ class ExampleReader:
 
   def read(self, run: RecordRun) -> ReadExamples:
     """The examples of `run` (ExampleOrder.locate's result)."""
+    examples, got, corrupt = self.read_records(run)
+    if examples is None:
+      return ReadExamples(None, corrupt)
+    if not corrupt:
+      return ReadExamples(slice_batch(examples, run.skip, run.skip + run.take), 0)
+    return ReadExamples(_cut_around_gaps(examples, got, run), corrupt)
+
+  def read_records(self, run: RecordRun) -> tuple[ExampleBatch | None, np.ndarray, int]:
+    """(all examples of `run`'s good records, examples each record gave, corrupt records).
+
+    A record whose examples differ from the manifest's count is an error.
+    """
     indices = run.records
     records = self._source.__getitems__(indices)
     decoded = decode_records(
@@ -80,12 +92,7 @@ class ExampleReader:
       raise ValueError(
         f"record {index} of '{path}' holds {got[j]} examples, the manifest implies {run.counts[j]}"
       )
-    corrupt = len(decoded.errors)
-    if decoded.examples is None:
-      return ReadExamples(None, corrupt)
-    if not corrupt:
-      return ReadExamples(slice_batch(decoded.examples, run.skip, run.skip + run.take), 0)
-    return ReadExamples(_cut_around_gaps(decoded.examples, got, run), corrupt)
+    return decoded.examples, got, len(decoded.errors)
 
 
 def _cut_around_gaps(

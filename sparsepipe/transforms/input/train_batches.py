@@ -26,6 +26,7 @@ from sparsepipe.data.example import concat_batches
 from sparsepipe.data.example import slice_batch
 from sparsepipe.transforms.input.example_order import ExampleOrder
 from sparsepipe.transforms.input.read_examples import ExampleReader
+from sparsepipe.transforms.input.window_read import WindowReader
 
 
 class ParsedBatch(NamedTuple):
@@ -67,13 +68,17 @@ class ReadTrainBatch(grain.transforms.Map):
   ):
     self._order = order
     self._reader = reader
+    self._windows = WindowReader(order, reader) if order.shuffles_examples else None
     self._b = int(per_host_batch_size)
     self._offset = int(process_index) * self._b
     self._global = self._b * int(process_count)
 
   def map(self, batch_index: int) -> ParsedBatch:
     start = int(batch_index) * self._global + self._offset
-    read = self._reader.read(self._order.locate(start, start + self._b))
+    if self._windows is not None:
+      read = self._windows.read(start, start + self._b)
+    else:
+      read = self._reader.read(self._order.locate(start, start + self._b))
     if read.examples is None:
       raise ValueError(
         f"batch {int(batch_index)}: all {read.num_corrupt_records} records holding this"

@@ -75,3 +75,85 @@ def test_a_shard_that_is_not_full_records_is_named():
     r" examples_per_record=5 and a last one of 1 to R: its examples cannot be located$",
   ):
     T.ExampleOrder(bad, shuffle=True)
+
+
+# ------------------------------------------------------------- window shuffle
+# Windows of W = 3 records: 15 examples each in an epoch's record sequence,
+# the last window (records of rank 9-11: one full and the two short ones) 10.
+W = 3
+
+
+def window_examples(order, start, stop):
+  """[(record, offset)] of stream positions [start, stop), from window_records/window_slots."""
+  slots = order.window_slots(start, stop)
+  out = []
+  for i, number in enumerate(slots.windows):
+    run = order.window_records(int(number))
+    pairs = [(int(r), j) for r, c in zip(run.records, run.counts) for j in range(c)]
+    out += [pairs[q] for q in slots.slot[slots.window == i]]
+  return out
+
+
+def naive_window_epoch(epoch):
+  """The epoch's examples from the definition: each window's examples in its own order."""
+  records = [r for r, _ in naive_epoch(epoch, True)]
+  sequence = list(dict.fromkeys(records))  # the epoch's records, in sequence order
+  out = []
+  for w in range(0, len(sequence), W):
+    pairs = [(r, i) for r in sequence[w : w + W] for i in range(COUNTS[r])]
+    slots = T.permute(np.arange(len(pairs)), len(pairs), seed=9, epoch=epoch, stream=w // W + 1)
+    out += [pairs[q] for q in slots]
+  return out
+
+
+def test_window_shuffle_places_each_example_exactly():
+  order = T.ExampleOrder(MANIFEST, shuffle=True, seed=9, window=W)
+  assert order.shuffles_examples and order.windows_per_epoch == 4
+  first = window_examples(order, 0, 15)  # window 0: records 1, 0, 3
+  assert [r for r, _ in first] == [3, 3, 1, 3, 3, 1, 0, 1, 0, 0, 0, 1, 0, 1, 3]
+  assert [i for _, i in first] == [0, 4, 0, 2, 1, 1, 0, 2, 1, 4, 2, 4, 3, 3, 3]
+  last = window_examples(order, 45, 60)  # window 3 (records 11, 4, 9), then epoch 1's first
+  assert [r for r, _ in last] == [11, 11, 11, 4, 11, 4, 9, 9, 11, 4, 10, 8, 1, 10, 1]
+  assert [i for _, i in last] == [4, 0, 1, 1, 3, 0, 1, 0, 2, 2, 0, 2, 1, 3, 3]
+
+
+def test_window_shuffle_splits_records_across_batches():
+  # With records shuffled alone, a batch of 5 aligned to records is one record's
+  # examples; with the window shuffle every such batch mixes records.
+  records_only = T.ExampleOrder(MANIFEST, shuffle=True, seed=9)
+  assert not records_only.shuffles_examples
+  assert [len(set(expand(records_only.locate(s, s + 5)))) for s in (0, 5, 10)] == [5, 5, 5]
+  assert {len({r for r, _ in expand(records_only.locate(s, s + 5))}) for s in (0, 5, 10)} == {1}
+  order = T.ExampleOrder(MANIFEST, shuffle=True, seed=9, window=W)
+  batches = [{r for r, _ in window_examples(order, s, s + 5)} for s in range(0, 45, 5)]
+  assert all(len(b) >= 2 for b in batches), batches
+
+
+def test_window_shuffle_is_the_definition_over_epochs_and_any_range():
+  order = T.ExampleOrder(MANIFEST, shuffle=True, seed=9, window=W)
+  stream = [x for e in range(3) for x in naive_window_epoch(e)]
+  for start, stop in [(0, 55), (3, 9), (14, 16), (50, 61), (53, 56), (54, 110), (7, 165)]:
+    assert window_examples(order, start, stop) == stream[start:stop], (start, stop)
+  # Each epoch holds every example once; epochs differ.
+  assert sorted(stream[:55]) == sorted(stream[55:110]) and stream[:55] != stream[55:110]
+
+
+def test_records_of_one_example_and_no_shuffle_keep_the_record_order():
+  one = data.Manifest("/d", MANIFEST.schema, (data.ShardInfo("x", 7, 7),), 1)
+  for manifest, shuffle in ((one, True), (MANIFEST, False)):
+    order = T.ExampleOrder(manifest, shuffle=shuffle, seed=9, window=W)
+    assert not order.shuffles_examples
+    plain = T.ExampleOrder(manifest, shuffle=shuffle, seed=9)
+    assert expand(order.locate(0, 7)) == expand(plain.locate(0, 7))
+  with pytest.raises(ValueError, match=r"^shuffle window=-1 records must be >= 0$"):
+    T.ExampleOrder(MANIFEST, shuffle=True, window=-1)
+
+
+def test_permute_streams_are_other_permutations_and_stream_0_is_the_original():
+  n = 1000
+  base = T.permute(np.arange(n), n, seed=3, epoch=2)
+  np.testing.assert_array_equal(T.permute(np.arange(n), n, seed=3, epoch=2, stream=0), base)
+  one = T.permute(np.arange(n), n, seed=3, epoch=2, stream=1)
+  assert sorted(one.tolist()) == list(range(n))
+  assert np.mean(one == base) < 0.02
+  assert np.mean(one == T.permute(np.arange(n), n, seed=3, epoch=2, stream=2)) < 0.02

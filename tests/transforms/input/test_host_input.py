@@ -10,6 +10,7 @@ import grain
 import jax
 import numpy as np
 import pytest
+from array_record.python import array_record_module
 
 from sparsepipe import core
 from sparsepipe import data
@@ -50,10 +51,23 @@ def config(path, batch, **kw):
 # ----------------------------------------------------------------- the model
 # What the input must produce, derived from the definition: the epoch's
 # records (full ones in the seeded permuted order, then the short one),
-# their examples decoded one record at a time, batches cut from the stream.
+# their examples decoded one record at a time, the examples of each window
+# of `window` records in the window's own seeded order, batches cut from
+# the stream.
 
 
-def example_stream(path, num_examples, shuffle=True):
+def window_parts(records, order, epoch, window):
+  """The epoch's examples: each window's examples, permuted (stream = window + 1)."""
+  parts = []
+  for w in range(0, len(order), window):
+    examples = data.concat_batches([records[r] for r in order[w : w + window]])
+    n = examples.num_examples
+    slots = T.permute(np.arange(n), n, seed=SEED, epoch=epoch, stream=w // window + 1)
+    parts.append(data.take_examples(examples, slots))
+  return parts
+
+
+def example_stream(path, num_examples, shuffle=True, window=T.InputConfig.shuffle_window):
   manifest = data.read_manifest(path)
   source = data.manifest_source(manifest)
   records = [data.decode_batch(source[r], manifest.schema) for r in range(manifest.num_records)]
@@ -66,15 +80,29 @@ def example_stream(path, num_examples, shuffle=True):
       order = [full[r] for r in ranks] + short
     else:
       order = list(range(len(records)))
-    parts += [records[r] for r in order]
+    if shuffle and window:
+      parts += window_parts(records, order, epoch, window)
+    else:
+      parts += [records[r] for r in order]
     if sum(p.num_examples for p in parts) >= num_examples:
       return data.slice_batch(data.concat_batches(parts), 0, num_examples)
 
 
 def expected_batches(
-  path, specs, batch, num_batches, *, local, global_, index=0, count=1, shuffle=True, **kw
+  path,
+  specs,
+  batch,
+  num_batches,
+  *,
+  local,
+  global_,
+  index=0,
+  count=1,
+  shuffle=True,
+  window=T.InputConfig.shuffle_window,
+  **kw,
 ):
-  stream = example_stream(path, num_batches * batch * count, shuffle)
+  stream = example_stream(path, num_batches * batch * count, shuffle, window)
   out = []
   for k in range(num_batches):
     start = (k * count + index) * batch
@@ -130,12 +158,18 @@ def take(it, n):
 # ------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("shuffle", [True, False])
-def test_batches_equal_direct_preprocessing(dataset, shuffle):
+@pytest.mark.parametrize(
+  "shuffle, window",
+  [(True, T.InputConfig.shuffle_window), (True, 3), (True, 0), (False, 3)],
+)
+def test_batches_equal_direct_preprocessing(dataset, shuffle, window):
+  # Windows of 3 records (15 examples; the last of an epoch 13): batches straddle them.
   specs = make_specs(12, 2)
-  it = host_input(dataset, specs, 12, shuffle=shuffle)
+  it = host_input(dataset, specs, 12, shuffle=shuffle, shuffle_window=window)
   got = take(it, 10)  # 120 examples: crosses the epoch boundary (93), reshuffled
-  want = expected_batches(dataset, specs, 12, 10, local=2, global_=2, shuffle=shuffle)
+  want = expected_batches(
+    dataset, specs, 12, 10, local=2, global_=2, shuffle=shuffle, window=window
+  )
   for g, (batch, stats) in zip(got, want):
     assert isinstance(g, T.PreprocessedBatch) and g.num_corrupt_records == 0
     assert_batch_equal(g.batch, batch)
@@ -229,9 +263,12 @@ def check_resume_at_every_step(make, steps):
   return outs, states
 
 
-def test_resume_at_every_step_in_process(dataset):
+@pytest.mark.parametrize("window", [T.InputConfig.shuffle_window, 3])
+def test_resume_at_every_step_in_process(dataset, window):
+  # Windows of 3 records (15 examples): most states are mid-window.
   specs = make_specs(12, 2)
-  outs, states = check_resume_at_every_step(lambda: host_input(dataset, specs, 12), 9)
+  make = lambda: host_input(dataset, specs, 12, shuffle_window=window)  # noqa: E731
+  outs, states = check_resume_at_every_step(make, 9)
   assert len(outs) == 9 and [s["next_batch"] for s in states] == list(range(9))
 
 
@@ -247,9 +284,13 @@ def test_state_is_small_json_with_position(dataset):
     "process_count": 1,
     "seed": SEED,
     "shuffle": True,
+    "shuffle_window": 256,
     "num_records": 19,
     "dataset": T.dataset_fingerprint(data.read_manifest(dataset)),
   }
+  # Without the window shuffle the metadata is 0.3's (its states restore).
+  records_only = host_input(dataset, specs, 12, shuffle_window=0).get_state()["metadata"]
+  assert records_only == {k: v for k, v in state["metadata"].items() if k != "shuffle_window"}
   assert len(state["metadata"]["dataset"]) == 16
   assert state["next_batch"] == 3 and state["stats"]["batches"] == 3
   assert sorted(state) == ["metadata", "next_batch", "stats"]
@@ -325,6 +366,39 @@ def test_corrupt_records_skipped_and_counted(tmp_path):
   assert it.get_state()["stats"]["corrupt_records"] == 3
 
 
+def test_corrupt_packed_record_is_skipped_in_each_batch_of_its_window(tmp_path):
+  """4 records of 2 examples (labels 0..7), record 1 (examples 2, 3) cut short."""
+  path = str(tmp_path / "ds")
+  schema = data.make_schema(1, {"a": 10})
+  codec = data.RecordCodec(schema)
+  os.makedirs(path)
+  writer = array_record_module.ArrayRecordWriter(
+    os.path.join(path, "part-00000.arrayrecord"), "group_size:1"
+  )
+  for r in range(4):
+    examples = [
+      data.Example(float(i), np.float32([i]), {"a": np.array([i])}) for i in (2 * r, 2 * r + 1)
+    ]
+    record = codec.encode_batch(data.batch_from_examples(examples, schema))
+    writer.write(record[:-4] if r == 1 else record)
+  writer.close()
+  data.write_manifest(
+    data.Manifest(path, schema, (data.ShardInfo("part-00000.arrayrecord", 4, 8),), 2)
+  )
+  schema_specs = {"a": core.FeatureSpec("a", core.TableSpec("t", 10, 8), (4, 1), (4, 8))}
+  specs = T.prepare_feature_specs_for_training(schema_specs, 1, 2)
+  cfg = T.InputConfig(path, 4, shuffle_window=4, skip_corrupt=True, num_sc_per_device=2)
+  it = T.make_host_input(
+    cfg, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
+  )
+  # Epoch 0's stream is examples 2 0 4 5 | 6 3 7 1: each batch drops one of record 1's
+  # examples and repeats its own good ones from the start.
+  batches = take(it, 2)
+  assert [b.batch.labels.tolist() for b in batches] == [[0, 4, 5, 0], [6, 7, 1, 6]]
+  assert [b.num_corrupt_records for b in batches] == [1, 1]
+  it.close()
+
+
 def test_device_put_on_mesh_matches_host_batches(dataset):
   mesh = make_mesh()
   assert mesh.size == 8
@@ -383,11 +457,12 @@ def _record_sigterm_disposition(worker_index, worker_count):
 def test_batches_and_states_do_not_depend_on_the_worker_count(dataset, tmp_path, monkeypatch):
   monkeypatch.setenv("SPARSEPIPE_TEST_SIGNAL_DIR", str(tmp_path))
   specs = make_specs(12, 2)
-  want = expected_batches(dataset, specs, 12, 6, local=2, global_=2)
+  # Windows of 3 records: every batch reads from one or two windows.
+  want = expected_batches(dataset, specs, 12, 6, local=2, global_=2, window=3)
 
   def make(workers):
     return T.make_host_input(
-      config(dataset, 12, num_workers=workers),
+      config(dataset, 12, num_workers=workers, shuffle_window=3),
       specs,
       local_device_count=2,
       global_device_count=2,
