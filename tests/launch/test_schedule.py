@@ -134,3 +134,14 @@ def test_an_early_first_fdo_pass_then_every_multiple():
 def test_bad_schedules_are_refused(args, message):
   with pytest.raises(ValueError, match=message):
     Schedule(*args)
+
+
+def test_last_retune_is_the_latest_retune_point_at_or_before_a_batch():
+  """The limits batch index k is preprocessed with: those of the retune after this batch."""
+  schedule = Schedule(20, 4, fdo_first=2)
+  assert [schedule.last_retune(k) for k in range(10)] == [None, None, 2, 2, 4, 4, 4, 4, 8, 8]
+  for k in range(1, 20):
+    expected = max((b for b in range(1, k + 1) if schedule.retunes_after(b)), default=None)
+    assert schedule.last_retune(k) == expected, k
+  assert Schedule(20, 0).last_retune(7) is None
+  assert [Schedule(20, 4, fdo_first=6).last_retune(k) for k in (3, 4, 7)] == [None, 4, 4]

@@ -62,6 +62,9 @@ class JobModel:
     # The specs' names and order only (limits do not matter to the model).
     self.tc_stage = pipeline.make_tc_stage(self.model, self.dense_optimizer, mesh, self.base_specs)
     self.input_config = config_specs.input_config(config, data_dir)
+    # The job's FDO retune points (Schedule.last_retune), set once it has a
+    # schedule: the input then switches limits at them without a restart.
+    self.last_retune: Any = None
 
   def feature_specs_for(self, global_device_count: int) -> Any:
     """The configured feature specs laid out for `global_device_count` devices."""
@@ -122,6 +125,7 @@ class JobModel:
       feature_specs,
       self.mesh,
       label_range=(0.0, 1.0),  # the sigmoid cross-entropy of the TC stage
+      last_retune=self.last_retune,
     )
 
   def setup(self, feature_specs: Any) -> Setup:

@@ -12,8 +12,9 @@ Call on every process (after jax.distributed.initialize when multi-host).
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
-from typing import Any
+from typing import Any, Callable
 
 import jax
 
@@ -86,6 +87,7 @@ class _Job:
     if by_epochs:  # num_steps follows from the data's size
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
       self.schedule = Schedule.from_config(config)
+    self.model.last_retune = self.schedule.last_retune  # the input switches limits there
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)
     eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = JobEval(self.model, data_dir=eval_dir) if eval_dir else None
@@ -206,22 +208,30 @@ class _Job:
         job.train_metrics.append(metrics)
         if job.preempted:
           return announce.result(job)
+      following = self.schedule.next_segment(job.position)
+      # Before the segment's last steps are waited for: the new step compiles meanwhile.
+      retuned = self._retune(job) if following is not None else None
       for hook in job.hooks.values():
         hook.segment_end()
-      following = self.schedule.next_segment(job.position)
-      if following is None:
+      if retuned is None:
         break
-      job.setup = self._retune(job)
+      job.setup = retuned()
       job.position, job.pipeline_state = following, None
     for hook in job.hooks.values():
       hook.end()
     return announce.done(job)
 
-  def _retune(self, job: JobContext) -> Setup:
-    """FDO at a drained segment boundary; rebuilds step and input if the limits changed."""
+  def _retune(self, job: JobContext) -> Callable[[], Setup]:
+    """FDO at a drained segment boundary: returns what waits for the next segment's Setup.
+
+    The statistics are merged and the new limits published to the input at
+    once (its workers go on with the batches after the retune point), and the
+    step for changed limits compiles in a background thread while the job
+    finishes the segment (its last steps, losses, checkpoint).
+    """
     setup = job.setup
     if not self.schedule.retunes_after(job.batch):  # e.g. the end of a job since extended
-      return setup
+      return lambda: setup
     specs, merged = fdo.retune_limits(
       setup.feature_specs,
       setup.iterator.stats_totals().as_stats(),
@@ -230,9 +240,30 @@ class _Job:
       num_sc_per_device=self.model.num_sc,
       global_device_count=self.mesh.size,
     )
-    # A job resumed from the checkpoint of its retune point has the line already.
+    setup.iterator.publish_limits(job.batch, specs)
+    if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
+      compiling, trainer = None, setup.trainer
+    else:
+      trainer = self.model.make_trainer(specs)
+      abstract = self.model.abstract_train_state(specs)
+      compiling = concurrent.futures.ThreadPoolExecutor(1, "sparsepipe-compile")
+      compiled = compiling.submit(trainer.compile_ahead, abstract)
+      compiling.shutdown(wait=False)
+
+    def retuned() -> Setup:
+      self._record_retune(job, setup.feature_specs, specs, merged)
+      if compiling is None:
+        return setup
+      compiled.result()
+      return Setup(specs, trainer, setup.iterator)
+
+    return retuned
+
+  def _record_retune(self, job: JobContext, before: Any, specs: Any, merged: Any) -> None:
+    """The retune's line and `fdo` record (once: a job resumed at its retune point
+    has them already)."""
     if not job.output.recorded("fdo", job.batch):
-      changes = fdo.describe_limits(setup.feature_specs, specs)
+      changes = fdo.describe_limits(before, specs)
       job.output.event(
         "fdo",
         job.batch,
@@ -241,12 +272,6 @@ class _Job:
         # Per host a running sum; across hosts the FDO merge takes the max.
         dropped_ids_largest_host={k: int(v) for k, v in merged.id_drop_counters.items()},
       )
-    if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
-      return setup
-    iterator = self.model.make_iterator(specs)
-    iterator.set_state(setup.iterator.get_state())
-    setup.close()
-    return Setup(specs, self.model.make_trainer(specs), iterator)
 
 
 def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> JobResult:

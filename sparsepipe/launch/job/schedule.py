@@ -176,6 +176,19 @@ class Schedule:
     following = (batch // self.fdo_every + 1) * self.fdo_every
     return self.fdo_first if batch < self.fdo_first < self.fdo_every else following
 
+  def last_retune(self, batch: int) -> int | None:
+    """The last batch at or before `batch` that FDO retunes after (None: none).
+
+    Batch index `batch` (0-based: the batch after `batch` trained ones) is
+    preprocessed with the limits of this retune, or the job's first limits.
+    """
+    if not self.fdo_every or batch < 1:
+      return None
+    latest = batch // self.fdo_every * self.fdo_every
+    if latest:
+      return latest
+    return self.fdo_first if 1 <= self.fdo_first <= batch < self.fdo_every else None
+
   def _plan(self, segment: int, start: int, read: int = 0) -> Position:
     """The segment after batch `start`, at least `read` batches long (its batches read)."""
     remaining = self.num_steps - start

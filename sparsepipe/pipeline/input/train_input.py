@@ -39,6 +39,7 @@ def make_train_input(
   fdo_client: Any = None,
   worker_init_fn: Callable[[int, int], None] | None = None,
   label_range: tuple[float, float] | None = None,
+  last_retune: Callable[[int], int | None] | None = None,
 ) -> transforms.InputIterator:
   """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
 
@@ -52,6 +53,9 @@ def make_train_input(
       (after it starts ignoring SIGTERM).
     label_range: if given, (lo, hi): a batch with a label outside it is a
       LabelRangeError naming the dataset.
+    last_retune: optional, batch index -> the last FDO retune point at or
+      before it (None: none); the iterator's `publish_limits` then changes
+      the limits of later batches without restarting the workers.
   """
   where = f"dataset '{transforms.InputConfig.from_config(config).data_dir}'"
   return transforms.make_host_input(
@@ -63,6 +67,7 @@ def make_train_input(
     place=make_placement(mesh, label_range=label_range, where=where),
     prefetch=PREFETCH_BATCHES,
     output=lambda element: element.batch,
+    last_retune=last_retune,
   )
 
 

@@ -199,13 +199,22 @@ class Trainer:
     not donated would be held twice), and `temp_size_in_bytes` the step's
     scratch (benchmarks/memory.py).
     """
+    return self.jitted_step.lower(*self._abstract_args(train_state, fake_tc_step))
+
+  def _abstract_args(self, train_state: TrainState, fake_tc_step: bool) -> tuple[Any, ...]:
     abstract = _with_shardings(
       jax.tree.map(ps.abstract_leaf, train_state), self.train_state_sharding
     )
     num = jax.ShapeDtypeStruct((), np.int32, sharding=NamedSharding(self.mesh, PartitionSpec()))
-    return self.jitted_step.lower(
-      self.abstract_input, abstract, self.abstract_pipeline_state, num, bool(fake_tc_step)
-    )
+    return self.abstract_input, abstract, self.abstract_pipeline_state, num, bool(fake_tc_step)
+
+  def compile_ahead(self, train_state: TrainState) -> None:
+    """Compiles every program a run of this step uses, for `train_state`'s shapes
+    (concrete or abstract), so that no step of the run compiles: e.g. in a
+    background thread while the step of other COO limits trains (FDO)."""
+    programs = (True, False) if self.pipelining and not self.gradient_multiplier else (False,)
+    for fake_tc_step in programs:
+      self.jitted_step.compile_ahead(*self._abstract_args(train_state, fake_tc_step))
 
   def run_pipeline_step(
     self,
@@ -323,6 +332,42 @@ def _layout(
   )
 
 
+class _Step:
+  """A step jitted with `jit_kwargs` that also runs programs compiled ahead of time.
+
+  Called as `(pipeline_input, train_state, pipeline_state, num_batches,
+  fake_tc_step)`; `order` turns the first three into the jitted function's
+  leading arguments (the pipelined step orders them by donation).
+  `compile_ahead` (same arguments, abstract ones will do) compiles the
+  program of that `fake_tc_step` now, e.g. in a background thread while
+  another step trains; a later call runs it directly. JAX's own dispatch
+  would trace and lower the step again and may miss the program when the
+  arguments' commitment differs from the abstract ones'.
+  """
+
+  def __init__(
+    self, fun: Callable[..., Any], *, order: Callable[..., tuple] | None = None, **jit_kwargs
+  ):
+    self._jitted = jax.jit(fun, **jit_kwargs)
+    self._order = order or (lambda *args: args)
+    self._compiled: dict[bool, Any] = {}
+
+  def __call__(self, pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
+    args = self._order(pipeline_input, train_state, pipeline_state)
+    compiled = self._compiled.get(bool(fake_tc_step))
+    if compiled is not None:
+      return compiled(*args, num_batches)
+    return self._jitted(*args, num_batches, fake_tc_step)
+
+  def lower(self, pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
+    args = self._order(pipeline_input, train_state, pipeline_state)
+    return self._jitted.lower(*args, num_batches, fake_tc_step)
+
+  def compile_ahead(self, *args) -> None:
+    """Compiles the program of these arguments (see the class docstring)."""
+    self._compiled[bool(args[4])] = self.lower(*args).compile()
+
+
 def _jit_pipelined_step(
   layout: _Layout, mesh: Mesh, stages: tuple, gradient_multiplier: bool, trace_log: list[bool]
 ) -> Callable[..., Any]:
@@ -349,24 +394,15 @@ def _jit_pipelined_step(
   donated_sharding, kept_sharding = _order(
     layout.input_sharding, layout.train_state_sharding, layout.state_sharding
   )
-  ordered = jax.jit(
+  ordered = _Step(
     ordered_step,
     static_argnums=(3,),
     donate_argnums=(0,),
     in_shardings=(donated_sharding, kept_sharding, NamedSharding(mesh, PartitionSpec())),
     out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
+    order=_order,
   )
-
-  def jitted(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
-    donated, kept = _order(pipeline_input, train_state, pipeline_state)
-    return ordered(donated, kept, num_batches, fake_tc_step)
-
-  def lower(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
-    donated, kept = _order(pipeline_input, train_state, pipeline_state)
-    return ordered.lower(donated, kept, num_batches, fake_tc_step)
-
-  jitted.lower = lower
-  return jitted
+  return ordered
 
 
 def _jit_sequential_step(
@@ -392,7 +428,7 @@ def _jit_sequential_step(
     )
     return tc_state.replace(embedding_variables=embeddings), pipeline_state, output
 
-  return jax.jit(
+  return _Step(
     step,
     static_argnums=(4,),
     donate_argnums=(1, 2),

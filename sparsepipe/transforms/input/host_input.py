@@ -42,6 +42,8 @@ from sparsepipe.transforms.input.input_config import InputConfig
 from sparsepipe.transforms.input.input_config import resolve
 from sparsepipe.transforms.input.iterator import STATE_VERSION
 from sparsepipe.transforms.input.iterator import InputIterator
+from sparsepipe.transforms.input.limits_board import LimitsBoard
+from sparsepipe.transforms.input.limits_board import PreprocessByLimits
 from sparsepipe.transforms.input.preprocess import PreprocessSparse
 from sparsepipe.transforms.input.preprocess import PreprocessedBatch
 from sparsepipe.transforms.input.read_examples import ExampleReader
@@ -226,6 +228,7 @@ def make_host_input(
   place: Callable[[PreprocessedBatch], PreprocessedBatch] | None = None,
   prefetch: int = 1,
   output: Callable[[PreprocessedBatch], Any] = lambda element: element,
+  last_retune: Callable[[int], int | None] | None = None,
 ) -> InputIterator:
   """The checkpointable training input of this host (an InputIterator).
 
@@ -233,13 +236,18 @@ def make_host_input(
   of them after `place` (the device side passes its device_put, with
   `prefetch` batches placed ahead in a thread). With `process_index/
   process_count` (default: this JAX process) tools and tests simulate
-  other hosts.
+  other hosts. `last_retune` (batch index -> the last FDO retune point at or
+  before it, or None) lets FDO change the limits of the batches after a
+  retune point while the workers run (`InputIterator.publish_limits`,
+  limits_board.py); without it the limits are fixed.
   """
   config, index, count, manifest = resolve(config, process_index, process_count)
   check_specs(feature_specs, manifest, config.per_host_batch_size * count)
+  board = LimitsBoard(last_retune)
+  preprocess = _preprocess(config, feature_specs, local_device_count, global_device_count)
   batches = make_example_batches(
     config, process_index=index, process_count=count, manifest=manifest
-  ).map(_preprocess(config, feature_specs, local_device_count, global_device_count))
+  ).map_with_index(PreprocessByLimits(preprocess, board))
   stacks = sorted({spec.stack_name for spec in jax.tree_util.tree_leaves(feature_specs)})
   num_global_sc = global_device_count * config.num_sc_per_device
   return InputIterator(
@@ -250,6 +258,7 @@ def make_host_input(
     stats_sizes=stats_sizes(stacks, local_device_count, num_global_sc, config.num_sc_per_device),
     fdo_client=fdo_client,
     output=output,
+    limits_board=board,
   )
 
 

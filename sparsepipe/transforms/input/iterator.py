@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Mapping
 import grain
 import numpy as np
 
+from sparsepipe.transforms.input.limits_board import LimitsBoard
 from sparsepipe.transforms.input.preprocess import PreprocessedBatch
 from sparsepipe.transforms.input.stats import StatsSizes
 from sparsepipe.transforms.input.stats import StatsTotals
@@ -86,6 +87,9 @@ class InputIterator(grain.DatasetIterator):
       so the state has the same shape before and after the first batch.
     fdo_client: optional, gets `record(stats)` for every batch handed out.
     output: what a batch is handed out as (default: the PreprocessedBatch).
+    limits_board: the LimitsBoard that `batches` preprocess by (limits_board.py),
+      so FDO can change the limits of later batches while the workers run
+      (`publish_limits`); None: fixed limits.
   """
 
   def __init__(
@@ -98,8 +102,10 @@ class InputIterator(grain.DatasetIterator):
     stats_sizes: StatsSizes | None = None,
     fdo_client: Any = None,
     output: Callable[[PreprocessedBatch], Any] = lambda element: element,
+    limits_board: LimitsBoard | None = None,
   ):
     self._chain: Iterator[Any] | None = None  # first: __del__ closes it
+    self._board = limits_board
     super().__init__()
     self._batches = batches
     self._build = build
@@ -112,11 +118,16 @@ class InputIterator(grain.DatasetIterator):
     self._totals = StatsTotals(stats_sizes)
     self._flowing = threading.Event()
     self._flowing.set()
+    # Times the workers and read-ahead threads were started (tests, benchmarks).
+    self.pipeline_starts = 0
 
   # -- iteration ---------------------------------------------------------------
 
   def _running(self) -> Iterator[Any]:
     if self._chain is None:
+      if self._board is not None:
+        self._board.open()
+      self.pipeline_starts += 1
       self._chain = iter(self._build(_Gated(self._batches[self._next :], self._flowing)))
     return self._chain
 
@@ -151,7 +162,21 @@ class InputIterator(grain.DatasetIterator):
     finally:
       self._flowing.set()
 
+  def publish_limits(self, after_batch: int, feature_specs: Any) -> None:
+    """Batches from index `after_batch` (an FDO retune point: batches after it)
+    on are preprocessed with `feature_specs`' limits; the running workers
+    switch there (they wait for this call when they reach that batch)."""
+    if self._board is None:
+      raise ValueError("this input's limits are fixed: it was made without a limits board")
+    if after_batch < self._next:
+      raise ValueError(
+        f"limits after batch {after_batch} published after batch {self._next} was handed out"
+      )
+    self._board.publish(after_batch, feature_specs)
+
   def _stop(self) -> None:
+    if self._board is not None:
+      self._board.close()  # first: ends the waits of threads that are then joined
     chain, self._chain = self._chain, None
     close = getattr(chain, "close", None)
     if close is not None:
@@ -167,6 +192,11 @@ class InputIterator(grain.DatasetIterator):
     Nothing is recorded and the position does not move: for rebuilding the
     batches a checkpoint had in flight (e.g. for another mesh).
     """
+    if self._board is not None and not self._board.published(index):
+      raise ValueError(
+        f"batch {int(index)} is preprocessed with the limits of the FDO retune after batch"
+        f" {self._board.retune_of(index)}, which are not published yet"
+      )
     element = self._batches[int(index)]
     if self._place is not None:
       element = self._place(element)
@@ -196,6 +226,8 @@ class InputIterator(grain.DatasetIterator):
         )
     self._stop()
     self._next = int(state["next_batch"])
+    if self._board is not None:
+      self._board.rebase(self._next)
     self._totals = StatsTotals.from_state(state["stats"], self._sizes)
 
   def stats_totals(self) -> StatsTotals:

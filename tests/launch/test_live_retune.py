@@ -1,0 +1,57 @@
+"""An FDO retune changes the limits without stopping the input or draining the loss record."""
+
+import jax
+import pytest
+
+from sparsepipe import transforms
+from sparsepipe.launch import train_and_evaluate
+from sparsepipe.transforms.input import host_input
+
+import launch_testing  # pylint: disable=g-bad-import-order
+
+
+class _InputWatch:
+  """Counts the starts of the input's workers and records each batch's COO buffer size."""
+
+  def __init__(self, monkeypatch):
+    self.worker_starts = 0
+    self.sizes: dict[int, int] = {}
+    start_workers, take = host_input.prefetch_in_workers, transforms.InputIterator.__next__
+
+    def counting(*args, **kwargs):
+      self.worker_starts += 1
+      return start_workers(*args, **kwargs)
+
+    def recording(iterator):
+      index = iterator.next_batch
+      batch = take(iterator)
+      self.sizes[index] = sum(leaf.size for leaf in jax.tree.leaves(batch.sparse))
+      return batch
+
+    monkeypatch.setattr(host_input, "prefetch_in_workers", counting)
+    monkeypatch.setattr(transforms.InputIterator, "__next__", recording)
+
+
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_a_retune_changes_the_limits_without_restarting_the_input(
+  tmp_path, monkeypatch, pipelining
+):
+  """Retunes after batches 2, 4 and 8 of 10, two data workers: the workers start once, the
+  batches from index 2 on have the smaller tuned buffers, and the losses are bitwise those
+  of the same schedule (drained at each retune when pipelined) with limits that FDO leaves
+  at the worst case (a headroom past what a batch can fill)."""
+  common = dict(num_steps=10, data__num_workers=2, pipelining=pipelining, fdo__first_after=2)
+  watch = _InputWatch(monkeypatch)
+  fixed = str(tmp_path / "fixed")
+  train_and_evaluate(launch_testing.tiny_config(fdo__headroom=100.0, **common), fixed)
+  assert [e["batch"] for e in launch_testing.events(fixed, "fdo")] == [2, 4, 8]
+  worst_case = watch.sizes[0]
+  assert set(watch.sizes.values()) == {worst_case}  # FDO left the limits as they were
+  watch.sizes, watch.worker_starts = {}, 0
+  tuned = str(tmp_path / "tuned")
+  train_and_evaluate(launch_testing.tiny_config(**common), tuned)
+  assert [e["batch"] for e in launch_testing.events(tuned, "fdo")] == [2, 4, 8]
+  assert watch.worker_starts == 1
+  assert sorted(watch.sizes) == list(range(10))
+  assert watch.sizes[0] == watch.sizes[1] == worst_case > watch.sizes[2]
+  assert launch_testing.batch_losses(tuned) == launch_testing.batch_losses(fixed)
