@@ -20,6 +20,13 @@ hits), and the whole process's seconds. The goals (issue 26): demo, second
 start / first start (after) <= 0.4; criteo on 1 CPU device, second start
 <= 10 s to the first batch. The machine may be shared: compare figures of
 one run only.
+
+`--configs criteo_retune` instead runs a criteo job of 36 batches on 1 CPU
+device that retunes FDO after batches 12 and 24 (per variant, one start),
+and prints each retune's stall from the job's `retune_stall` records: the
+gap between the last batch before the retune and the first after it, less
+one steady batch time (the median gap of the segment); goal: <= 1 steady
+batch time.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ _VARIANTS = flags.DEFINE_list(
   "variants", ["before", "after"], "before: the cache off; after: a cache in a new directory."
 )
 _CRITEO_STEPS = 3
+_RETUNE_EVERY = 12
 
 CONFIGS = {
   "demo": ["--config=demo", "--config.num_steps=20"],
@@ -53,6 +61,16 @@ CONFIGS = {
     "--config.fdo.every_steps=0",
     f"--config.checkpoint.every_steps={_CRITEO_STEPS}",
     "--config.checkpoint.async_save=false",
+  ],
+  "criteo_retune": [
+    "--config=criteo",
+    "--cpu_devices=1",
+    f"--config.num_steps={3 * _RETUNE_EVERY}",
+    f"--config.fdo.every_steps={_RETUNE_EVERY}",
+    "--config.fdo.first_after=0",
+    f"--config.checkpoint.every_steps={3 * _RETUNE_EVERY}",
+    "--config.checkpoint.async_save=false",
+    "--config.log_every_steps=1000",
   ],
 }
 
@@ -108,6 +126,44 @@ def _data_dir(name: str, root: str) -> str:
     )
     os.rename(os.path.join(workdir, "data"), data)
   return data
+
+
+def _retunes(name: str, root: str) -> list[dict]:
+  """One start per variant; a row per retune stall the job recorded."""
+  data = _data_dir("criteo", root)
+  rows = []
+  for variant in _VARIANTS.value:
+    cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
+    workdir = tempfile.mkdtemp(prefix=f"{name}_{variant}_", dir=root)
+    _launch(
+      [
+        *CONFIGS[name],
+        f"--config.data.dir={data}",
+        f"--config.compilation_cache_dir={cache}",
+        f"--workdir={workdir}",
+      ]
+    )
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      records = [r for r in map(json.loads, f) if r.get("phase") == "retune_stall"]
+    for r in records:
+      rows.append(
+        {
+          "config": name,
+          "cache": variant,
+          "after_batch": r["batch"],
+          "stall_s": r["seconds"],
+          "gap_s": r["gap_s"],
+          "steady_batch_s": r["steady_batch_s"],
+          "stall_in_batches": round(r["seconds"] / r["steady_batch_s"], 2),
+        }
+      )
+      print(
+        f"{name}: cache {variant}, retune after batch {r['batch']}: stall {r['seconds']:.2f} s"
+        f" (gap {r['gap_s']:.2f} s, steady batch {r['steady_batch_s']:.3f} s,"
+        f" {rows[-1]['stall_in_batches']} batches)",
+        flush=True,
+      )
+  return rows
 
 
 def _starts(name: str, root: str) -> list[dict]:
@@ -177,15 +233,18 @@ def main(argv: list[str]) -> None:
   root = _DATA_ROOT.value or tempfile.mkdtemp(prefix="sparsepipe_startup_")
   os.makedirs(root, exist_ok=True)
   print(HEADER, flush=True)
-  rows = []
+  rows, retunes = [], []
   for name in _CONFIGS.value:
-    rows += _starts(name, root)
+    if name.endswith("_retune"):
+      retunes += _retunes(name, root)
+    else:
+      rows += _starts(name, root)
   ratios = _ratios(rows)
   for key, value in ratios.items():
     print(f"{key}: {value}")
   if _JSON.value:
     with open(_JSON.value, "w") as f:
-      json.dump({"starts": rows, "ratios": ratios}, f, indent=1)
+      json.dump({"starts": rows, "ratios": ratios, "retunes": retunes}, f, indent=1)
 
 
 if __name__ == "__main__":

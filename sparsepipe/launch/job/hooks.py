@@ -191,8 +191,9 @@ class RetuneStallHook(JobHook):
   """Measures each FDO retune's stall and records it as a `retune_stall` phase (startup.py).
 
   The stall is the gap between the last batch of the segment before the
-  retune and the first batch after it (drain, FDO merge, new step's
-  compilation, new input), minus one steady batch time: the median gap
+  retune and the first batch after it (drain, FDO merge, the rest of the new
+  step's compilation, the first batch of the new limits), minus one steady
+  batch time: the median gap
   between the segment's consecutive batches after its first two (which
   compile). Times are the host's, when the loop hands a batch to the hooks;
   with no steady gap measured (a segment of two batches or fewer, or a job

@@ -8,8 +8,9 @@ batches trained, so `checkpoints/500` is the job after batch 500).
 
 A job trains its batches as consecutive *segments*, each one pipeline run
 (its batches + 2 fill/drain pipeline steps) with one set of COO limits.
-Between segments the pipeline is drained, FDO may change the limits (new
-specs, recompiled step) and the input is rebuilt at the same batch index.
+Between segments the pipeline is drained and FDO may change the limits (new
+specs, a step compiled for them); the input keeps running and switches to
+them at the retune point (`last_retune`, transforms/input/limits_board.py).
 FDO retunes after fixed batch numbers: after every multiple of
 `fdo.every_steps` (0: FDO off, never), and once early, after batch
 `fdo.first_after` when that is below every_steps (0: no early pass), so

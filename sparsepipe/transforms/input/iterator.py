@@ -142,8 +142,18 @@ class InputIterator(grain.DatasetIterator):
     return self._output(element)
 
   def start_prefetch(self) -> None:
-    """Starts reading ahead (workers, threads) from the current position."""
-    self._running()
+    """Starts reading ahead (workers, threads) from the current position.
+
+    Making Grain's iterators starts nothing: its read-ahead threads and
+    worker processes start at the first batch asked for, or at the
+    iterator's `start_prefetch` (Grain's own, for making the input while a
+    model is restored). Without it, the workers started at the first
+    training step, after the state was made.
+    """
+    running = self._running()
+    start = getattr(running, "start_prefetch", None)
+    if start is not None:
+      start()
 
   @contextlib.contextmanager
   def read_ahead_paused(self) -> Iterator[None]:
@@ -167,7 +177,7 @@ class InputIterator(grain.DatasetIterator):
     on are preprocessed with `feature_specs`' limits; the running workers
     switch there (they wait for this call when they reach that batch)."""
     if self._board is None:
-      raise ValueError("this input's limits are fixed: it was made without a limits board")
+      raise ValueError("this input's limits are fixed: it was made without a LimitsBoard")
     if after_batch < self._next:
       raise ValueError(
         f"limits after batch {after_batch} published after batch {self._next} was handed out"

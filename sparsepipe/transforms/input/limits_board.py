@@ -68,7 +68,8 @@ class LimitsBoard:
     """Ends the waits of this run's workers and threads and removes its directory."""
     directory, self.directory = self.directory, None
     if directory is not None:
-      open(os.path.join(directory, _CLOSED), "w").close()
+      # os.open: this may run in an iterator's __del__ at exit, without builtins.
+      os.close(os.open(os.path.join(directory, _CLOSED), os.O_CREAT | os.O_WRONLY, 0o600))
       shutil.rmtree(directory, ignore_errors=True)
 
   def _write(self, after_batch: int, limits: dict[str, Any]) -> None:
@@ -79,6 +80,11 @@ class LimitsBoard:
 
   def publish(self, after_batch: int, feature_specs: Any) -> None:
     """The limits of `feature_specs` apply from batch index `after_batch` on."""
+    if self._last_retune is None or self._last_retune(int(after_batch)) != after_batch:
+      raise ValueError(
+        f"limits published for after batch {after_batch}, which is not a retune point of this"
+        " input (make_host_input's last_retune)"
+      )
     limits = get_stack_limits(feature_specs)
     self._published[int(after_batch)] = limits
     if self.directory is not None:
