@@ -27,6 +27,7 @@ from sparsepipe.core.specs import StackedTableSpec
 from sparsepipe.core.specs import TableSpec
 from sparsepipe.core.specs import with_default_id_transformation
 from sparsepipe.core.rounding import round_up
+from sparsepipe.transforms.fdo.carry import most_ids_per_sparsecore
 from sparsepipe.transforms.table_export import compute_physical_row_ids
 from sparsepipe.transforms.table_export import mod_shard
 from sparsepipe.transforms.table_export import mod_unshard
@@ -89,9 +90,21 @@ class StackLayout:
     return self.spec.total_sample_count // self.num_sparsecores
 
   @property
+  def most_ids_per_sc(self) -> int:
+    """The most ids one SC's samples of a batch can hold (its samples of every
+    feature of the stack times that feature's ids per sample)."""
+    specs = [slot.spec for slot in self.features]
+    return most_ids_per_sparsecore(specs, self.num_sparsecores)[self.name]
+
+  @property
   def capacity(self) -> int:
-    """Entries per (SC, partition) in the exchange: round8(max_ids)."""
-    return round_up(self.spec.max_ids_per_partition, 8)
+    """Entries per (SC, partition) in the exchange: round8 of the smaller of
+    max_ids_per_partition (the preprocessing never writes more to one
+    partition) and `most_ids_per_sc` (a partition of a SC holds only that SC's
+    ids). The second bounds the step's buffers by what a batch can fill, as
+    the COO buffers are (transforms.bound_coo_buffers_by_the_batch), also
+    while the limits are still the starting guess before the first FDO pass."""
+    return round_up(min(self.spec.max_ids_per_partition, self.most_ids_per_sc), 8)
 
   def logical_array(self, logical: Mapping[str, Any], table: TableSpec) -> Any:
     """`logical[table.name]`, checked to be [vocabulary_size, embedding_dim]."""

@@ -27,6 +27,10 @@ from sparsepipe.pipeline.embedding.variables import table_key
 from sparsepipe.core import AdagradOptimizerSpec
 from sparsepipe.core import FeatureSpec
 from sparsepipe.core import TableSpec
+from sparsepipe.pipeline.embedding.exchange import send_buffers
+from sparsepipe.transforms import apply_stack_limits
+from sparsepipe.transforms import compute_coo_buffer_size_per_device
+from sparsepipe.transforms import get_stack_limits
 from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import stack_tables
 
@@ -290,3 +294,32 @@ def test_init_never_holds_a_whole_table_on_one_device():
   assert memory.temp_size_in_bytes < 6 * shard_bytes
   assert shard_bytes <= rest.output_size_in_bytes < shard_bytes + 1024
   assert rest.temp_size_in_bytes < 1024
+
+
+def test_exchange_buffers_hold_what_a_batch_can_fill():
+  # batch 16, 4 ids per sample; 2 devices x 2 SCs: 4 samples per SC, so one SC's
+  # samples hold at most 16 ids per feature (t0_t1: 2 features, t2: 1), below the
+  # starting max_ids_per_partition of 256 (issue 28, item 1)
+  specs = _specs(2)
+  layouts = stack_layouts(specs, 4)
+  assert {n: (l.spec.max_ids_per_partition, l.capacity) for n, l in layouts.items()} == {
+    "t0_t1": (256, 32),
+    "t2": (256, 16),
+  }
+  layout = layouts["t0_t1"]
+  coo = compute_coo_buffer_size_per_device(layout.spec, S, 2)
+  ints = jax.ShapeDtypeStruct((coo,), jnp.int32)
+  shapes = jax.eval_shape(
+    lambda *a: send_buffers(layout, S, *a),
+    jax.ShapeDtypeStruct((16,), jnp.int32),
+    ints,
+    ints,
+    jax.ShapeDtypeStruct((coo,), jnp.float32),
+  )
+  assert [x.shape for x in shapes] == [(2, 4, 32)] * 4
+  # a limit below what the batch can fill bounds the exchange, rounded up to 8
+  limits = get_stack_limits(specs)
+  limits["t0_t1"]["max_ids_per_partition"] = 20
+  limits["t2"]["max_ids_per_partition"] = 9
+  tuned = stack_layouts(apply_stack_limits(specs, limits), 4)
+  assert {n: l.capacity for n, l in tuned.items()} == {"t0_t1": 24, "t2": 16}
