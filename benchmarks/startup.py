@@ -232,12 +232,13 @@ def main(argv: list[str]) -> None:
   del argv
   root = _DATA_ROOT.value or tempfile.mkdtemp(prefix="sparsepipe_startup_")
   os.makedirs(root, exist_ok=True)
-  print(HEADER, flush=True)
   rows, retunes = [], []
   for name in _CONFIGS.value:
     if name.endswith("_retune"):
       retunes += _retunes(name, root)
     else:
+      if not rows:
+        print(HEADER, flush=True)
       rows += _starts(name, root)
   ratios = _ratios(rows)
   for key, value in ratios.items():
