@@ -24,6 +24,7 @@ from sparsepipe import transforms
 from sparsepipe.core.batch import EvalBatch, TrainBatch
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 from sparsepipe.core.mesh import data_sharding
+from sparsepipe.pipeline.input.device_buffer import PackedBatch, place_packed
 
 
 def to_global_batch(batch: TrainBatch, mesh: Mesh) -> TrainBatch:
@@ -62,9 +63,10 @@ def make_placement(
 ) -> Callable[[Any], Any]:
   """A function putting host elements on the mesh as global jax.Arrays.
 
-  A PreprocessedBatch keeps its statistics and gets its TrainBatch placed;
-  a TrainBatch is placed; an EvalBatch stays an EvalBatch (its mask
-  sharded like the labels). With `label_range`, every batch's labels are
+  A PreprocessedBatch keeps its statistics and gets its TrainBatch placed
+  (a PackedBatch: in one transfer, split on the devices); a TrainBatch is
+  placed; an EvalBatch stays an EvalBatch (its mask sharded like the
+  labels). With `label_range`, every batch's labels are
   checked on the host first (LabelRangeError naming `where`).
   """
 
@@ -73,6 +75,10 @@ def make_placement(
       mask = jax.make_array_from_process_local_data(data_sharding(mesh), np.asarray(element.mask))
       return EvalBatch(to_global_batch(element.batch, mesh), mask)
     batch = element if isinstance(element, TrainBatch) else element.batch
+    if isinstance(batch, PackedBatch):  # one buffer for the whole batch (device_buffer.py)
+      if label_range is not None:  # leaf 0 of a TrainBatch: its labels
+        check_label_range(batch.layout.host_leaf(batch.data, 0), label_range, where)
+      return element._replace(batch=place_packed(batch, mesh))
     if label_range is not None:
       check_label_range(batch.labels, label_range, where)
     placed = to_global_batch(batch, mesh)

@@ -15,6 +15,7 @@ import jax
 from jax.sharding import Mesh
 
 from sparsepipe import transforms
+from sparsepipe.pipeline.input.device_buffer import PackForDevices
 from sparsepipe.pipeline.input.placement import make_placement
 
 # Batches placed ahead of the step: one in flight while the step runs.
@@ -68,6 +69,7 @@ def make_train_input(
     prefetch=PREFETCH_BATCHES,
     output=lambda element: element.batch,
     last_retune=last_retune,
+    pack=PackForDevices(len(mesh.local_devices)),
   )
 
 

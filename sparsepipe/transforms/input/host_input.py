@@ -229,6 +229,7 @@ def make_host_input(
   prefetch: int = 1,
   output: Callable[[PreprocessedBatch], Any] = lambda element: element,
   last_retune: Callable[[int], int | None] | None = None,
+  pack: Callable[[PreprocessedBatch], PreprocessedBatch] | None = None,
 ) -> InputIterator:
   """The checkpointable training input of this host (an InputIterator).
 
@@ -239,7 +240,9 @@ def make_host_input(
   other hosts. `last_retune` (batch index -> the last FDO retune point at or
   before it, or None) lets FDO change the limits of the batches after a
   retune point while the workers run (`InputIterator.publish_limits`,
-  limits_board.py); without it the limits are fixed.
+  limits_board.py); without it the limits are fixed. `pack` runs on every
+  preprocessed batch where it is made (in the data workers, if any), before
+  `place` (the device side packs a batch into one buffer for one transfer).
   """
   config, index, count, manifest = resolve(config, process_index, process_count)
   check_specs(feature_specs, manifest, config.per_host_batch_size * count)
@@ -248,6 +251,8 @@ def make_host_input(
   batches = make_example_batches(
     config, process_index=index, process_count=count, manifest=manifest
   ).map_with_index(PreprocessByLimits(preprocess, board))
+  if pack is not None:
+    batches = batches.map(pack)
   stacks = sorted({spec.stack_name for spec in jax.tree_util.tree_leaves(feature_specs)})
   num_global_sc = global_device_count * config.num_sc_per_device
   return InputIterator(
