@@ -30,6 +30,18 @@ cores the wall speed-up of workers is at most C / that figure.
       1): (a) of 1 per record is that floor. The writer compresses chunks of
       small records with snappy (data/writer.py); the row "1, zstd" reads
       the same records rewritten as zstd chunks, as 0.2 wrote them.
+  (e) the example shuffle (data.shuffle_window) at the criteo config's
+      shape (26 features of one id, its vocabularies and batch): (c)'s
+      CPU-microseconds per example, at 0 and 2 workers, for records of 1
+      (what the criteo config generates), records of 128 shuffled as whole
+      records (shuffle_window 0) and records of 128 with the example
+      shuffle over windows of --shuffle_window records; ratios to the
+      records-only packed row (issue 27's goal for a shipped window: <= 1.2).
+  (f) the main process's CPU time per batch of the shipped criteo config
+      (batch 4096, 26 features of one id, 13 dense) on 1 and 8 CPU devices
+      (--main_process_devices, each in a subprocess), with 0 and 2 workers:
+      receiving the batch, placing it on the devices, the iterator's
+      bookkeeping (benchmarks/loader_main_process.py, which runs it alone).
 """
 
 from __future__ import annotations
@@ -53,6 +65,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sparsepipe import core
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
+import loader_main_process  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config.shipped import criteo as criteo_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string(
   "data_dir", None, "Existing dataset; default: generate one in a temp dir."
@@ -71,6 +85,10 @@ _PACKING = flags.DEFINE_list(
   "packing", ["1", "128"], "Examples per record compared in (d) (generated data only)."
 )
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_MAIN_DEVICES = flags.DEFINE_list(
+  "main_process_devices", ["1", "8"], "CPU device counts of (f) (empty: no (f))."
+)
+_WINDOW = flags.DEFINE_integer("shuffle_window", 256, "Records per example-shuffle window in (e).")
 
 
 def _cpu_seconds() -> float:
@@ -167,13 +185,14 @@ def _specs(manifest, devices):
   return T.update_preprocessing_parameters(specs, stats, _SC.value, devices)
 
 
-def full_pipeline(manifest, specs, workers, seconds):
+def full_pipeline(manifest, specs, workers, seconds, **config):
   cfg = T.InputConfig(
     manifest.directory,
     _BATCH.value,
     num_workers=workers,
     num_sc_per_device=_SC.value,
     allow_id_dropping=True,
+    **config,
   )
   it = T.make_host_input(
     cfg,
@@ -321,6 +340,63 @@ def _packing_rows(manifest, specs, tmp, seconds):
   return rows
 
 
+def _shuffle_rows(tmp, seconds):
+  """(e): the criteo config's shape, records of 1 and of 128, records-only and example shuffle."""
+  features = data.criteo_like_features(
+    26, list(criteo_config.VOCAB_SIZES), min_ids=1, max_ids=1, zipf_exponent=1.05
+  )
+  cases = [("1", 1, 0), ("128, records only", 128, 0), (f"128, window {_WINDOW.value}", 128, None)]
+  manifests = {}
+  for r in (1, 128):
+    directory = os.path.join(tmp, f"criteo_r{r}")
+    manifests[r] = data.write_synthetic(
+      directory,
+      features,
+      num_examples=_NUM_EXAMPLES.value,
+      num_dense=13,
+      seed=0,
+      examples_per_record=r,
+    )
+  specs = _specs(manifests[128], _DEVICES.value)
+  rows = []
+  for label, r, window in cases:
+    row = {"records": label, "examples_per_record": r}
+    for w in (0, 2):
+      window_kw = {"shuffle_window": _WINDOW.value if window is None else window}
+      (wall, per_cpu), _ = full_pipeline(manifests[r], specs, w, seconds, **window_kw)
+      row[f"cpu_us_{w}_workers"] = 1e6 / per_cpu
+      row[f"examples_per_s_{w}_workers"] = wall
+    rows.append(row)
+  base = rows[1]
+  for row in rows:
+    for w in (0, 2):
+      row[f"ratio_{w}_workers"] = row[f"cpu_us_{w}_workers"] / base[f"cpu_us_{w}_workers"]
+  print(
+    f"\n(e) example shuffle, criteo config shape (26 x 1 id, batch {_BATCH.value}),"
+    " (c) CPU-microseconds per example (ratio to 128 records only; goal for the window: <= 1.2)"
+  )
+  print(f"{'records':>22} {'0 workers':>10} {'ratio':>6} {'2 workers':>10} {'ratio':>6}")
+  for row in rows:
+    print(
+      f"{row['records']:>22} {row['cpu_us_0_workers']:>10.2f} {row['ratio_0_workers']:>6.2f}"
+      f" {row['cpu_us_2_workers']:>10.2f} {row['ratio_2_workers']:>6.2f}"
+    )
+  return rows
+
+
+def _main_process_rows(tmp, seconds):
+  """(f): the main process's CPU per criteo batch, 0 and 2 workers, per device count."""
+  if not _MAIN_DEVICES.value:
+    return []
+  directory = loader_main_process.generate(
+    os.path.join(tmp, "criteo_main_process"), min(_NUM_EXAMPLES.value, 65536)
+  )
+  devices = [int(d) for d in _MAIN_DEVICES.value]
+  rows = loader_main_process.measure(directory, devices, [0, 2], seconds)
+  loader_main_process.print_rows(rows)
+  return rows
+
+
 def main(argv):
   del argv
   tmp = tempfile.TemporaryDirectory()
@@ -332,7 +408,9 @@ def main(argv):
   seconds = _SECONDS.value
   rows = _worker_rows(manifest, specs, seconds)
   _print_worker_rows(manifest, rows)
+  main_process = _main_process_rows(tmp.name, seconds)
   packing = [] if _DATA_DIR.value else _packing_rows(manifest, specs, tmp.name, seconds)
+  shuffle = [] if _DATA_DIR.value else _shuffle_rows(tmp.name, seconds)
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   print(
     f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"
@@ -351,6 +429,8 @@ def main(argv):
       "load_average_end": load,
       "rows": rows,
       "packing": packing,
+      "main_process": main_process,
+      "example_shuffle": shuffle,
     }
     with open(_JSON.value, "w") as f:
       json.dump(result, f, indent=1)

@@ -12,7 +12,6 @@ from sparsepipe.data.example import concat_batches
 from sparsepipe.data.example import example_at
 from sparsepipe.data.example import select_examples
 from sparsepipe.data.example import slice_batch
-from sparsepipe.data.example import take_examples
 from sparsepipe.data.codec import CorruptRecordError
 from sparsepipe.data.codec import FORMAT_VERSION
 from sparsepipe.data.codec import RecordCodec

@@ -151,30 +151,6 @@ def select_examples(batch: ExampleBatch, mask: np.ndarray) -> ExampleBatch:
   return ExampleBatch(batch.labels[mask], batch.dense[mask], sparse)
 
 
-def take_examples(
-  batch: ExampleBatch,
-  indices: np.ndarray,
-  splits: Mapping[str, np.ndarray] | None = None,
-) -> ExampleBatch:
-  """The examples `indices` ([n] ints in [0, num_examples), any order, repeats allowed).
-
-  `splits` ({feature: RaggedBatch.row_splits()}) saves recomputing them
-  when one batch is gathered from many times.
-  """
-  indices = np.asarray(indices, np.int64)
-  sparse = {}
-  for name, rb in batch.sparse.items():
-    starts = (rb.row_splits() if splits is None else splits[name])[indices]
-    lengths = rb.row_lengths[indices]
-    ends = np.cumsum(lengths)
-    # Value positions: each row's run starts[i] .. starts[i] + lengths[i] - 1.
-    gather = np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64)
-    gather += np.repeat(starts - (ends - lengths), lengths)
-    weights = None if rb.weights is None else rb.weights[gather]
-    sparse[name] = RaggedBatch(rb.values[gather], lengths, weights)
-  return ExampleBatch(batch.labels[indices], batch.dense[indices], sparse)
-
-
 def _check_ids(name: str, values: np.ndarray, vocab_size: int) -> None:
   if values.size == 0:
     return

@@ -40,6 +40,7 @@ from sparsepipe.transforms.input.iterator import IteratorStateMismatchError
 from sparsepipe.transforms.input.example_order import ExampleOrder
 from sparsepipe.transforms.input.read_examples import ExampleReader
 from sparsepipe.transforms.input.index_shuffle import permute
+from sparsepipe.transforms.input.window_read import take_examples
 from sparsepipe.transforms.input.train_batches import ParsedBatch
 from sparsepipe.transforms.input.train_batches import ReadTrainBatch
 from sparsepipe.transforms.input.host_input import dataset_fingerprint

@@ -21,7 +21,6 @@ from sparsepipe.data import encode_example
 from sparsepipe.data import example_at
 from sparsepipe.data import make_schema
 from sparsepipe.data import slice_batch
-from sparsepipe.data import take_examples
 
 SCHEMA = ExampleSchema(
   num_dense=2,
@@ -134,18 +133,6 @@ def test_slice_and_concat_are_inverse():
   parts = [slice_batch(batch, 0, 1), slice_batch(batch, 1, 1), slice_batch(batch, 1, 3)]
   assert [p.num_examples for p in parts] == [1, 0, 2]
   _assert_batch_equal(concat_batches(parts), batch)
-
-
-def test_take_examples_gathers_in_any_order_with_repeats():
-  batch = batch_from_examples(_examples(), SCHEMA)
-  got = take_examples(batch, np.array([2, 0, 2, 1]))
-  want = batch_from_examples([_examples()[i] for i in (2, 0, 2, 1)], SCHEMA)
-  _assert_batch_equal(got, want)
-  np.testing.assert_array_equal(got.sparse["a"].values, [9, 1, 2, 3, 9])
-  np.testing.assert_array_equal(got.sparse["b"].weights, [0.25, 1.5, 2.5])
-  splits = {name: rb.row_splits() for name, rb in batch.sparse.items()}
-  _assert_batch_equal(take_examples(batch, np.array([1, 2]), splits), slice_batch(batch, 1, 3))
-  assert take_examples(batch, np.zeros(0, np.int64)).num_examples == 0
 
 
 def test_decode_example_of_packed_record_is_an_error():

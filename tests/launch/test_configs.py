@@ -119,3 +119,11 @@ def test_the_config_reference_is_current():
     assert f.read() == fields.render_reference(), (
       "docs/config.md is stale: python -m sparsepipe.launch.config.fields > docs/config.md"
     )
+
+
+def test_the_shuffle_window_reaches_the_input_and_is_off_by_default():
+  config = _load("demo")
+  assert config_specs.input_config(config, "/d", process_count=1).shuffle_window == 0
+  config.data.shuffle_window = 64
+  got = config_specs.input_config(config, "/d", process_count=1)
+  assert (got.shuffle, got.shuffle_window) == (True, 64)

@@ -51,6 +51,7 @@ def base_config(
       dir="",
       num_workers=0,
       shuffle=True,
+      shuffle_window=0,
       skip_corrupt=False,
       allow_id_dropping=False,
     )

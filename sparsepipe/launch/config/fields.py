@@ -38,7 +38,12 @@ FIELD_DOCS = {
   " and results do not depend on it; a resumed job may change it.",
   "data.shuffle": "Shuffle the records: a seeded permutation of the dataset's records,"
   " another each epoch; the examples of one record stay together, in order (write records"
-  " of one example for an example-level shuffle).",
+  " of one example for an example-level shuffle), unless data.shuffle_window > 0.",
+  "data.shuffle_window": "> 0: also shuffle the examples across each window of this many"
+  " consecutive records of the shuffled record order (records of more than one example):"
+  " any two examples of one window can land in the same batch. Each process decodes a"
+  " window once (a window spanning k batches is decoded min(k, data.num_workers) times),"
+  " see README. 0: whole records only.",
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
   " instead of stopping.",

@@ -198,6 +198,7 @@ def input_config(
     per_host_batch_size=per_host_batch_size(config, process_count),
     seed=int(config.seed),
     shuffle=bool(config.data.shuffle),
+    shuffle_window=int(config.data.shuffle_window),
     num_workers=int(config.data.num_workers),
     skip_corrupt=bool(config.data.skip_corrupt),
     num_sc_per_device=int(config.num_sc_per_device),

@@ -195,11 +195,12 @@ class ExampleOrder:
     offset = p - self._window_starts[w]
     size = self._window_starts[w + 1] - self._window_starts[w]
     glob = epoch * self.windows_per_epoch + w
-    windows, index = np.unique(glob, return_inverse=True)
+    # Positions ascend, so each window's positions are one run of the range.
+    cuts = np.concatenate([[0], np.flatnonzero(np.diff(glob)) + 1, [len(glob)]])
     slot = np.empty_like(offset)
-    for i, g in enumerate(windows):
-      here = index == i
-      e, ww = divmod(int(g), self.windows_per_epoch)
-      n = int(size[np.argmax(here)])
-      slot[here] = permute(offset[here], n, seed=self._seed, epoch=e, stream=ww + 1)
-    return WindowSlots(windows, index.astype(np.int64), slot)
+    for a, b in zip(cuts[:-1], cuts[1:]):
+      e, ww = divmod(int(glob[a]), self.windows_per_epoch)
+      n = int(size[a])
+      slot[a:b] = permute(offset[a:b], n, seed=self._seed, epoch=e, stream=ww + 1)
+    index = np.repeat(np.arange(len(cuts) - 1), np.diff(cuts))
+    return WindowSlots(glob[cuts[:-1]], index, slot)

@@ -9,9 +9,9 @@ import grain
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 
-# Records per shuffle window: 256 records of 128 examples are 8 batches of
-# 4096 (the criteo config's), about 9 MB decoded at its shape.
-DEFAULT_SHUFFLE_WINDOW = 256
+# Records only by default: the window shuffle costs the loader more per
+# example than records of one example with workers (benchmarks/loader.py (e)).
+DEFAULT_SHUFFLE_WINDOW = 0
 
 
 @dataclasses.dataclass(frozen=True)
