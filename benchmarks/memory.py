@@ -1,6 +1,7 @@
 """Host memory of the criteo job: peak resident set against the training state.
 
     python benchmarks/memory.py [--json out.json] [--batches 40] [--examples 196608]
+        [--sections phases,growth]
 
 Trains the shipped criteo config (sparsepipe/launch/config/shipped/criteo.py:
 26 tables, 5.8M rows x dim 16, Adagrad slots, batch 4096, 2 data workers,
@@ -37,6 +38,17 @@ Every measurement runs in a fresh process (ru_maxrss is per process):
   (what an async save holds while it writes).
 - init alone, per table group (now) and in one program (before): peak
   growth, what stays, and the time.
+
+Section growth (issue 28: memory = state, + one copy while an asynchronous
+save is in flight, + an overhead that stays flat when the tables grow):
+the same job at the shipped vocabularies and with every vocabulary
+--growth_scale (4) times larger, each with synchronous and with
+asynchronous saves (four fresh processes). For each: the state bytes, the
+peak RSS, the overhead (peak - state; for async saves peak - 2 x state, the
+save's host copy being a second state on CPU devices), peak / state (goals
+<= 1.6 sync, <= 2.6 async), and overhead(scaled) / overhead(shipped)
+(goal <= 1.2). A few minutes with e.g. --sections growth --batches 12
+--examples 49152 --save_every 6.
 
 The machine may be shared: compare figures from one run only.
 """
@@ -84,6 +96,9 @@ _SAVE_EVERY = flags.DEFINE_integer("save_every", 20, "config.checkpoint.every_st
 _CHILD = flags.DEFINE_string("child", None, "Internal: the measurement this process runs.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Internal: the job's workdir.")
 _OUT = flags.DEFINE_string("out", None, "Internal: where the child writes its figures.")
+_SECTIONS = flags.DEFINE_list("sections", ["phases", "growth"], "phases, growth (see above).")
+_GROWTH_SCALE = flags.DEFINE_integer("growth_scale", 4, "Vocabulary factor of the growth rows.")
+_VOCAB_SCALE = flags.DEFINE_integer("vocab_scale", 1, "Internal: every vocabulary times this.")
 
 MB = 2**20
 _COMPILE_STEPS = 2  # the fill step and the first steady step compile the two programs
@@ -194,6 +209,8 @@ def _config(async_save: bool = True) -> Any:
   config.num_steps = _BATCHES.value
   config.checkpoint.every_steps = _SAVE_EVERY.value
   config.log_every_steps = 10
+  for feature in config.features.values():
+    feature.vocab_size *= _VOCAB_SCALE.value
   return config
 
 
@@ -414,9 +431,9 @@ def _child_step(data_dir: str, out: str) -> None:
     json.dump(figures, f)
 
 
-def _run_child(name: str, root: str, **args: Any) -> dict[str, Any]:
+def _run_child(name: str, root: str, tag: str = "", **args: Any) -> dict[str, Any]:
   """Runs this script as `--child=name` in a fresh process; its JSON figures."""
-  out = os.path.join(root, f"{name}.json")
+  out = os.path.join(root, f"{name}{tag}.json")
   command = [sys.executable, os.path.abspath(__file__), f"--child={name}", f"--out={out}"]
   command += [f"--{k}={v}" for k, v in args.items()]
   command += [f"--batches={_BATCHES.value}", f"--examples={_EXAMPLES.value}"]
@@ -544,6 +561,66 @@ def _report(figures: dict[str, Any]) -> None:
     print(f"{name:<{width}}  {value:>22}")
 
 
+def _growth(root: str) -> dict[str, Any]:
+  """The growth rows: state, peaks and overhead at scale 1 and --growth_scale, sync and async."""
+  rows: dict[str, Any] = {}
+  for scale in (1, _GROWTH_SCALE.value):
+    for mode, child, copies in (("sync", "job_sync_saves", 1), ("async", "job", 2)):
+      tag = f"_x{scale}_{mode}"
+      workdir = os.path.join(root, f"growth{tag}")
+      job = _run_child(child, root, tag=tag, workdir=workdir, vocab_scale=scale)
+      shutil.rmtree(workdir, ignore_errors=True)
+      state = sum(job["state"].values())
+      rows[f"x{scale} {mode}"] = {
+        "vocab_scale": scale,
+        "saves": mode,
+        "state_bytes": state,
+        "peak_rss": job["max_rss"],
+        "overhead": job["max_rss"] - copies * state,
+        "peak_over_state": job["max_rss"] / state,
+        "goal_peak_over_state": 1.6 if mode == "sync" else 2.6,
+        "seconds": job["seconds"],
+        "peak_phase": max(job["phases"], key=lambda p: job["peak"][p]["VmRSS"]),
+        "phase_peaks": {p: job["peak"][p]["VmRSS"] for p in job["phases"]},
+      }
+  for mode in ("sync", "async"):
+    big = rows[f"x{_GROWTH_SCALE.value} {mode}"]
+    big["overhead_growth"] = big["overhead"] / rows[f"x1 {mode}"]["overhead"]
+  return rows
+
+
+def _growth_report(rows: dict[str, Any]) -> None:
+  print(
+    f"growth: criteo, 8 CPU devices, {_BATCHES.value} batches, saves every {_SAVE_EVERY.value};"
+    " overhead = peak - state (- one more state for async saves)"
+  )
+  head = (
+    "vocab, saves",
+    "state",
+    "peak RSS",
+    "overhead",
+    "peak/state (goal)",
+    "overhead/x1 (<=1.2)",
+  )
+  print(f"{head[0]:<13}" + "".join(f"{h:>20}" for h in head[1:]))
+  for name, r in rows.items():
+    growth = f"{r['overhead_growth']:.2f}" if "overhead_growth" in r else "-"
+    ratio = f"{r['peak_over_state']:.2f} (<={r['goal_peak_over_state']})"
+    cells = (_mb(r["state_bytes"]), _mb(r["peak_rss"]), _mb(r["overhead"]), ratio, growth)
+    print(f"{name:<13}" + "".join(f"{c:>20}" for c in cells) + f"  (peak in: {r['peak_phase']})")
+
+
+def _phases(root: str) -> dict[str, Any]:
+  """The phase tables' figures (section phases)."""
+  jobs = {name: _run_child(name, root, workdir=os.path.join(root, name)) for name in _JOBS}
+  data = os.path.join(root, "job", "data")
+  parts = _run_child("step", root, workdir=data)
+  figures = _summary(jobs, parts)
+  for name in ("table_groups", "one_program"):
+    figures[f"init_{name}"] = _run_child(f"init_{name}", root, workdir=data)
+  return figures
+
+
 def main(argv: list[str]) -> None:
   del argv
   child = _CHILD.value
@@ -557,16 +634,18 @@ def main(argv: list[str]) -> None:
     _child_step(_WORKDIR.value, _OUT.value)
     return
   root = tempfile.mkdtemp(prefix="sparsepipe_memory_bench_")
+  figures: dict[str, Any] = {}
   try:
-    jobs = {name: _run_child(name, root, workdir=os.path.join(root, name)) for name in _JOBS}
-    data = os.path.join(root, "job", "data")
-    parts = _run_child("step", root, workdir=data)
-    figures = _summary(jobs, parts)
-    for name in ("table_groups", "one_program"):
-      figures[f"init_{name}"] = _run_child(f"init_{name}", root, workdir=data)
+    if "growth" in _SECTIONS.value:
+      figures["growth"] = _growth(root)
+    if "phases" in _SECTIONS.value:
+      figures.update(_phases(root))
   finally:
     shutil.rmtree(root, ignore_errors=True)
-  _report(figures)
+  if "phases" in _SECTIONS.value:
+    _report(figures)
+  if "growth" in _SECTIONS.value:
+    _growth_report(figures["growth"])
   if _JSON.value:
     with open(_JSON.value, "w") as f:
       json.dump(figures, f, indent=2, sort_keys=True)
