@@ -3,18 +3,18 @@ transfer, split into the TrainBatch's arrays on the devices.
 
 Placing a TrainBatch array by array costs the main process one transfer
 per array and device (labels, dense and four COO buffers per stack), each
-with its Python and runtime overhead: 2-3 ms of a criteo batch on CPU
-devices (benchmarks/loader.py, (f)), where the rest of the main process's
-work per batch is well under 1 ms. So the batch is packed into one int32
-buffer of shape [L, W] (L local devices, W words per device): row d holds
-device d's share of every array (its slice of the leading dimension),
-each part 64-byte aligned. `PackForDevices` runs after preprocessing, in
-the data workers when there are any (the copy is theirs), and the buffer
-reaches the main process as one array of one shared-memory block.
-`place_packed` puts it on the mesh as one global array sharded over the
-data axis (on CPU devices an aligned buffer is used in place, no copy)
-and one compiled program splits each device's row into its arrays
-(slices and bitcasts: the bits are unchanged).
+with its Python and runtime overhead (and on a GPU its own host-to-device
+copy). So the batch is packed into one int32 buffer of shape [L, W] (L
+local devices, W words per device): row d holds device d's share of every
+array (its slice of the leading dimension), each part 64-byte aligned.
+`PackForDevices` runs after preprocessing, in the data workers when there
+are any (the copy is theirs), and the buffer reaches the main process as
+one array of one shared-memory block. `place_packed` puts it on the mesh
+as one global array sharded over the data axis (on CPU devices an aligned
+buffer is used in place, no copy) and one compiled program splits each
+device's row into its arrays (slices and bitcasts: the bits are
+unchanged). On CPU devices that split is the devices' work in the main
+process (benchmarks/loader.py, table (f)).
 """
 
 from __future__ import annotations
