@@ -93,7 +93,10 @@ class JobModel:
 
   def fresh_train_state(self) -> pipeline.TrainState:
     params_key, tables_key = jax.random.split(jax.random.key(int(self.config.seed)))
-    params = self.init_params(params_key)
+    # One program, not one per layer and shape (34 for the criteo DLRM run
+    # op by op), with the same values: each is a compilation or a load from
+    # the persistent cache at every start.
+    params = jax.jit(self.init_params)(params_key)
     embeddings = pipeline.init_embedding_variables(
       tables_key, self.base_specs, self.mesh, num_sc_per_device=self.num_sc, track_updates=True
     )

@@ -131,7 +131,8 @@ class _StackInit(NamedTuple):
 
 
 def _table_groups(layout: StackLayout) -> list[tuple[TableSpec, ...]]:
-  """The stack's tables in groups of at most the largest table's rows (in order)."""
+  """The stack's tables in groups of at most the largest table's rows, in stack
+  order (so that a group's rows are one run in each SC's block)."""
   budget = max(t.setting_in_stack.padded_vocab_size for t in layout.tables)
   groups: list[list[TableSpec]] = [[]]
   rows = 0
@@ -145,22 +146,41 @@ def _table_groups(layout: StackLayout) -> list[tuple[TableSpec, ...]]:
   return [tuple(g) for g in groups]
 
 
+def _group_offset(tables: tuple[TableSpec, ...], n: int) -> int:
+  """The first row of a group's run in each SC's block (its tables follow each other)."""
+  offset = tables[0].setting_in_stack.row_offset_in_shard
+  at = offset
+  for t in tables:
+    setting = t.setting_in_stack
+    if setting.row_offset_in_shard != at:
+      raise EmbeddingLayoutError(
+        f"table '{t.name}' starts at row {setting.row_offset_in_shard} of its SC's block,"
+        f" not {at} after the tables before it"
+      )
+    at += setting.padded_vocab_size // n
+  return offset
+
+
 def _table_writer(
   layout: StackLayout, tables: tuple[TableSpec, ...], sharding: NamedSharding
 ) -> Any:
   """(physical, key) -> physical with `tables` initialised in their rows (donated, in place)."""
   n, dim = layout.num_sparsecores, layout.dim
 
+  def place(table, key):
+    setting = table.setting_in_stack
+    shape = (table.vocabulary_size, table.embedding_dim)
+    values = table.initializer(table_key(key, table.name), shape, jnp.float32)
+    pad = ((0, setting.padded_vocab_size - shape[0]), (0, dim - shape[1]))
+    padded = jax.lax.with_sharding_constraint(jnp.pad(values.astype(jnp.float32), pad), sharding)
+    return mod_shard(padded, n, setting.shard_rotation)
+
   def write(physical, key):
     blocks = physical.reshape(n, layout.rows_per_sc, dim)
-    for table in tables:
-      setting = table.setting_in_stack
-      shape = (table.vocabulary_size, table.embedding_dim)
-      values = table.initializer(table_key(key, table.name), shape, jnp.float32)
-      pad = ((0, setting.padded_vocab_size - shape[0]), (0, dim - shape[1]))
-      padded = jax.lax.with_sharding_constraint(jnp.pad(values.astype(jnp.float32), pad), sharding)
-      placed = mod_shard(padded, n, setting.shard_rotation)
-      blocks = jax.lax.dynamic_update_slice(blocks, placed, (0, setting.row_offset_in_shard, 0))
+    # One update of the group's run of rows: XLA:CPU made a chain of
+    # updates, one per table, on a copy of the whole stack.
+    placed = jnp.concatenate([place(t, key) for t in tables], axis=1)
+    blocks = jax.lax.dynamic_update_slice(blocks, placed, (0, _group_offset(tables, n), 0))
     return blocks.reshape(layout.vocab_size, dim)
 
   return jax.jit(write, donate_argnums=(0,), out_shardings=sharding)
@@ -173,12 +193,15 @@ def _init_programs(
   """The initializers of a set of stacks (cached: compiled once).
 
   A stack's tables are written into its donated physical array in place,
-  a group of tables at a time (no more rows than its largest table), so
-  the peak is the state plus about one table's temporaries. One program
-  making and concatenating all tables held twice the state: for the
-  criteo config's 0.77 GB of tables, slots and `updated`, the resident set
-  grew by 2.0 GB at its peak, 1.0 GB now, compilation included
-  (benchmarks/memory.py).
+  a group of tables at a time (no more rows than its largest table:
+  `_table_groups`), so the peak is the state plus about one table's
+  temporaries. One program making and concatenating all tables held twice
+  the state: for the criteo config's 0.77 GB of tables, slots and
+  `updated`, the resident set grew by 2.0 GB at its peak, 1.0 GB now,
+  compilation included (benchmarks/memory.py). One program writing the
+  tables one after the other in place, with optimization barriers between
+  them, grew it by 2.1 GB as well: XLA:CPU drops the barriers, makes every
+  table's random bits before the first write and copies the stack.
   """
   sharding = table_sharding(mesh)
   rows = row_sharding(mesh) if track_updates else None

@@ -9,13 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def _scaled_normal(key: jax.Array, shape: tuple[int, ...], scale: float) -> jax.Array:
+  """N(0, 1) draws times `scale`, the same bits eagerly and under jit.
+
+  The barrier keeps XLA from folding `scale` into normal()'s own constant
+  factor (sqrt(2)), which changes the last bit of some values: the job
+  makes its params in one jitted program (launch/job/model.py).
+  """
+  return jax.lax.optimization_barrier(jax.random.normal(key, shape, jnp.float32)) * scale
+
+
 def dense_layer(key: jax.Array, fan_in: int, fan_out: int) -> dict[str, jax.Array]:
   """DLRM's init: N(0, sqrt(2/(in+out))) kernel, N(0, sqrt(1/out)) bias."""
   k_w, k_b = jax.random.split(key)
   return {
-    "kernel": jax.random.normal(k_w, (fan_in, fan_out), jnp.float32)
-    * np.sqrt(2.0 / (fan_in + fan_out)),
-    "bias": jax.random.normal(k_b, (fan_out,), jnp.float32) * np.sqrt(1.0 / fan_out),
+    "kernel": _scaled_normal(k_w, (fan_in, fan_out), np.sqrt(2.0 / (fan_in + fan_out))),
+    "bias": _scaled_normal(k_b, (fan_out,), np.sqrt(1.0 / fan_out)),
   }
 
 
