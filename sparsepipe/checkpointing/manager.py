@@ -147,6 +147,8 @@ class TrainingCheckpointManager:
     mutable_config_keys: Iterable[str] = (),
     fingerprint_arrays: bool = True,
     read_only: bool = False,
+    host_copy_gb: float = 0.0,
+    save_in_flight_bytes: int | None = None,
   ):
     """Opens (or creates) the checkpoint directory; a writable one is checked
     to be writable (UnwritableCheckpointDirectoryError).
@@ -171,17 +173,27 @@ class TrainingCheckpointManager:
         progress are left alone (a writable manager deletes them when it
         opens). For readers of a directory a running job writes to, e.g.
         launch.evaluate.
+      host_copy_gb: > 0: a save copies device arrays to the host in batches
+        of about this many GB, each written before the next is copied
+        (handlers.array_handler); 0: all at once.
+      save_in_flight_bytes: the most bytes a save writes at once
+        (handlers.save_in_flight_bound); None: no bound.
     """
     if save_interval_steps < 1:
       raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
     if keep_latest < 1:
       raise ValueError(f"keep_latest={keep_latest} must be >= 1")
+    if not host_copy_gb >= 0:
+      raise ValueError(f"host_copy_gb={host_copy_gb} must be >= 0 (0: no bound)")
     self._run = run
     self._async = bool(async_save)
     self._fingerprint_arrays = bool(fingerprint_arrays)
     self._read_only = bool(read_only)
     # ARRAY_ITEMS: the Orbax items of format 2 and older, to read those steps.
-    handlers = {name: array_handler() for name in (ARRAYS,) + ARRAY_ITEMS}
+    handlers = {
+      name: array_handler(float(host_copy_gb), save_in_flight_bytes)
+      for name in (ARRAYS,) + ARRAY_ITEMS
+    }
     handlers.update(
       data_iter=grain.checkpoint.CheckpointHandler(),
       fdo=ocp.JsonCheckpointHandler(),
@@ -273,6 +285,10 @@ class TrainingCheckpointManager:
 
   def wait_until_finished(self) -> None:
     self._mngr.wait_until_finished()
+
+  def saving_in_progress(self) -> bool:
+    """Whether an asynchronous save is still writing."""
+    return self._mngr.is_saving_in_progress()
 
   def close(self) -> None:
     """Waits for the last save and releases the manager."""

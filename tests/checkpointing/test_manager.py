@@ -703,3 +703,44 @@ def test_zero_size_arrays_are_left_out_and_restored_as_zeros(tmp_path):
   assert restored.pipeline_state["dense"].shape == (16, 0)
   assert restored.pipeline_state["dense"].sharding == empty.sharding
   toy.assert_same_trees(restored.pipeline_state["kept"], job.state[2])
+
+
+def test_bounded_host_copies_save_the_same_checkpoint(tmp_path, monkeypatch):
+  # host_copy_gb hands Orbax its device-to-host bound; a save in batches of
+  # at most 1 kB (every array its own batch) restores exactly, fingerprints checked.
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  bounds = []
+  handler = ocp.PyTreeCheckpointHandler
+
+  def recorded(*args, **kwargs):
+    bounds.append(kwargs.get("save_device_host_concurrent_gb"))
+    return handler(*args, **kwargs)
+
+  monkeypatch.setattr(ocp, "PyTreeCheckpointHandler", recorded)
+  job = Job()
+  job.advance(2)
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), host_copy_gb=1e-6) as m:
+    save(m, job)
+  assert bounds and set(bounds) == {1e-6}
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info()) as m:
+    restored = m.restore(Job().targets())
+  assert set(bounds[len(bounds) // 2 :]) == {None}  # the default: no bound
+  toy.assert_same_trees(
+    (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
+  )
+  with pytest.raises(ValueError, match=r"host_copy_gb=-1.0 must be >= 0 \(0: no bound\)"):
+    TrainingCheckpointManager(tmp_path / "other", run_info(), host_copy_gb=-1.0)
+
+
+def test_save_in_flight_bound_is_twice_the_largest_shard():
+  from sparsepipe.checkpointing import save_in_flight_bound  # pylint: disable=import-outside-toplevel
+
+  mesh = toy.make_mesh()
+  rows = NamedSharding(mesh, P(mesh.axis_names[0]))
+  n = mesh.devices.size
+  big = jax.ShapeDtypeStruct((n * 2**22, 16), np.float32, sharding=rows)  # 256 MiB a shard
+  small = jax.ShapeDtypeStruct((4, 4), np.float32, sharding=NamedSharding(mesh, P()))
+  assert save_in_flight_bound({"a": big, "b": small}) == 2 * 2**22 * 16 * 4
+  # at least 256 MiB, so that a save of small arrays is not cut into tiny writes
+  assert save_in_flight_bound({"b": small, "c": np.zeros((3,), np.int32)}) == 256 << 20

@@ -226,7 +226,7 @@ def test_non_finite_training_stops_before_saving_it(tmp_path):
   assert sorted(launch_testing.batch_losses(workdir)) == list(range(1, bad))
 
 
-def test_the_freed_heap_is_released_once_each_segment_has_compiled(tmp_path, monkeypatch):
+def test_the_freed_heap_is_released_after_each_compilation(tmp_path, monkeypatch):
   assert core.release_freed_heap() is True  # glibc (Linux): malloc_trim is there
   steps, trims = [0], []
   run_step = pipeline.Trainer.run_pipeline_step
@@ -237,7 +237,12 @@ def test_the_freed_heap_is_released_once_each_segment_has_compiled(tmp_path, mon
 
   monkeypatch.setattr(pipeline.Trainer, "run_pipeline_step", counted)
   monkeypatch.setattr(core, "release_freed_heap", lambda: trims.append(steps[0]))
-  train_and_evaluate(launch_testing.tiny_config(), str(tmp_path / "job"))
-  # Two segments of 4 batches, 6 pipeline steps each (fill, 4, drain): after
-  # the second step of each, once both its programs are compiled.
-  assert steps[0] == 12 and trims == [2, 8]
+  config = launch_testing.tiny_config()
+  config.checkpoint.async_save = False
+  train_and_evaluate(config, str(tmp_path / "job"))
+  # Two segments of 4 batches, 6 pipeline steps each (fill, 4, drain): before
+  # the first step (the state made), after each of the first two steps of each
+  # segment, which compile its two programs (0, 1, 2, 7, 8), and after each
+  # (synchronous) save: batches 3 and 6 (every 3; steps 4 and 9) and 8 (the
+  # end, step 12).
+  assert steps[0] == 12 and trims == [0, 1, 2, 4, 7, 8, 9, 12]

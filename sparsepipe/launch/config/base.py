@@ -98,6 +98,7 @@ def base_config(
       keep=3,
       async_save=True,
       verify_arrays=True,
+      host_copy_gb=0.0,
     )
   )
   return config

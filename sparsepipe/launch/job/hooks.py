@@ -148,11 +148,14 @@ class ProgressHook(JobHook):
 
 
 class HeapHook(JobHook):
-  """Gives the compiler's freed heap back once a segment's programs are compiled.
+  """Gives the compiler's freed heap back after each compilation (core/memory.py).
 
-  A run or segment compiles its two programs (fill, steady) in its first
-  two pipeline steps; after the second one malloc_trim returns what the
-  compiler freed (core/memory.py).
+  At the start, before the first step: what making or restoring the state
+  freed (its programs' compilation, their temporaries, restore buffers).
+  Then after each of a run's or segment's first two pipeline steps, which
+  compile its two programs (fill, steady): the first program's compiler
+  heap is returned before the second compiles and the first steps' buffers
+  land above it, not only once both have run.
   """
 
   COMPILING_STEPS = 2
@@ -163,6 +166,7 @@ class HeapHook(JobHook):
 
   def start(self) -> None:
     self.steps = 0
+    core.release_freed_heap()
 
   def segment_end(self) -> None:
     self.steps = 0
@@ -170,7 +174,7 @@ class HeapHook(JobHook):
   def __call__(self, result: pipeline.StepResult) -> bool:
     del result
     self.steps += 1
-    if self.steps == self.COMPILING_STEPS:
+    if self.steps <= self.COMPILING_STEPS:
       core.release_freed_heap()
     return False
 
@@ -257,9 +261,16 @@ class CheckpointHook(JobHook):
     if self.every < 1:
       raise ValueError(f"checkpoint.every_steps={self.every} must be >= 1 (batches)")
     self.last_saved: int | None = job.resumed_from
+    self.writing = False  # an asynchronous save whose freed heap is not yet given back
 
   def save(self) -> None:
-    """Flushes the losses (metrics.jsonl covers the checkpoint) and saves."""
+    """Flushes the losses (metrics.jsonl covers the checkpoint) and saves.
+
+    What the save's writing freed goes back to the kernel once it is
+    written (core.release_freed_heap): glibc kept it, 0.8x the state's
+    bytes for the criteo config (benchmarks/memory.py), above which the
+    next steps' buffers would land.
+    """
     job = self.job
     job.hooks["losses"].flush()
     job.hooks["progress"].disturbed()
@@ -267,6 +278,9 @@ class CheckpointHook(JobHook):
       job.position, job.setup, job.train_state, job.pipeline_state, job_id=job.job_id
     )
     if saved:
+      self.writing = bool(job.checkpoints.mngr.saving_in_progress())
+      if not self.writing:
+        core.release_freed_heap()
       self.last_saved = job.batch
       job.output.event("checkpoint", job.batch, f"checkpoint after batch {job.batch} saving")
       job.output.mark(f"ckpt @{job.batch}")
@@ -274,6 +288,9 @@ class CheckpointHook(JobHook):
   def __call__(self, result: pipeline.StepResult) -> bool:
     del result
     job = self.job
+    if self.writing and not job.checkpoints.mngr.saving_in_progress():
+      self.writing = False
+      core.release_freed_heap()
     if not job.position.at_boundary:
       return False
     if job.preempted or job.batch % self.every == 0:

@@ -104,6 +104,10 @@ class _Job:
       keep_latest=int(ckpt.keep),
       async_save=bool(ckpt.async_save),
       fingerprint_arrays=bool(ckpt.verify_arrays),
+      host_copy_gb=float(ckpt.host_copy_gb),
+      save_in_flight_bytes=checkpointing.save_in_flight_bound(
+        self.model.abstract_train_state(self.model.base_specs)
+      ),
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
     ) as mngr:
       with checkpointing.PreemptionWatcher(mngr) as watcher:
