@@ -42,11 +42,6 @@ cores the wall speed-up of workers is at most C / that figure.
       (--main_process_devices, each in a subprocess), with 0 and 2 workers:
       receiving the batch, placing it on the devices, the iterator's
       bookkeeping (benchmarks/loader_main_process.py, which runs it alone).
-  (f) the main process's CPU time per batch of the shipped criteo config
-      (batch 4096, 26 features of one id, 13 dense) on 1 and 8 CPU devices
-      (--main_process_devices, each in a subprocess), with 0 and 2 workers:
-      receiving the batch, placing it on the devices, the iterator's
-      bookkeeping (benchmarks/loader_main_process.py, which runs it alone).
 """
 
 from __future__ import annotations
@@ -71,7 +66,6 @@ from sparsepipe import core
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 import loader_main_process  # pylint: disable=g-import-not-at-top,wrong-import-position
-import loader_main_process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo as criteo_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string(
@@ -91,9 +85,6 @@ _PACKING = flags.DEFINE_list(
   "packing", ["1", "128"], "Examples per record compared in (d) (generated data only)."
 )
 _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
-_MAIN_DEVICES = flags.DEFINE_list(
-  "main_process_devices", ["1", "8"], "CPU device counts of (f) (empty: no (f))."
-)
 _MAIN_DEVICES = flags.DEFINE_list(
   "main_process_devices", ["1", "8"], "CPU device counts of (f) (empty: no (f))."
 )
@@ -406,19 +397,6 @@ def _main_process_rows(tmp, seconds):
   return rows
 
 
-def _main_process_rows(tmp, seconds):
-  """(f): the main process's CPU per criteo batch, 0 and 2 workers, per device count."""
-  if not _MAIN_DEVICES.value:
-    return []
-  directory = loader_main_process.generate(
-    os.path.join(tmp, "criteo_main_process"), min(_NUM_EXAMPLES.value, 65536)
-  )
-  devices = [int(d) for d in _MAIN_DEVICES.value]
-  rows = loader_main_process.measure(directory, devices, [0, 2], seconds)
-  loader_main_process.print_rows(rows)
-  return rows
-
-
 def main(argv):
   del argv
   tmp = tempfile.TemporaryDirectory()
@@ -430,7 +408,6 @@ def main(argv):
   seconds = _SECONDS.value
   rows = _worker_rows(manifest, specs, seconds)
   _print_worker_rows(manifest, rows)
-  main_process = _main_process_rows(tmp.name, seconds)
   main_process = _main_process_rows(tmp.name, seconds)
   packing = [] if _DATA_DIR.value else _packing_rows(manifest, specs, tmp.name, seconds)
   shuffle = [] if _DATA_DIR.value else _shuffle_rows(tmp.name, seconds)
@@ -452,7 +429,6 @@ def main(argv):
       "load_average_end": load,
       "rows": rows,
       "packing": packing,
-      "main_process": main_process,
       "main_process": main_process,
       "example_shuffle": shuffle,
     }
