@@ -145,6 +145,7 @@ class TrainingCheckpointManager:
     keep_latest: int = 3,
     async_save: bool = True,
     mutable_config_keys: Iterable[str] = (),
+    added_config_keys: Mapping[str, Any] | None = None,
     fingerprint_arrays: bool = True,
     read_only: bool = False,
     host_copy_gb: float = 0.0,
@@ -163,6 +164,9 @@ class TrainingCheckpointManager:
       async_save: write in a background thread (the default).
       mutable_config_keys: fnmatch patterns of dotted config keys that may
         differ on resume, e.g. ("config.num_steps", "config.checkpoint.*").
+      added_config_keys: dotted config keys added after steps were saved ->
+        the value that means what those steps did; a saved config without
+        the key is taken to have it (metadata.config_differences).
       fingerprint_arrays: store a fingerprint of every saved array so that
         garbled data files are detected on restore (Orbax would restore
         them silently). Summed from Orbax's host copies in the background:
@@ -209,7 +213,7 @@ class TrainingCheckpointManager:
       options=_options(int(save_interval_steps), int(keep_latest), self._async, self._read_only),
       item_handlers=handlers,
     )
-    self._reader = StepReader(self._mngr, run, tuple(mutable_config_keys))
+    self._reader = StepReader(self._mngr, run, tuple(mutable_config_keys), added_config_keys)
 
   # -- inspection -------------------------------------------------------------
 

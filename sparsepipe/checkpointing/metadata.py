@@ -236,13 +236,17 @@ def config_differences(
   saved: Mapping[str, Any],
   current: Mapping[str, Any],
   mutable_keys: Iterable[str] = (),
+  added_keys: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, Any, Any]]:
   """[(dotted key, saved value, current value)] for keys that differ.
 
   `mutable_keys` are fnmatch patterns of dotted keys that may change on
   resume (e.g. "config.num_steps", "config.checkpoint.*"); a key missing
-  on one side has the value UNSET there.
+  on one side has the value UNSET there. `added_keys` maps dotted keys
+  added to the config after some jobs were saved to the value that means
+  what those jobs did: a saved config without the key equals that value.
   """
+  added = dict(added_keys or {})
   patterns = tuple(mutable_keys)
   flat_saved = flatten_config(to_json_value(saved))
   flat_current = flatten_config(to_json_value(current))
@@ -250,7 +254,7 @@ def config_differences(
   for key in sorted(set(flat_saved) | set(flat_current)):
     if any(fnmatch.fnmatchcase(key, p) for p in patterns):
       continue
-    a = flat_saved.get(key, UNSET)
+    a = flat_saved.get(key, added.get(key, UNSET))
     b = flat_current.get(key, UNSET)
     if a is UNSET or b is UNSET or json.dumps(a) != json.dumps(b):
       out.append((key, a, b))
@@ -263,6 +267,7 @@ def check_compatible(
   *,
   where: str,
   mutable_config_keys: Iterable[str] = (),
+  added_config_keys: Mapping[str, Any] | None = None,
 ) -> None:
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
@@ -276,6 +281,6 @@ def check_compatible(
       f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
       f" current mesh has axes {tuple(current.mesh_shape)}"
     )
-  diffs = config_differences(run.config, current.config, mutable_config_keys)
+  diffs = config_differences(run.config, current.config, mutable_config_keys, added_config_keys)
   if diffs:
     raise ConfigMismatchError(where, [(key, _render(a), _render(b)) for key, a, b in diffs])

@@ -55,6 +55,27 @@ def test_config_differences_with_mutable_keys():
   ]
 
 
+def test_a_key_added_since_the_save_equals_its_former_behaviour_only():
+  """A job saved before config.data.shuffle_window existed resumes with 0 (what it did)."""
+  saved = {"data": {"shuffle": True}}
+  added = {"config.data.shuffle_window": 0}
+  same = {"data": {"shuffle": True, "shuffle_window": 0}}
+  other = {"data": {"shuffle": True, "shuffle_window": 4}}
+  assert config_differences(saved, same, (), added) == []
+  assert config_differences(saved, other, (), added) == [("config.data.shuffle_window", 0, 4)]
+  assert config_differences(saved, same) == [("config.data.shuffle_window", UNSET, 0)]
+  with pytest.raises(ConfigMismatchError, match=r"config.data.shuffle_window=0, current run has 4"):
+    check_compatible(
+      metadata(config=saved),
+      run_info(config=other),
+      where="w",
+      added_config_keys=added,
+    )
+  check_compatible(
+    metadata(config=saved), run_info(config=same), where="w", added_config_keys=added
+  )
+
+
 def run_info(**changes):
   base = dict(
     config={"model": {"embedding_dim": 16}},

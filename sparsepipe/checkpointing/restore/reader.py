@@ -77,11 +77,16 @@ class StepReader:
   """Reads and checks steps of one Orbax CheckpointManager for one run."""
 
   def __init__(
-    self, mngr: ocp.CheckpointManager, run: RunInfo, mutable_config_keys: tuple[str, ...]
+    self,
+    mngr: ocp.CheckpointManager,
+    run: RunInfo,
+    mutable_config_keys: tuple[str, ...],
+    added_config_keys: Mapping[str, Any] | None = None,
   ):
     self._mngr = mngr
     self._run = run
     self._mutable = mutable_config_keys
+    self._added = dict(added_config_keys or {})
 
   def where(self, step: int) -> str:
     return f"checkpoint at {self._mngr.directory} step {step}"
@@ -113,7 +118,13 @@ class StepReader:
     body = self.sealed_metadata(step)
     meta = CheckpointMetadata.from_json(body, where)
     self._require_items(step, step_items.orbax_items(meta.format_version))
-    check_compatible(meta, self._run, where=where, mutable_config_keys=self._mutable)
+    check_compatible(
+      meta,
+      self._run,
+      where=where,
+      mutable_config_keys=self._mutable,
+      added_config_keys=self._added,
+    )
     checks = body.get("integrity")
     if not isinstance(checks, dict) or not {
       "fingerprints",

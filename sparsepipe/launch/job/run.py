@@ -56,6 +56,10 @@ MUTABLE_CONFIG_KEYS = (
   "config.eval.*",
 )
 
+# Config keys added since 0.3.0 -> the value that does what jobs saved before
+# them did, so that those jobs resume (a saved config without the key has it).
+ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
+
 # What to do when a batch exceeds the COO limits (FDO has not seen such a batch).
 LIMIT_HINT = (
   "raise config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the"
@@ -109,6 +113,7 @@ class _Job:
         self.model.abstract_train_state(self.model.base_specs)
       ),
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
+      added_config_keys=ADDED_CONFIG_KEYS,
     ) as mngr:
       with checkpointing.PreemptionWatcher(mngr) as watcher:
         stopping.training_begins()  # the launcher's handler is back only to close
