@@ -11,16 +11,23 @@ layout; `UnpackArrays` (first step after mp_prefetch) gives back the same
 structure as zero-copy views of the block. A block is reused once every
 view of the batch it holds is gone: the main process marks it free in the
 block's header when the batch's buffer object is collected, and the worker
-takes free blocks before making new ones. The main process unlinks a
-block's name when it first maps it (and flags it claimed); a worker unlinks
-the blocks never claimed when it exits (batches dropped by a stop or a
-restore), so nothing is left in /dev/shm.
+takes free blocks before making new ones (the block of an element dropped
+unread, a stale one at a set_state, stays in use). The main process maps a
+block, flags it claimed and unlinks its name as soon as an element naming
+it is received (unpickled from the worker's queue), not when it is
+unpacked: Grain reads a worker's queue ahead of the consumer and stops an
+exhausted worker as soon as its end is read, while its last elements still
+wait to be unpacked. The queue is first in first out, so every element is
+claimed before the worker's end is seen. A worker unlinks the blocks never
+claimed when it exits (elements still in its queue at a stop or a restore),
+so nothing is left in /dev/shm.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from multiprocessing import shared_memory
 from multiprocessing import util as mp_util
 from typing import Any, NamedTuple
@@ -49,6 +56,9 @@ class PackedArrays(NamedTuple):
     layout: per leaf, (dtype str, byte offset, shape) for an array, or
       (None, value) for any other leaf.
     treedef: the element's pytree structure.
+    claim: in the process that received the element from a worker, the
+      block's mapping there (which holds it until the element is unpacked),
+      else None.
   """
 
   block: str | None
@@ -56,6 +66,13 @@ class PackedArrays(NamedTuple):
   nbytes: int
   layout: tuple[tuple[Any, ...], ...]
   treedef: Any
+  claim: Any = None
+
+  def __reduce__(self):
+    if self.block is None:
+      return PackedArrays, tuple(self)
+    # Received: the block is claimed at once (see the module docstring).
+    return _receive, (self.block, self.nbytes, self.layout, self.treedef)
 
 
 def _plan(leaves: list[Any]) -> tuple[tuple[tuple[Any, ...], ...], int]:
@@ -157,7 +174,10 @@ class _AttachedBlock(shared_memory.SharedMemory):
   def __init__(self, name: str):
     super().__init__(name=name)
     self.buf[_CLAIMED] = 1
-    self.unlink()
+    try:
+      self.unlink()
+    except FileNotFoundError:  # its worker, stopping, unlinked it first (still mapped here)
+      pass
     if getattr(self, "_fd", -1) >= 0:  # POSIX: the fd is not needed once mapped
       os.close(self._fd)
       self._fd = -1
@@ -170,6 +190,38 @@ def _release(header: memoryview) -> None:
   header[_STATE] = _FREE
 
 
+# The blocks this process has mapped, by name, while anything uses them: a
+# reused block's name is unlinked after its first mapping, so its next
+# elements find the mapping here. Held by the elements received and not yet
+# unpacked, and by the AttachedBlocks of the running input (one per Grain
+# pipeline: a restart or a restore makes new ones and lets the old go).
+_MAPPED: weakref.WeakValueDictionary[str, _AttachedBlock] = weakref.WeakValueDictionary()
+_MAPPED_LOCK = threading.Lock()  # Grain receives from each worker in its own thread
+
+
+def _mapped(name: str) -> _AttachedBlock:
+  """The block's mapping in this process, made (claiming the block) the first time."""
+  with _MAPPED_LOCK:
+    block = _MAPPED.get(name)
+    if block is None:
+      block = _AttachedBlock(name)
+      _MAPPED[name] = block
+    return block
+
+
+def _receive(name: str, nbytes: int, layout: tuple[tuple[Any, ...], ...], treedef: Any):
+  """Unpickles a PackedArrays from a worker: maps and claims its block now.
+
+  A block already gone was unlinked by its worker on exit: Grain is stopping
+  it and empties its queue, dropping the element (unpacking it would fail).
+  """
+  try:
+    block = _mapped(name)
+  except FileNotFoundError:
+    block = None
+  return PackedArrays(name, None, nbytes, layout, treedef, block)
+
+
 class AttachedBlocks:
   """Main side: maps each block once (unlinking its name) and frees it per batch."""
 
@@ -177,10 +229,8 @@ class AttachedBlocks:
     self._blocks: dict[str, _AttachedBlock] = {}
 
   def unpack(self, packed: PackedArrays) -> Any:
-    block = self._blocks.get(packed.block)
-    if block is None:
-      block = _AttachedBlock(packed.block)
-      self._blocks[packed.block] = block
+    block = packed.claim if packed.claim is not None else _mapped(packed.block)
+    self._blocks[packed.block] = block
     # One array per batch, the .base of all its views: when it is collected,
     # no view of the batch is left and the worker may reuse the block.
     data = np.frombuffer(block.buf, np.uint8, packed.nbytes, _HEADER)

@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from multiprocessing import shared_memory
 
+import grain
 import numpy as np
 import pytest
 
@@ -162,6 +164,41 @@ def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkey
   # Each batch used to get fresh blocks; now the worker cycles through the
   # few that are in flight (its buffer of 2, one being filled, one held here).
   assert len(names) == 12 and len(set(names)) <= 4, names
+
+
+def test_the_last_batches_survive_grain_stopping_the_exhausted_workers(tmp_path, monkeypatch):
+  """A finite input with 2 workers: Grain reads each worker's end ahead of the
+  consumer and stops it at once; its last batches, not yet unpacked, used to
+  lose their blocks with it (FileNotFoundError)."""
+  names = []
+  unpack = grain_transfer.AttachedBlocks.unpack
+
+  def record(self, packed):
+    names.append(packed.block)
+    return unpack(self, packed)
+
+  monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
+
+  def write_pid(index, count):
+    (tmp_path / f"worker{index}-of-{count}").write_text(str(os.getpid()))
+
+  ds = grain.MapDataset.range(4).map(lambda i: {"x": np.full(1000, i, np.int64)})
+  # Room for a worker's 2 elements and its end: both ends are read at once.
+  it = iter(T.prefetch_in_workers(ds.to_iter_dataset(), 2, buffer_size=3, worker_init_fn=write_pid))
+  got = [int(next(it)["x"][0])]
+  deadline = time.monotonic() + 300
+  while not (
+    len(os.listdir(tmp_path)) == 2
+    and not any(os.path.exists(f"/proc/{(tmp_path / n).read_text()}") for n in os.listdir(tmp_path))
+  ):
+    assert time.monotonic() < deadline, "Grain did not stop the exhausted workers"
+    time.sleep(0.05)
+  got += [int(element["x"][0]) for element in it]
+  it.close()
+  del it
+  gc.collect()  # the workers' queues and pipes go now, not within a later test
+  assert got == [0, 1, 2, 3]
+  assert len(names) == 4 and not [n for n in names if os.path.exists(f"/dev/shm/{n}")]
 
 
 def test_workers_keep_freed_memory_for_the_next_batch():
