@@ -81,14 +81,7 @@ def test_the_batch_is_placed_in_one_transfer(monkeypatch):
   """Per-array placement made 10 transfers of this batch (labels, dense, 4 COO
   fields of 2 stacks); packed, one."""
   mesh = core.make_mesh()
-  calls = []
-  real = jax.make_array_from_process_local_data
-
-  def counting(sharding, local_data, *args):
-    calls.append(np.shape(local_data))
-    return real(sharding, local_data, *args)
-
-  monkeypatch.setattr(jax, "make_array_from_process_local_data", counting)
+  calls = _record_transfers(monkeypatch)
   packed = device_buffer.pack_batch(host_batch(), DEVICES)
   place = pipeline.make_placement(mesh)
   stats = core.SparseDenseMatmulInputStats({}, {})
@@ -134,14 +127,7 @@ def test_the_train_input_places_each_batch_in_one_transfer(tmp_path, monkeypatch
   datasets.write_numbered(path, features, 64, 4, max_records_per_shard=8)
   specs = datasets.feature_specs(features, 16, DEVICES, 2, limit=64)
   config = transforms.InputConfig(path, 16, num_sc_per_device=2)
-  calls = []
-  real = jax.make_array_from_process_local_data
-
-  def counting(sharding, local_data, *args):
-    calls.append(np.shape(local_data))
-    return real(sharding, local_data, *args)
-
-  monkeypatch.setattr(jax, "make_array_from_process_local_data", counting)
+  calls = _record_transfers(monkeypatch)
   it = pipeline.make_train_input(config, specs, core.make_mesh())
   host = transforms.make_host_input(
     config, specs, local_device_count=DEVICES, global_device_count=DEVICES
@@ -156,3 +142,16 @@ def test_the_train_input_places_each_batch_in_one_transfer(tmp_path, monkeypatch
   assert len(calls) >= 3 and len(set(calls)) == 1
   (shape,) = set(calls)
   assert len(shape) == 1 and shape[0] % (DEVICES * 16) == 0
+
+
+def _record_transfers(monkeypatch):
+  """The shapes of the host arrays placed with make_array_from_process_local_data, in order."""
+  calls = []
+  real = jax.make_array_from_process_local_data
+
+  def counting(sharding, local_data, *args):
+    calls.append(np.shape(local_data))
+    return real(sharding, local_data, *args)
+
+  monkeypatch.setattr(jax, "make_array_from_process_local_data", counting)
+  return calls

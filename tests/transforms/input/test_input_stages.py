@@ -146,14 +146,7 @@ def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkey
   specs = T.prepare_feature_specs_for_training(
     {"a": core.FeatureSpec("a", table, (2, 2), (2, 4))}, 1, 2
   )
-  names = []
-  unpack = grain_transfer.AttachedBlocks.unpack
-
-  def record(self, packed):
-    names.append(packed.block)
-    return unpack(self, packed)
-
-  monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
+  names = _record_unpacked_blocks(monkeypatch)
   config = T.InputConfig(dataset.directory, 2, num_sc_per_device=2, num_workers=1)
   it = T.make_host_input(
     config, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
@@ -170,14 +163,7 @@ def test_the_last_batches_survive_grain_stopping_the_exhausted_workers(tmp_path,
   """A finite input with 2 workers: Grain reads each worker's end ahead of the
   consumer and stops it at once; its last batches, not yet unpacked, used to
   lose their blocks with it (FileNotFoundError)."""
-  names = []
-  unpack = grain_transfer.AttachedBlocks.unpack
-
-  def record(self, packed):
-    names.append(packed.block)
-    return unpack(self, packed)
-
-  monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
+  names = _record_unpacked_blocks(monkeypatch)
 
   def write_pid(index, count):
     (tmp_path / f"worker{index}-of-{count}").write_text(str(os.getpid()))
@@ -245,3 +231,16 @@ def test_the_main_process_lets_go_of_blocks_with_their_last_view():
   del unpack, batches
   gc.collect()
   assert open_fds() == before
+
+
+def _record_unpacked_blocks(monkeypatch):
+  """The shared-memory block names the main process unpacks batches from, in order."""
+  names = []
+  unpack = grain_transfer.AttachedBlocks.unpack
+
+  def record(self, packed):
+    names.append(packed.block)
+    return unpack(self, packed)
+
+  monkeypatch.setattr(grain_transfer.AttachedBlocks, "unpack", record)
+  return names
