@@ -24,9 +24,11 @@ one run only.
 `--configs criteo_retune` instead runs a criteo job of 36 batches on 1 CPU
 device that retunes FDO after batches 12 and 24 (per variant, one start),
 and prints each retune's stall from the job's `retune_stall` records: the
-gap between the last batch before the retune and the first after it, less
-one steady batch time (the median gap of the segment); goal: <= 1 steady
-batch time.
+gap between the last batch before the retune and the first after it (each
+trained), less one steady batch time (the segment's batches after its first
+two over their time); goal: <= 1 steady batch time. It runs once per
+`--compile_ahead` value (fdo.compile_ahead; 0: the retune's step compiles
+only at the retune).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ _DATA_ROOT = flags.DEFINE_string(
 _CONFIGS = flags.DEFINE_list("configs", ["demo", "criteo"], "The configs to start.")
 _VARIANTS = flags.DEFINE_list(
   "variants", ["before", "after"], "before: the cache off; after: a cache in a new directory."
+)
+_COMPILE_AHEAD = flags.DEFINE_list(
+  "compile_ahead", ["0", "0.5"], "criteo_retune: the fdo.compile_ahead values to run."
 )
 _CRITEO_STEPS = 3
 _RETUNE_EVERY = 12
@@ -132,7 +137,7 @@ def _retunes(name: str, root: str) -> list[dict]:
   """One start per variant; a row per retune stall the job recorded."""
   data = _data_dir("criteo", root)
   rows = []
-  for variant in _VARIANTS.value:
+  for variant, ahead in [(v, a) for v in _VARIANTS.value for a in _COMPILE_AHEAD.value]:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
     workdir = tempfile.mkdtemp(prefix=f"{name}_{variant}_", dir=root)
     _launch(
@@ -140,6 +145,7 @@ def _retunes(name: str, root: str) -> list[dict]:
         *CONFIGS[name],
         f"--config.data.dir={data}",
         f"--config.compilation_cache_dir={cache}",
+        f"--config.fdo.compile_ahead={ahead}",
         f"--workdir={workdir}",
       ]
     )
@@ -150,6 +156,8 @@ def _retunes(name: str, root: str) -> list[dict]:
         {
           "config": name,
           "cache": variant,
+          "compile_ahead": float(ahead),
+          "compiled_ahead": r.get("compiled_ahead"),
           "after_batch": r["batch"],
           "stall_s": r["seconds"],
           "gap_s": r["gap_s"],
@@ -158,7 +166,8 @@ def _retunes(name: str, root: str) -> list[dict]:
         }
       )
       print(
-        f"{name}: cache {variant}, retune after batch {r['batch']}: stall {r['seconds']:.2f} s"
+        f"{name}: cache {variant}, compile_ahead {ahead}, retune after batch {r['batch']}:"
+        f" stall {r['seconds']:.2f} s, step compiled ahead: {r.get('compiled_ahead')}"
         f" (gap {r['gap_s']:.2f} s, steady batch {r['steady_batch_s']:.3f} s,"
         f" {rows[-1]['stall_in_batches']} batches)",
         flush=True,

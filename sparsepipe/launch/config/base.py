@@ -87,7 +87,9 @@ def base_config(
       for_devices=0,
     )
   )
-  config.fdo = ml_collections.ConfigDict(dict(every_steps=0, first_after=4, headroom=1.5))
+  config.fdo = ml_collections.ConfigDict(
+    dict(every_steps=0, first_after=4, headroom=1.5, compile_ahead=0.5)
+  )
   config.pipelining = "auto"
   config.features_from_manifest = False
   config.compilation_cache_dir = "auto"

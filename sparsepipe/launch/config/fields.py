@@ -88,6 +88,10 @@ FIELD_DOCS = {
   " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
   " A job may change it (from its next segment).",
   "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
+  "fdo.compile_ahead": "Once this fraction of a segment's batches is read (0: never), the"
+  " limits its retune would give so far are derived and, if they change, their step compiles"
+  " in the background; the retune uses it when its limits are the same, so that training"
+  " does not wait for the compilation. Results are unchanged. A job may change it.",
   "pipelining": "true: overlap the lookup of batch i and the update of batch i-2 with the"
   " dense step of batch i-1; false: all three per batch, in order; auto: a resumed job's"
   " saved mode, else true on more than one GPU or TPU device and false on CPU and on one"

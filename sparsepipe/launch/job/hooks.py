@@ -24,6 +24,7 @@ import numpy as np
 
 from sparsepipe import core
 from sparsepipe import pipeline
+from sparsepipe.launch.job.fdo import AheadCompiles
 from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
@@ -195,45 +196,86 @@ class RetuneStallHook(JobHook):
   """Measures each FDO retune's stall and records it as a `retune_stall` phase (startup.py).
 
   The stall is the gap between the last batch of the segment before the
-  retune and the first batch after it (drain, FDO merge, the rest of the new
-  step's compilation, the first batch of the new limits), minus one steady
-  batch time: the median gap
-  between the segment's consecutive batches after its first two (which
-  compile). Times are the host's, when the loop hands a batch to the hooks;
-  with no steady gap measured (a segment of two batches or fewer, or a job
-  resumed at the retune) no stall is recorded.
+  retune and the first batch after it (each trained, its output ready), less
+  one steady batch time. The gap holds what the job does at the retune that
+  is not training: when pipelined the segment's drain step and the next
+  one's fill step, a checkpoint due at the retune, the FDO merge, the wait
+  for the new limits' step to compile (none when it was compiled ahead,
+  fdo.py AheadCompiles) and a new pipeline state. The steady batch time is a
+  throughput: the time from the segment's second batch trained to its last
+  one over the batches between (the first two compile the steps; a
+  checkpoint or eval inside the segment counts in its time). The loop only
+  dispatches a step (JAX runs it asynchronously, and the time between the
+  hook's calls would be dispatch time), so the hook waits for the output of
+  those batches: three waits per segment. With no steady time measured (a
+  segment of two batches or fewer, or a job resumed after a segment's
+  second batch) no stall is recorded. `compiled_ahead`: whether the new
+  step was compiled ahead for the limits the retune took (AheadCompiles.foreseen).
   """
+
+  STEADY_FROM = 1  # the batch index from which no step of a segment compiles
 
   def __init__(self, job: JobContext):
     super().__init__(job)
-    self.last: float | None = None
-    self.gaps: list[float] = []
+    self.steady_from: float | None = None  # when batch STEADY_FROM was trained
+    self.steady: float | None = None
+    self.ended: float | None = None  # when the segment's last batch was trained
     self.retuned_after: int | None = None
+    self.foreseen: bool | None = None  # AheadCompiles.foreseen of the retune
 
   def segment_end(self) -> None:
-    if self.job.schedule.retunes_after(self.job.batch):
-      self.retuned_after = self.job.batch
+    batch = self.job.batch
+    self.retuned_after = batch if self.job.schedule.retunes_after(batch) else None
+    compiles = self.job.hooks.get("compile_ahead")
+    self.foreseen = compiles.ahead.foreseen if compiles is not None else None
 
   def __call__(self, result: pipeline.StepResult) -> bool:
-    if result.batch_index is None:
+    index, last = result.batch_index, self.job.position.length - 1
+    if index is None or (index not in (self.STEADY_FROM, last) and self.retuned_after is None):
       return False
+    jax.block_until_ready(result.output)
     now = time.perf_counter()
-    if self.retuned_after is not None:
-      if self.last is not None and self.gaps:
-        gap, steady = now - self.last, float(np.median(self.gaps))
-        record_phase(
-          self.job.output,
-          "retune_stall",
-          self.retuned_after,
-          gap - steady,
-          gap_s=round(gap, 6),
-          steady_batch_s=round(steady, 6),
-        )
-      self.retuned_after, self.gaps = None, []
-    elif self.last is not None and result.batch_index >= 2:
-      self.gaps.append(now - self.last)
-    self.last = now
+    if self.retuned_after is not None and self.steady is not None:
+      gap = now - self.ended
+      record_phase(
+        self.job.output,
+        "retune_stall",
+        self.retuned_after,
+        gap - self.steady,
+        gap_s=round(gap, 6),
+        steady_batch_s=round(self.steady, 6),
+        compiled_ahead=self.foreseen,
+      )
+    self.retuned_after = None
+    if index == self.STEADY_FROM:
+      self.steady_from = now
+    if index == last:
+      measured = self.steady_from is not None and last > self.STEADY_FROM
+      self.steady = (now - self.steady_from) / (last - self.STEADY_FROM) if measured else None
+      self.ended, self.steady_from = now, None
     return False
+
+
+class CompileAheadHook(JobHook):
+  """Compiles the step of the next retune's likely limits part-way through a segment
+  (fdo.py AheadCompiles); the retune asks `ahead` for its step."""
+
+  def __init__(self, job: JobContext):
+    super().__init__(job)
+    fdo = job.config.fdo
+    self.ahead = AheadCompiles(
+      job.model, job.schedule, float(fdo.get("compile_ahead", 0.0)), float(fdo.headroom)
+    )
+
+  def __call__(self, result: pipeline.StepResult) -> bool:
+    del result
+    job = self.job
+    if not job.preempted and self.ahead.due(job.position):
+      self.ahead.derive(job.setup, job.position)
+    return False
+
+  def end(self) -> None:
+    self.ahead.wait()  # the job leaves no compiling thread behind
 
 
 class PreemptionHook(JobHook):
@@ -357,6 +399,7 @@ def make_hooks(job: JobContext) -> list[Any]:
     "startup": StartupHook(job),
     "retune_stall": RetuneStallHook(job),
     "preemption": PreemptionHook(job),
+    "compile_ahead": CompileAheadHook(job),
     "checkpoints": CheckpointHook(job),
   }
   if job.evaluation is not None:

@@ -12,7 +12,6 @@ Call on every process (after jax.distributed.initialize when multi-host).
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from typing import Any, Callable
 
@@ -52,6 +51,7 @@ MUTABLE_CONFIG_KEYS = (
   "config.compilation_cache_dir",
   "config.fdo.every_steps",
   "config.fdo.first_after",
+  "config.fdo.compile_ahead",
   "config.checkpoint.*",
   "config.eval.*",
 )
@@ -236,7 +236,8 @@ class _Job:
     The statistics are merged and the new limits published to the input at
     once (its workers go on with the batches after the retune point), and the
     step for changed limits compiles in a background thread while the job
-    finishes the segment (its last steps, losses, checkpoint).
+    finishes the segment (its last steps, losses, checkpoint), unless it was
+    compiled ahead for the same limits (fdo.AheadCompiles).
     """
     setup = job.setup
     if not self.schedule.retunes_after(job.batch):  # e.g. the end of a job since extended
@@ -250,21 +251,20 @@ class _Job:
       global_device_count=self.mesh.size,
     )
     setup.iterator.publish_limits(job.batch, specs)
+    ahead = job.hooks["compile_ahead"].ahead
     if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
-      compiling, trainer = None, setup.trainer
+      ahead.discard()  # a step compiled ahead for other limits
+      compiled = None
     else:
-      trainer = self.model.make_trainer(specs)
-      abstract = self.model.abstract_train_state(specs)
-      compiling = concurrent.futures.ThreadPoolExecutor(1, "sparsepipe-compile")
-      compiled = compiling.submit(trainer.compile_ahead, abstract)
-      compiling.shutdown(wait=False)
+      compiled = ahead.step_for(
+        specs
+      )  # compiled ahead (fdo.AheadCompiles), or now in the background
 
     def retuned() -> Setup:
       self._record_retune(job, setup.feature_specs, specs, merged)
-      if compiling is None:
+      if compiled is None:
         return setup
-      compiled.result()
-      return Setup(specs, trainer, setup.iterator)
+      return Setup(specs, compiled(), setup.iterator)
 
     return retuned
 
