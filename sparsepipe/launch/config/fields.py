@@ -41,9 +41,10 @@ FIELD_DOCS = {
   " of one example for an example-level shuffle), unless data.shuffle_window > 0.",
   "data.shuffle_window": "> 0: also shuffle the examples across each window of this many"
   " consecutive records of the shuffled record order (records of more than one example):"
-  " any two examples of one window can land in the same batch. Each process decodes a"
-  " window once (a window spanning k batches is decoded min(k, data.num_workers) times),"
-  " see README. 0: whole records only.",
+  " any two examples of one window can land in the same batch. Batches read the windows"
+  " in 8 lanes (batch k: lane k mod 8), so with 1, 2, 4 or 8 data.num_workers each window"
+  " is decoded once (N workers: up to N / gcd(N, 8) times), see README. 0: whole records"
+  " only.",
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
   " instead of stopping.",

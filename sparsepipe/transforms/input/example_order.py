@@ -125,6 +125,7 @@ class ExampleOrder:
       starts = np.where(ranks < self._num_full, full_pos, short_pos)
       self._window_starts = np.append(starts, self.epoch_examples).astype(np.int64)
       self.windows_per_epoch = len(ranks)
+      self._lane_cache: dict[tuple[int, int], np.ndarray] = {}
 
   @property
   def shuffles_examples(self) -> bool:
@@ -183,18 +184,42 @@ class ExampleOrder:
     records, _ = self._epoch_records(epoch, lo, hi)
     return RecordRun(records, self._counts[records], 0, hi - lo)
 
-  def window_slots(self, start: int, stop: int) -> WindowSlots:
-    """The windows and slots of stream positions [start, stop) (window shuffle only)."""
+  def _lane_starts(self, lane: int, lanes: int) -> np.ndarray:
+    """Lane position where each window of one period of lane `lane` of `lanes` starts (and its end).
+
+    The lane's windows are the global windows lane, lane + lanes, ...; their
+    sizes repeat every windows_per_epoch / gcd(windows_per_epoch, lanes).
+    """
+    key = (lane, lanes)
+    if key not in self._lane_cache:
+      wpe = self.windows_per_epoch
+      period = wpe // np.gcd(wpe, lanes)
+      ws = (lane + lanes * np.arange(period)) % wpe
+      sizes = self._window_starts[ws + 1] - self._window_starts[ws]
+      self._lane_cache[key] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return self._lane_cache[key]
+
+  def window_slots(self, start: int, stop: int, lane: int = 0, lanes: int = 1) -> WindowSlots:
+    """The windows and slots of positions [start, stop) of a lane (window shuffle only).
+
+    Lane `lane` of `lanes` is the global windows lane, lane + lanes,
+    lane + 2 * lanes, ... one after the other (each in its own order); one
+    lane (the default) is the stream itself.
+    """
     if not self.window:
       raise ValueError("window_slots needs a window shuffle (shuffles_examples)")
     if not 0 <= start < stop:
       raise ValueError(f"an example range [{start}, {stop}) must be non-empty and non-negative")
+    if not 0 <= lane < lanes:
+      raise ValueError(f"lane {lane} of {lanes} lanes: must be in [0, {lanes})")
+    starts = self._lane_starts(int(lane), int(lanes))
     positions = np.arange(start, stop, dtype=np.int64)
-    epoch, p = np.divmod(positions, self.epoch_examples)
-    w = np.searchsorted(self._window_starts, p, side="right") - 1
-    offset = p - self._window_starts[w]
+    period, p = np.divmod(positions, starts[-1])
+    i = np.searchsorted(starts, p, side="right") - 1
+    offset = p - starts[i]
+    glob = lane + lanes * (period * (len(starts) - 1) + i)
+    w = glob % self.windows_per_epoch
     size = self._window_starts[w + 1] - self._window_starts[w]
-    glob = epoch * self.windows_per_epoch + w
     # Positions ascend, so each window's positions are one run of the range.
     cuts = np.concatenate([[0], np.flatnonzero(np.diff(glob)) + 1, [len(glob)]])
     slot = np.empty_like(offset)

@@ -8,6 +8,14 @@ Grain workers (each worker maps the indices Grain gives it; Grain keeps
 their order), and any batch can be read again from its index alone, e.g.
 to rebuild the batches a checkpoint had in flight for another mesh.
 
+With the window shuffle (example_order.py) the batches read the windows
+in WINDOW_LANES lanes: global batch k is examples [t*G, (t+1)*G) of lane
+k mod S, t = k // S, S = WINDOW_LANES (lane r: the global windows r, r+S,
+r+2S, ..., each in its own order). Grain hands worker j of N the batches
+j, j+N, ...: with N dividing S, every window is read by one worker alone,
+which decodes it once (window_read.py); S is a constant, so the batches
+still do not depend on the worker or host count.
+
 A corrupt record skipped with skip_corrupt leaves its examples out; the
 batch is then filled to B by repeating its own good examples from the
 start (logged with the corrupt record, counted in the batch), so every
@@ -27,6 +35,12 @@ from sparsepipe.data.example import slice_batch
 from sparsepipe.transforms.input.example_order import ExampleOrder
 from sparsepipe.transforms.input.read_examples import ExampleReader
 from sparsepipe.transforms.input.window_read import WindowReader
+
+
+# Lanes of the window shuffle: with 1, 2, 4 or 8 workers each window is
+# decoded once; N workers decode each N / gcd(N, 8) times. A process keeps
+# at most 2 decoded windows per lane it reads.
+WINDOW_LANES = 8
 
 
 class ParsedBatch(NamedTuple):
@@ -74,10 +88,12 @@ class ReadTrainBatch(grain.transforms.Map):
     self._global = self._b * int(process_count)
 
   def map(self, batch_index: int) -> ParsedBatch:
-    start = int(batch_index) * self._global + self._offset
     if self._windows is not None:
-      read = self._windows.read(start, start + self._b)
+      t, lane = divmod(int(batch_index), WINDOW_LANES)
+      start = t * self._global + self._offset
+      read = self._windows.read(start, start + self._b, lane, WINDOW_LANES)
     else:
+      start = int(batch_index) * self._global + self._offset
       read = self._reader.read(self._order.locate(start, start + self._b))
     if read.examples is None:
       raise ValueError(

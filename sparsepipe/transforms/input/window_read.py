@@ -1,13 +1,15 @@
-"""Reading a range of a window-shuffled stream: each window decoded once per process.
+"""Reading a range of a window-shuffled lane: each window decoded once per process.
 
 With the window shuffle (example_order.py) a batch holds examples of most
 records of its window, so decoding a batch's records for each batch would
 decode every record once per batch of its window. Instead each process
 (the main one, or each Grain worker: it gets its own copy) decodes a
-window's records once, keeps the last few windows, and gathers each
-batch's examples from them. Grain hands worker j of N the batches j, j+N,
-...: each worker decodes every window it reads from, so a window spanning
-k batches is decoded min(N, k) times in all (benchmarks/loader.py).
+window's records once, keeps the last two windows of each lane it reads
+(at most 2 * lanes windows), and gathers each batch's examples from them.
+Train batches read the windows in lanes (train_batches.py): batch k reads
+lane k mod S, and Grain hands worker j of N the batches j, j+N, ..., so
+with N dividing S each lane, hence each window, is read by one worker
+only: decoded once in all, and a worker keeps at most 2 * S / N windows.
 
 Corrupt records (with skip_corrupt) leave their examples out of the
 batches that would hold them, and count once in each such batch, as when
@@ -130,23 +132,23 @@ class _Entry:
 
 
 class WindowReader:
-  """Reads ranges of `order`'s stream (a window shuffle) through a cache of windows.
+  """Reads ranges of `order`'s lanes (a window shuffle) through a cache of windows.
 
   Args:
     order: the example stream; `order.shuffles_examples` must be true.
     reader: reads and decodes records.
-    cache_windows: decoded windows kept (the read-ahead threads of one
-      process may read from neighbouring windows at once).
+    cache_windows: decoded windows kept per lane (a range may straddle two
+      windows of its lane, and read-ahead threads may read both at once).
   """
 
-  def __init__(self, order: ExampleOrder, reader: ExampleReader, *, cache_windows: int = 3):
+  def __init__(self, order: ExampleOrder, reader: ExampleReader, *, cache_windows: int = 2):
     if not order.shuffles_examples:
       raise ValueError("WindowReader needs an ExampleOrder with a window shuffle")
     self._order = order
     self._reader = reader
     self._size = int(cache_windows)
     self._lock = threading.Lock()
-    self._cache: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+    self._cache: dict[int, collections.OrderedDict[int, _Entry]] = {}
     self.windows_decoded = 0
 
   def __getstate__(self) -> dict[str, Any]:
@@ -157,7 +159,7 @@ class WindowReader:
   def __setstate__(self, state: dict[str, Any]) -> None:
     self.__dict__.update(state)
     self._lock = threading.Lock()
-    self._cache = collections.OrderedDict()
+    self._cache = {}
 
   def _decode(self, window: int) -> _Window:
     run = self._order.window_records(window)
@@ -168,27 +170,34 @@ class WindowReader:
     self.windows_decoded += 1
     return _Window(examples, index, record)
 
-  def _window(self, window: int) -> _Window:
+  def _window(self, window: int, lane: int) -> _Window:
     with self._lock:
-      entry = self._cache.get(window)
+      cache = self._cache.setdefault(lane, collections.OrderedDict())
+      entry = cache.get(window)
       if entry is None:
-        entry = self._cache[window] = _Entry()
-        while len(self._cache) > self._size:
-          self._cache.popitem(last=False)
+        entry = cache[window] = _Entry()
+        while len(cache) > self._size:
+          cache.popitem(last=False)
       else:
-        self._cache.move_to_end(window)
+        cache.move_to_end(window)
     with entry.lock:
       if entry.window is None:
         entry.window = self._decode(window)
       return entry.window
 
-  def read(self, start: int, stop: int) -> ReadExamples:
-    """The examples of stream positions [start, stop), in stream order."""
-    slots = self._order.window_slots(start, stop)
+  @property
+  def windows_kept(self) -> int:
+    """Decoded windows held now (at most cache_windows per lane read)."""
+    with self._lock:
+      return sum(len(cache) for cache in self._cache.values())
+
+  def read(self, start: int, stop: int, lane: int = 0, lanes: int = 1) -> ReadExamples:
+    """The examples of positions [start, stop) of lane `lane` of `lanes`, in order."""
+    slots = self._order.window_slots(start, stop, lane, lanes)
     parts, corrupt = [], 0
     cuts = np.searchsorted(slots.window, np.arange(len(slots.windows) + 1))
     for i, number in enumerate(slots.windows):
-      window = self._window(int(number))
+      window = self._window(int(number), lane)
       slot = slots.slot[cuts[i] : cuts[i + 1]]  # the window's examples, in stream order
       index = window.index[slot]
       bad = index < 0

@@ -83,9 +83,9 @@ def test_a_shard_that_is_not_full_records_is_named():
 W = 3
 
 
-def window_examples(order, start, stop):
-  """[(record, offset)] of stream positions [start, stop), from window_records/window_slots."""
-  slots = order.window_slots(start, stop)
+def window_examples(order, start, stop, lane=0, lanes=1):
+  """[(record, offset)] of positions [start, stop) of a lane, from window_records/window_slots."""
+  slots = order.window_slots(start, stop, lane, lanes)
   out = []
   for i, number in enumerate(slots.windows):
     run = order.window_records(int(number))
@@ -94,16 +94,21 @@ def window_examples(order, start, stop):
   return out
 
 
-def naive_window_epoch(epoch):
-  """The epoch's examples from the definition: each window's examples in its own order."""
+def naive_windows(epoch):
+  """The epoch's windows from the definition: each window's examples in its own order."""
   records = [r for r, _ in naive_epoch(epoch, True)]
   sequence = list(dict.fromkeys(records))  # the epoch's records, in sequence order
   out = []
   for w in range(0, len(sequence), W):
     pairs = [(r, i) for r in sequence[w : w + W] for i in range(COUNTS[r])]
     slots = T.permute(np.arange(len(pairs)), len(pairs), seed=9, epoch=epoch, stream=w // W + 1)
-    out += [pairs[q] for q in slots]
+    out.append([pairs[q] for q in slots])
   return out
+
+
+def naive_window_epoch(epoch):
+  """The epoch's examples from the definition, window after window."""
+  return [x for window in naive_windows(epoch) for x in window]
 
 
 def test_window_shuffle_places_each_example_exactly():
@@ -136,6 +141,28 @@ def test_window_shuffle_is_the_definition_over_epochs_and_any_range():
     assert window_examples(order, start, stop) == stream[start:stop], (start, stop)
   # Each epoch holds every example once; epochs differ.
   assert sorted(stream[:55]) == sorted(stream[55:110]) and stream[:55] != stream[55:110]
+
+
+def test_window_lanes_are_every_lanes_th_window_of_the_definition():
+  # 4 windows an epoch (15, 15, 15, 10 examples): lane r of L reads the global
+  # windows r, r + L, ... (g = epoch * 4 + w). Lane 1 of 3: epoch 0's window 1,
+  # then window 4 = epoch 1's window 0, window 7 = epoch 1's window 3, ...
+  order = T.ExampleOrder(MANIFEST, shuffle=True, seed=9, window=W)
+  windows = [w for e in range(8) for w in naive_windows(e)]
+  first = window_examples(order, 13, 17, lane=1, lanes=3)  # the end of window 1, window 4
+  assert first == [(8, 3), (8, 4), (10, 0), (8, 2)]
+  assert first == windows[1][13:] + windows[4][:2]
+  for lanes in (1, 2, 3, 8):
+    for lane in range(lanes):
+      stream = [x for w in windows[lane::lanes] for x in w]
+      for start, stop in [(0, 15), (3, 40), (14, 16), (50, 61), (40, 130)]:
+        if stop <= len(stream):
+          got = window_examples(order, start, stop, lane, lanes)
+          assert got == stream[start:stop], (lane, lanes, start, stop)
+  # One lane is the stream itself.
+  assert window_examples(order, 0, 110, 0, 1) == naive_window_epoch(0) + naive_window_epoch(1)
+  with pytest.raises(ValueError, match=r"^lane 3 of 3 lanes: must be in \[0, 3\)$"):
+    order.window_slots(0, 5, 3, 3)
 
 
 def test_records_of_one_example_and_no_shuffle_keep_the_record_order():

@@ -67,7 +67,8 @@ def window_parts(records, order, epoch, window, schema):
   return parts
 
 
-def example_stream(path, num_examples, shuffle=True, window=T.InputConfig.shuffle_window):
+def example_stream(path, num_examples, shuffle=True):
+  """The stream without the window shuffle: records in the epoch's order."""
   manifest = data.read_manifest(path)
   source = data.manifest_source(manifest)
   records = [data.decode_batch(source[r], manifest.schema) for r in range(manifest.num_records)]
@@ -80,12 +81,26 @@ def example_stream(path, num_examples, shuffle=True, window=T.InputConfig.shuffl
       order = [full[r] for r in ranks] + short
     else:
       order = list(range(len(records)))
-    if shuffle and window:
-      parts += window_parts(records, order, epoch, window, manifest.schema)
-    else:
-      parts += [records[r] for r in order]
+    parts += [records[r] for r in order]
     if sum(p.num_examples for p in parts) >= num_examples:
       return data.slice_batch(data.concat_batches(parts), 0, num_examples)
+
+
+def window_lanes(path, num_examples, window, lanes=T.WINDOW_LANES):
+  """Each lane of the window shuffle (global windows r, r + lanes, ...), num_examples or more."""
+  manifest = data.read_manifest(path)
+  source = data.manifest_source(manifest)
+  records = [data.decode_batch(source[r], manifest.schema) for r in range(manifest.num_records)]
+  full = [r for r, b in enumerate(records) if b.num_examples == PER_RECORD]
+  short = [r for r, b in enumerate(records) if b.num_examples < PER_RECORD]
+  windows = []
+  for epoch in itertools.count():
+    ranks = T.permute(np.arange(len(full)), len(full), seed=SEED, epoch=epoch)
+    order = [full[r] for r in ranks] + short
+    windows += window_parts(records, order, epoch, window, manifest.schema)
+    parts = [windows[r::lanes] for r in range(lanes)]
+    if all(sum(p.num_examples for p in lane) >= num_examples for lane in parts):
+      return [data.concat_batches(lane) for lane in parts]
 
 
 def expected_batches(
@@ -102,11 +117,19 @@ def expected_batches(
   window=T.InputConfig.shuffle_window,
   **kw,
 ):
-  stream = example_stream(path, num_batches * batch * count, shuffle, window)
+  # Batch k: with the window shuffle, examples [t*G, (t+1)*G) of lane k mod L
+  # (t = k // L); else of the stream (t = k, one lane). This host: its block.
+  lanes = T.WINDOW_LANES if shuffle and window else 1
+  per_lane = -(-num_batches // lanes) * batch * count
+  if lanes > 1:
+    streams = window_lanes(path, per_lane, window)
+  else:
+    streams = [example_stream(path, per_lane, shuffle)]
   out = []
   for k in range(num_batches):
-    start = (k * count + index) * batch
-    ex = data.slice_batch(stream, start, start + batch)
+    t, lane = divmod(k, lanes)
+    start = (t * count + index) * batch
+    ex = data.slice_batch(streams[lane], start, start + batch)
     features = {name: ex.sparse[name] for name in specs}
     pre, stats = T.preprocess_sparse_dense_matmul_input(
       features, None, specs, local, global_, num_sc_per_device=S, **kw
@@ -390,11 +413,13 @@ def test_corrupt_packed_record_is_skipped_in_each_batch_of_its_window(tmp_path):
   it = T.make_host_input(
     cfg, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
   )
-  # Epoch 0's stream is examples 2 0 4 5 | 6 3 7 1: each batch drops one of record 1's
-  # examples and repeats its own good ones from the start.
-  batches = take(it, 2)
-  assert [b.batch.labels.tolist() for b in batches] == [[0, 4, 5, 0], [6, 7, 1, 6]]
-  assert [b.num_corrupt_records for b in batches] == [1, 1]
+  # Epoch 0's window (the whole epoch) is examples 2 0 4 5 | 6 3 7 1; it is window 0,
+  # in lane 0 of WINDOW_LANES (8): batches 0 and 8 read it. Each drops one of record
+  # 1's examples and repeats its own good ones from the start.
+  batches = take(it, 9)
+  assert T.WINDOW_LANES == 8
+  assert [batches[k].batch.labels.tolist() for k in (0, 8)] == [[0, 4, 5, 0], [6, 7, 1, 6]]
+  assert [batches[k].num_corrupt_records for k in (0, 8)] == [1, 1]
   it.close()
 
 
