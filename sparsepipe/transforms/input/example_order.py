@@ -125,7 +125,7 @@ class ExampleOrder:
       starts = np.where(ranks < self._num_full, full_pos, short_pos)
       self._window_starts = np.append(starts, self.epoch_examples).astype(np.int64)
       self.windows_per_epoch = len(ranks)
-      self._lane_cache: dict[tuple[int, int], np.ndarray] = {}
+      self._lane_cache: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
 
   @property
   def shuffles_examples(self) -> bool:
@@ -184,27 +184,32 @@ class ExampleOrder:
     records, _ = self._epoch_records(epoch, lo, hi)
     return RecordRun(records, self._counts[records], 0, hi - lo)
 
-  def _lane_starts(self, lane: int, lanes: int) -> np.ndarray:
-    """Lane position where each window of one period of lane `lane` of `lanes` starts (and its end).
+  def _lane_windows(self, lane: int, lanes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One cycle of lane `lane` of `lanes`: (epoch of the cycle, window, start) of its windows.
 
-    The lane's windows are the global windows lane, lane + lanes, ...; their
-    sizes repeat every windows_per_epoch / gcd(windows_per_epoch, lanes).
+    In epoch e of a cycle of `lanes` epochs the lane holds the windows w
+    with (w + e) mod lanes == lane, so over a cycle it holds every window
+    of an epoch once: epoch_examples examples, as every other lane. Starts
+    has one more entry, epoch_examples.
     """
     key = (lane, lanes)
     if key not in self._lane_cache:
       wpe = self.windows_per_epoch
-      period = wpe // np.gcd(wpe, lanes)
-      ws = (lane + lanes * np.arange(period)) % wpe
-      sizes = self._window_starts[ws + 1] - self._window_starts[ws]
-      self._lane_cache[key] = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+      ws = [np.arange((lane - e) % lanes, wpe, lanes) for e in range(lanes)]
+      epochs = np.repeat(np.arange(lanes), [len(w) for w in ws])
+      windows = np.concatenate(ws)
+      sizes = self._window_starts[windows + 1] - self._window_starts[windows]
+      starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+      self._lane_cache[key] = (epochs, windows, starts)
     return self._lane_cache[key]
 
   def window_slots(self, start: int, stop: int, lane: int = 0, lanes: int = 1) -> WindowSlots:
     """The windows and slots of positions [start, stop) of a lane (window shuffle only).
 
-    Lane `lane` of `lanes` is the global windows lane, lane + lanes,
-    lane + 2 * lanes, ... one after the other (each in its own order); one
-    lane (the default) is the stream itself.
+    Lane `lane` of `lanes` holds, in cycles of `lanes` epochs (cycle c:
+    epochs c * lanes + e, e < lanes), the windows w of epoch c * lanes + e
+    with (w + e) mod lanes == lane, in that order, each in its own order.
+    One lane (the default) is the stream itself.
     """
     if not self.window:
       raise ValueError("window_slots needs a window shuffle (shuffles_examples)")
@@ -212,13 +217,13 @@ class ExampleOrder:
       raise ValueError(f"an example range [{start}, {stop}) must be non-empty and non-negative")
     if not 0 <= lane < lanes:
       raise ValueError(f"lane {lane} of {lanes} lanes: must be in [0, {lanes})")
-    starts = self._lane_starts(int(lane), int(lanes))
+    epochs, windows, starts = self._lane_windows(int(lane), int(lanes))
     positions = np.arange(start, stop, dtype=np.int64)
-    period, p = np.divmod(positions, starts[-1])
+    cycle, p = np.divmod(positions, self.epoch_examples)
     i = np.searchsorted(starts, p, side="right") - 1
     offset = p - starts[i]
-    glob = lane + lanes * (period * (len(starts) - 1) + i)
-    w = glob % self.windows_per_epoch
+    w = windows[i]
+    glob = (cycle * lanes + epochs[i]) * self.windows_per_epoch + w
     size = self._window_starts[w + 1] - self._window_starts[w]
     # Positions ascend, so each window's positions are one run of the range.
     cuts = np.concatenate([[0], np.flatnonzero(np.diff(glob)) + 1, [len(glob)]])

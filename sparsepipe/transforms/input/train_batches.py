@@ -10,11 +10,12 @@ to rebuild the batches a checkpoint had in flight for another mesh.
 
 With the window shuffle (example_order.py) the batches read the windows
 in WINDOW_LANES lanes: global batch k is examples [t*G, (t+1)*G) of lane
-k mod S, t = k // S, S = WINDOW_LANES (lane r: the global windows r, r+S,
-r+2S, ..., each in its own order). Grain hands worker j of N the batches
-j, j+N, ...: with N dividing S, every window is read by one worker alone,
-which decodes it once (window_read.py); S is a constant, so the batches
-still do not depend on the worker or host count.
+k mod S, t = k // S, S = WINDOW_LANES (ExampleOrder.window_slots: the
+windows of each epoch are dealt to the lanes, and over S epochs each lane
+holds every window once). Grain hands worker j of N the batches j, j+N,
+...: with N dividing S, every window is read by one worker alone, which
+decodes it once (window_read.py); S is a constant, so the batches still
+do not depend on the worker or host count.
 
 A corrupt record skipped with skip_corrupt leaves its examples out; the
 batch is then filled to B by repeating its own good examples from the

@@ -143,22 +143,32 @@ def test_window_shuffle_is_the_definition_over_epochs_and_any_range():
   assert sorted(stream[:55]) == sorted(stream[55:110]) and stream[:55] != stream[55:110]
 
 
-def test_window_lanes_are_every_lanes_th_window_of_the_definition():
-  # 4 windows an epoch (15, 15, 15, 10 examples): lane r of L reads the global
-  # windows r, r + L, ... (g = epoch * 4 + w). Lane 1 of 3: epoch 0's window 1,
-  # then window 4 = epoch 1's window 0, window 7 = epoch 1's window 3, ...
+def naive_lane(lane, lanes, cycles):
+  """Lane `lane` of `lanes`: in epoch e, the windows w with (w + e) mod lanes == lane."""
+  return [
+    x
+    for e in range(cycles * lanes)
+    for w, window in enumerate(naive_windows(e))
+    if (w + e) % lanes == lane
+    for x in window
+  ]
+
+
+def test_window_lanes_are_the_definitions_windows_dealt_per_epoch():
+  # 4 windows an epoch (15, 15, 15, 10 examples). Lane 1 of 3 holds epoch 0's
+  # window 1, epoch 1's windows 0 and 3, epoch 2's window 2 (55 examples: one
+  # epoch's worth per 3 epochs, as each lane), then the same for epochs 3..5.
   order = T.ExampleOrder(MANIFEST, shuffle=True, seed=9, window=W)
-  windows = [w for e in range(8) for w in naive_windows(e)]
-  first = window_examples(order, 13, 17, lane=1, lanes=3)  # the end of window 1, window 4
+  first = window_examples(order, 13, 17, lane=1, lanes=3)  # the end of 0's window 1, 1's 0
   assert first == [(8, 3), (8, 4), (10, 0), (8, 2)]
-  assert first == windows[1][13:] + windows[4][:2]
+  assert first == naive_windows(0)[1][13:] + naive_windows(1)[0][:2]
   for lanes in (1, 2, 3, 8):
     for lane in range(lanes):
-      stream = [x for w in windows[lane::lanes] for x in w]
-      for start, stop in [(0, 15), (3, 40), (14, 16), (50, 61), (40, 130)]:
-        if stop <= len(stream):
-          got = window_examples(order, start, stop, lane, lanes)
-          assert got == stream[start:stop], (lane, lanes, start, stop)
+      stream = naive_lane(lane, lanes, 2)
+      assert len(stream) == 110
+      for start, stop in [(0, 15), (3, 40), (14, 16), (50, 61), (40, 110)]:
+        got = window_examples(order, start, stop, lane, lanes)
+        assert got == stream[start:stop], (lane, lanes, start, stop)
   # One lane is the stream itself.
   assert window_examples(order, 0, 110, 0, 1) == naive_window_epoch(0) + naive_window_epoch(1)
   with pytest.raises(ValueError, match=r"^lane 3 of 3 lanes: must be in \[0, 3\)$"):

@@ -87,18 +87,19 @@ def example_stream(path, num_examples, shuffle=True):
 
 
 def window_lanes(path, num_examples, window, lanes=T.WINDOW_LANES):
-  """Each lane of the window shuffle (global windows r, r + lanes, ...), num_examples or more."""
+  """Each lane of the window shuffle, num_examples or more: in epoch e, lane r holds
+  the windows w with (w + e) mod lanes == r."""
   manifest = data.read_manifest(path)
   source = data.manifest_source(manifest)
   records = [data.decode_batch(source[r], manifest.schema) for r in range(manifest.num_records)]
   full = [r for r, b in enumerate(records) if b.num_examples == PER_RECORD]
   short = [r for r, b in enumerate(records) if b.num_examples < PER_RECORD]
-  windows = []
+  parts = [[] for _ in range(lanes)]
   for epoch in itertools.count():
     ranks = T.permute(np.arange(len(full)), len(full), seed=SEED, epoch=epoch)
     order = [full[r] for r in ranks] + short
-    windows += window_parts(records, order, epoch, window, manifest.schema)
-    parts = [windows[r::lanes] for r in range(lanes)]
+    for w, part in enumerate(window_parts(records, order, epoch, window, manifest.schema)):
+      parts[(w + epoch) % lanes].append(part)
     if all(sum(p.num_examples for p in lane) >= num_examples for lane in parts):
       return [data.concat_batches(lane) for lane in parts]
 
@@ -413,8 +414,8 @@ def test_corrupt_packed_record_is_skipped_in_each_batch_of_its_window(tmp_path):
   it = T.make_host_input(
     cfg, specs, local_device_count=1, global_device_count=1, process_index=0, process_count=1
   )
-  # Epoch 0's window (the whole epoch) is examples 2 0 4 5 | 6 3 7 1; it is window 0,
-  # in lane 0 of WINDOW_LANES (8): batches 0 and 8 read it. Each drops one of record
+  # Epoch 0's window (the whole epoch) is examples 2 0 4 5 | 6 3 7 1; it is window 0
+  # of epoch 0, in lane 0 of WINDOW_LANES (8): batches 0 and 8 read it. Each drops one of record
   # 1's examples and repeats its own good ones from the start.
   batches = take(it, 9)
   assert T.WINDOW_LANES == 8

@@ -58,10 +58,11 @@ def test_take_examples_gathers_in_any_order_with_repeats():
 
 def test_each_worker_decodes_only_its_own_windows(tmp_path):
   # 200 examples in 50 records of 4, windows of 2 records (8 examples, 25 an epoch),
-  # batches of 4: lane r of 8 holds batches r, r + 8, ...; 64 batches read 8 per lane,
-  # 32 examples = 4 windows each: 32 windows in all. Worker j of N reads batches
-  # j, j + N, ..., so with N dividing 8 it reads whole lanes: each window is decoded
-  # once in all (each worker used to decode every window: 64 decodes with 2 workers).
+  # batches of 4: batches r, r + 8, ... read lane r of 8 (epoch 0's windows r, r + 8,
+  # ..., then epoch 1's r - 1, ...); 64 batches read 8 per lane, 32 examples = 4
+  # windows each: 32 windows in all. Worker j of N reads batches j, j + N, ..., so
+  # with N dividing 8 it reads whole lanes: each window is decoded once in all (each
+  # worker used to decode every window: 64 decodes with 2 workers).
   features = data.criteo_like_features(2, 10, min_ids=1, max_ids=3)
   manifest = data.write_synthetic(
     str(tmp_path / "ds"), features, num_examples=200, num_dense=1, examples_per_record=4
