@@ -140,7 +140,7 @@ def _retunes(name: str, root: str) -> list[dict]:
   for variant, ahead in [(v, a) for v in _VARIANTS.value for a in _COMPILE_AHEAD.value]:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
     workdir = tempfile.mkdtemp(prefix=f"{name}_{variant}_", dir=root)
-    _launch(
+    _, job_seconds, _ = _launch(
       [
         *CONFIGS[name],
         f"--config.data.dir={data}",
@@ -163,13 +163,14 @@ def _retunes(name: str, root: str) -> list[dict]:
           "gap_s": r["gap_s"],
           "steady_batch_s": r["steady_batch_s"],
           "stall_in_batches": round(r["seconds"] / r["steady_batch_s"], 2),
+          "job_s": round(job_seconds, 1),
         }
       )
       print(
         f"{name}: cache {variant}, compile_ahead {ahead}, retune after batch {r['batch']}:"
         f" stall {r['seconds']:.2f} s, step compiled ahead: {r.get('compiled_ahead')}"
         f" (gap {r['gap_s']:.2f} s, steady batch {r['steady_batch_s']:.3f} s,"
-        f" {rows[-1]['stall_in_batches']} batches)",
+        f" {rows[-1]['stall_in_batches']} batches; the job's process {job_seconds:.0f} s)",
         flush=True,
       )
   return rows
