@@ -16,7 +16,7 @@ the criteo config has one id per feature), packed 128 examples per record
 (--examples_per_record); the preprocessing limits come from an FDO pass
 over a few batches (ids above them are dropped and counted, as in training
 with allow_id_dropping). Worker start-up is excluded (the clock starts
-after the first batch). The machine may be shared: compare figures from
+after every worker's first batch). The machine may be shared: compare figures from
 one run. "(c) cores busy" is CPU-seconds per wall second of (c), workers
 included: the in-process pipeline already keeps more than one core busy
 (its read-ahead threads run the compiled passes without the GIL), so on C
@@ -37,6 +37,8 @@ cores the wall speed-up of workers is at most C / that figure.
       records (shuffle_window 0) and records of 128 with the example
       shuffle over windows of --shuffle_window records; ratios to the
       records-only packed row (issue 27's goal for a shipped window: <= 1.2).
+      Every row's clock starts after WINDOW_LANES (8) batches, once each
+      lane of the window rows has decoded its first window.
   (f) the main process's CPU time per batch of the shipped criteo config
       (batch 4096, 26 features of one id, 13 dense) on 1 and 8 CPU devices
       (--main_process_devices, each in a subprocess), with 0 and 2 workers:
@@ -105,9 +107,17 @@ def _cpu_seconds() -> float:
   return total
 
 
-def _rate(it, examples_per_element, seconds):
-  """(examples per wall second, examples per CPU second) after the first element."""
-  next(it)
+def _rate(it, examples_per_element, seconds, warmup=1):
+  """(examples per wall second, examples per CPU second) after every worker's first element.
+
+  Grain hands worker j of N the elements j, j+N, ...: the clock starts once
+  elements 0..N-1 are in, so no worker's start-up (imports, numba compiling
+  the COO passes: seconds of CPU each) is counted. Started after element 0
+  only, a late worker's start-up fell into a few seconds' measurement.
+  `warmup`: elements read before the clock starts (at least 1).
+  """
+  for _ in range(max(1, warmup)):
+    next(it)
   start, cpu = time.perf_counter(), _cpu_seconds()
   n = 0
   while time.perf_counter() - start < seconds:
@@ -139,7 +149,7 @@ def raw_reads(manifest, workers, seconds):
   ds = grain.MapDataset.range(1 << 40).map(_ReadBatch(manifest, _BATCH.value))
   ds = _mp(ds.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)), workers)
   it = iter(ds)
-  rate = _rate(it, _BATCH.value, seconds)
+  rate = _rate(it, _BATCH.value, seconds, workers)
   it.close()
   return rate
 
@@ -151,7 +161,7 @@ def decode_batch(manifest, workers, seconds):
     batches.to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)), workers
   )
   it = iter(ds)
-  rate = _rate(it, _BATCH.value, seconds)
+  rate = _rate(it, _BATCH.value, seconds, workers)
   it.close()
   return rate
 
@@ -185,7 +195,7 @@ def _specs(manifest, devices):
   return T.update_preprocessing_parameters(specs, stats, _SC.value, devices)
 
 
-def full_pipeline(manifest, specs, workers, seconds, **config):
+def full_pipeline(manifest, specs, workers, seconds, warmup=1, **config):
   cfg = T.InputConfig(
     manifest.directory,
     _BATCH.value,
@@ -202,7 +212,7 @@ def full_pipeline(manifest, specs, workers, seconds, **config):
     process_index=0,
     process_count=1,
   )
-  rate = _rate(it, _BATCH.value, seconds)
+  rate = _rate(it, _BATCH.value, seconds, max(workers, warmup))
   totals = it.stats_totals()
   it.close()
   return rate, sum(totals.id_drops.values())
@@ -363,7 +373,11 @@ def _shuffle_rows(tmp, seconds):
     row = {"records": label, "examples_per_record": r}
     for w in (0, 2):
       window_kw = {"shuffle_window": _WINDOW.value if window is None else window}
-      (wall, per_cpu), _ = full_pipeline(manifests[r], specs, w, seconds, **window_kw)
+      # Every row starts the clock after WINDOW_LANES batches: the window rows'
+      # lanes have then each decoded their first window (a start-up cost, once).
+      (wall, per_cpu), _ = full_pipeline(
+        manifests[r], specs, w, seconds, warmup=T.WINDOW_LANES, **window_kw
+      )
       row[f"cpu_us_{w}_workers"] = 1e6 / per_cpu
       row[f"examples_per_s_{w}_workers"] = wall
     rows.append(row)
