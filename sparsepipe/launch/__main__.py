@@ -96,7 +96,7 @@ def main(argv) -> int:
     if not stopping.interrupted(error):  # a second Ctrl-C while training (stopping.py)
       raise
     quiet.aborted = True
-    print(stopping.aborted_line(), file=sys.stderr, flush=True)
+    stopping.report_aborted()
     return stopping.ABORTED_EXIT_CODE
   finally:
     distributed.shutdown(started)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+import warnings
 from typing import Any
 
 # Equals checkpointing.PREEMPTED_EXIT_CODE (a test checks; importing it here
@@ -108,6 +110,22 @@ class QuietAbandonedSaves(logging.Filter):
     if interrupted(error):
       self.aborted = True
     return not self.aborted
+
+
+def report_aborted() -> None:
+  """Prints `aborted_line` as the launch's last line on stderr.
+
+  The interrupt may have landed inside an object's construction (e.g. an
+  asyncio event loop of a save's threads, half made) or left a save's
+  coroutine never awaited; their teardown at exit would then print
+  "Exception ignored in ..." and a traceback, or a RuntimeWarning, after the
+  line. Neither is reported after an abort (sys.unraisablehook, warnings):
+  the job stopped without saving, and a rerun goes on from the newest
+  checkpoint.
+  """
+  sys.unraisablehook = lambda unraisable: None
+  warnings.simplefilter("ignore")
+  print(aborted_line(), file=sys.stderr, flush=True)
 
 
 def aborted_line() -> str:

@@ -118,6 +118,33 @@ def test_a_second_ctrl_c_is_one_line_and_status_130(tmp_path):
   assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in launch.err)
 
 
+# What the second Ctrl-C interrupted, in loaded runs of the test above: an object
+# half made (an asyncio event loop of a save's threads) that fails in its teardown
+# at exit, and a save's coroutine never awaited.
+_HALF_MADE_AT_EXIT = """
+import sys
+from sparsepipe.launch import stopping
+
+class HalfMade:
+  def __del__(self):
+    raise AttributeError("'_UnixSelectorEventLoop' object has no attribute '_ssock'")
+
+async def async_save():
+  pass
+
+kept_until_exit = HalfMade()
+never_awaited = async_save()
+stopping.report_aborted()
+"""
+
+
+def test_the_aborted_line_stays_last_when_something_interrupted_fails_at_exit():
+  ran = subprocess.run(
+    [sys.executable, "-c", _HALF_MADE_AT_EXIT], capture_output=True, text=True, timeout=60
+  )
+  assert (ran.returncode, ran.stderr.splitlines()) == (0, [stopping.aborted_line()])
+
+
 def test_an_unwritable_checkpoint_directory_is_named_before_training(tmp_path):
   workdir = tmp_path / "job"
   workdir.mkdir()
