@@ -256,9 +256,8 @@ class _Job:
       ahead.discard()  # a step compiled ahead for other limits
       compiled = None
     else:
-      compiled = ahead.step_for(
-        specs
-      )  # compiled ahead (fdo.AheadCompiles), or now in the background
+      # Compiled ahead (fdo.AheadCompiles), or now in the background.
+      compiled = ahead.step_for(specs)
 
     def retuned() -> Setup:
       self._record_retune(job, setup.feature_specs, specs, merged)
