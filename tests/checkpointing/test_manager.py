@@ -260,6 +260,29 @@ def _garble(path, offset=None):
   path.write_bytes(bytes(data))
 
 
+def _garble_table_values(step_dir):
+  """Garbles 8 bytes of the table's values in `step_dir` so that only their
+  fingerprint can tell; returns the message of restoring that step.
+
+  The table's chunks are compressed: 8 garbled bytes at the middle of the
+  value file may break a chunk's framing instead, which fails the read itself
+  ("reading failed"; where the framing lies depends on the order in which the
+  save's writes landed). Then the garble moves 64 bytes on (at most 8 tries).
+  """
+  table = _table_file(step_dir)
+  original, errors = table.read_bytes(), []
+  for offset in range(len(original) // 2, len(original) - 8, 64)[:8]:
+    table.write_bytes(original)
+    _garble(table, offset)
+    with TrainingCheckpointManager(step_dir.parent, run_info()) as manager:
+      with pytest.raises(CorruptCheckpointError) as error:
+        manager.restore(Job().targets(), step=int(step_dir.name))
+    errors.append(str(error.value))
+    if "reading failed" not in errors[-1]:
+      return errors[-1]
+  raise AssertionError(f"every garble of {table} failed the read itself: {errors}")
+
+
 def _truncate(path):
   path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
@@ -278,7 +301,7 @@ def _replace_json(path, old, new):
 
 CORRUPTIONS = {
   "garbled table data": (
-    lambda d: _garble(_table_file(d)),
+    _garble_table_values,
     "item 'embeddings' leaf '",
   ),
   "truncated array data": (
@@ -679,22 +702,7 @@ def test_synchronous_save_is_fingerprinted_and_verified(tmp_path):
   step_dir = tmp_path / "c" / "2"
   body = json.loads((step_dir / "metadata" / "metadata.json").read_text())
   assert body["integrity"]["fingerprints"] == "partial_sums"
-  # The table's chunks are compressed: 8 garbled bytes at the middle of the file
-  # may break a chunk's framing, which fails the read itself ("reading failed",
-  # depending on the order in which the save's writes landed), or only change
-  # values, which the fingerprint must catch. Garble until a read goes through.
-  table = _table_file(step_dir)
-  original, errors = table.read_bytes(), []
-  for offset in range(len(original) // 2, len(original) - 8, 64)[:8]:
-    table.write_bytes(original)
-    _garble(table, offset)
-    with TrainingCheckpointManager(tmp_path / "c", run_info()) as manager:
-      with pytest.raises(CorruptCheckpointError) as error:
-        manager.restore(job.targets(), step=2)
-    errors.append(str(error.value))
-    if "reading failed" not in errors[-1]:
-      break
-  assert "item 'embeddings' leaf '" in errors[-1], errors
+  assert "item 'embeddings' leaf '" in _garble_table_values(step_dir)
 
 
 def test_zero_size_arrays_are_left_out_and_restored_as_zeros(tmp_path):
