@@ -58,20 +58,27 @@ def without(tmp_path_factory):
   return workdir, watch.compilations
 
 
+def _train_ahead(watch, workdir, reference):
+  """Trains the job with compile_ahead=1.0 in `workdir`; checks that its losses and limits
+  are bitwise the `reference` job's and that no compiling thread is left; returns its
+  AheadCompiles."""
+  train_and_evaluate(launch_testing.tiny_config(fdo__compile_ahead=1.0, **COMMON), workdir)
+  (compiles,) = watch.made
+  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(reference)
+  assert launch_testing.events(workdir, "fdo") == launch_testing.events(reference, "fdo")
+  assert _compile_threads() == []
+  return compiles
+
+
 def test_a_foreseen_retune_trains_on_the_step_compiled_ahead(without, tmp_path, monkeypatch):
   """compile_ahead=1.0 derives the limits once the segment's last batch is read: from the
   retune's own statistics, so every changed retune's step is the one compiled ahead (no
   compilation at the retune) and the losses and limits are bitwise the job's without it."""
   reference, changes = without
   watch = _Watch(monkeypatch)
-  workdir = str(tmp_path / "ahead")
-  train_and_evaluate(launch_testing.tiny_config(fdo__compile_ahead=1.0, **COMMON), workdir)
-  (compiles,) = watch.made
+  compiles = _train_ahead(watch, str(tmp_path / "ahead"), reference)
   assert changes == 1
   assert (compiles.used, compiles.missed, watch.compilations) == (1, 0, 1)
-  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(reference)
-  assert launch_testing.events(workdir, "fdo") == launch_testing.events(reference, "fdo")
-  assert _compile_threads() == []
 
 
 def test_a_retune_to_other_limits_than_foreseen_compiles_its_own_step(
@@ -83,11 +90,6 @@ def test_a_retune_to_other_limits_than_foreseen_compiles_its_own_step(
   limits are still bitwise the job's without compilation ahead."""
   reference, changes = without
   watch = _Watch(monkeypatch, speculation_headroom=2.0)
-  workdir = str(tmp_path / "missed")
-  train_and_evaluate(launch_testing.tiny_config(fdo__compile_ahead=1.0, **COMMON), workdir)
-  (compiles,) = watch.made
+  compiles = _train_ahead(watch, str(tmp_path / "missed"), reference)
   assert changes == 1
   assert (compiles.used, compiles.missed, watch.compilations) == (0, 3, 4)
-  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(reference)
-  assert launch_testing.events(workdir, "fdo") == launch_testing.events(reference, "fdo")
-  assert _compile_threads() == []
