@@ -53,8 +53,8 @@ from sparsepipe.transforms.input.eval_read import EvalExamples
 from sparsepipe.transforms.input.eval_read import PreprocessEval
 from sparsepipe.transforms.input.eval_read import ReadEvalExamples
 from sparsepipe.transforms.input.eval_read import num_eval_batches
-from sparsepipe.transforms.input.transfer import PackArrays
-from sparsepipe.transforms.input.transfer import UnpackArrays
+from sparsepipe.transforms.input.workers import PackArrays
+from sparsepipe.transforms.input.workers import UnpackArrays
 from sparsepipe.transforms.fdo.client import FDOClient
 from sparsepipe.transforms.fdo.client import merge_stats
 from sparsepipe.transforms.fdo.npz_client import NoFDOStatsError

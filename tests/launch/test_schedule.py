@@ -1,6 +1,7 @@
 """Schedule and Position: segments, batch boundaries, checkpoint steps, re-planning."""
 
 import dataclasses
+import pickle
 
 import pytest
 
@@ -139,9 +140,20 @@ def test_bad_schedules_are_refused(args, message):
 def test_last_retune_is_the_latest_retune_point_at_or_before_a_batch():
   """The limits batch index k is preprocessed with: those of the retune after this batch."""
   schedule = Schedule(20, 4, fdo_first=2)
-  assert [schedule.last_retune(k) for k in range(10)] == [None, None, 2, 2, 4, 4, 4, 4, 8, 8]
+  last = schedule.retune_points.last_at_or_before
+  assert [last(k) for k in range(10)] == [None, None, 2, 2, 4, 4, 4, 4, 8, 8]
   for k in range(1, 20):
     expected = max((b for b in range(1, k + 1) if schedule.retunes_after(b)), default=None)
-    assert schedule.last_retune(k) == expected, k
-  assert Schedule(20, 0).last_retune(7) is None
-  assert [Schedule(20, 4, fdo_first=6).last_retune(k) for k in (3, 4, 7)] == [None, 4, 4]
+    assert last(k) == expected, k
+  assert Schedule(20, 0).retune_points.last_at_or_before(7) is None
+  last = Schedule(20, 4, fdo_first=6).retune_points.last_at_or_before
+  assert [last(k) for k in (3, 4, 7)] == [None, 4, 4]
+
+
+def test_the_retune_points_the_workers_receive_refer_to_nothing_of_the_job():
+  """The data workers unpickle the input's `last_retune`: as a method of Schedule it
+  made every worker import the whole launcher (Orbax, the job) before its first batch."""
+  last = Schedule(20, 4, fdo_first=2).retune_points.last_at_or_before
+  data = pickle.dumps(last)
+  assert b"sparsepipe.launch" not in data
+  assert [pickle.loads(data)(k) for k in (1, 2, 5, 9)] == [None, 2, 4, 8]

@@ -62,8 +62,9 @@ class JobModel:
     # The specs' names and order only (limits do not matter to the model).
     self.tc_stage = pipeline.make_tc_stage(self.model, self.dense_optimizer, mesh, self.base_specs)
     self.input_config = config_specs.input_config(config, data_dir)
-    # The job's FDO retune points (Schedule.last_retune), set once it has a
-    # schedule: the input then switches limits at them without a restart.
+    # The job's FDO retune points (RetunePoints.last_at_or_before), set once it
+    # has a schedule: the input then switches limits at them without a restart.
+    # Its workers receive it, so it is of the transforms layer, not the job's.
     self.last_retune: Any = None
 
   def feature_specs_for(self, global_device_count: int) -> Any:

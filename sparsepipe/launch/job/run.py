@@ -91,7 +91,7 @@ class _Job:
     if by_epochs:  # num_steps follows from the data's size
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
       self.schedule = Schedule.from_config(config)
-    self.model.last_retune = self.schedule.last_retune  # the input switches limits there
+    self.model.last_retune = self.schedule.retune_points.last_at_or_before  # input switches there
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)
     eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = JobEval(self.model, data_dir=eval_dir) if eval_dir else None

@@ -10,7 +10,7 @@ A job trains its batches as consecutive *segments*, each one pipeline run
 (its batches + 2 fill/drain pipeline steps) with one set of COO limits.
 Between segments the pipeline is drained and FDO may change the limits (new
 specs, a step compiled for them); the input keeps running and switches to
-them at the retune point (`last_retune`, transforms/input/limits_board.py).
+them at the retune point (transforms/fdo/retune_points.py, input/limits_board.py).
 FDO retunes after fixed batch numbers: after every multiple of
 `fdo.every_steps` (0: FDO off, never), and once early, after batch
 `fdo.first_after` when that is below every_steps (0: no early pass), so
@@ -51,6 +51,7 @@ from typing import Any
 import jax
 
 from sparsepipe.launch.config.pipelining import resolve_pipelining
+from sparsepipe.transforms.fdo.retune_points import RetunePoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,31 +165,18 @@ class Schedule:
       int(config.fdo.get("first_after", 0)),
     )
 
+  @property
+  def retune_points(self) -> RetunePoints:
+    """The batches FDO retunes after (what the input's workers switch limits at)."""
+    return RetunePoints(self.fdo_every, self.fdo_first)
+
   def retunes_after(self, batch: int) -> bool:
     """Whether FDO retunes the limits after batch `batch` (an absolute batch number)."""
-    if batch < 1 or not self.fdo_every:
-      return False
-    return batch == self.fdo_first < self.fdo_every or batch % self.fdo_every == 0
+    return self.retune_points.after(batch)
 
   def next_retune(self, batch: int) -> int | None:
     """The first batch after `batch` that FDO retunes after (None: no more)."""
-    if not self.fdo_every:
-      return None
-    following = (batch // self.fdo_every + 1) * self.fdo_every
-    return self.fdo_first if batch < self.fdo_first < self.fdo_every else following
-
-  def last_retune(self, batch: int) -> int | None:
-    """The last batch at or before `batch` that FDO retunes after (None: none).
-
-    Batch index `batch` (0-based: the batch after `batch` trained ones) is
-    preprocessed with the limits of this retune, or the job's first limits.
-    """
-    if not self.fdo_every or batch < 1:
-      return None
-    latest = batch // self.fdo_every * self.fdo_every
-    if latest:
-      return latest
-    return self.fdo_first if 1 <= self.fdo_first <= batch < self.fdo_every else None
+    return self.retune_points.next_after(batch)
 
   def _plan(self, segment: int, start: int, read: int = 0) -> Position:
     """The segment after batch `start`, at least `read` batches long (its batches read)."""

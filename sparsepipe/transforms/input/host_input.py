@@ -49,7 +49,7 @@ from sparsepipe.transforms.input.preprocess import PreprocessedBatch
 from sparsepipe.transforms.input.read_examples import ExampleReader
 from sparsepipe.transforms.input.stats import stats_sizes
 from sparsepipe.transforms.input.train_batches import ReadTrainBatch
-from sparsepipe.transforms.input.transfer import PackArrays, UnpackArrays
+from sparsepipe.transforms.input.workers import PackArrays, UnpackArrays, WorkersTogether
 
 # Far more batches than any job trains: "repeat forever" as a MapDataset length.
 _ENDLESS = 1 << 62
@@ -164,7 +164,7 @@ def prefetch_in_workers(
     grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=buffer_size),
     worker_init_fn=functools.partial(_init_worker, user_fn=worker_init_fn),
   )
-  return ds.map(UnpackArrays())
+  return WorkersTogether(ds).map(UnpackArrays())
 
 
 def _runner(

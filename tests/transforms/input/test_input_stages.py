@@ -16,7 +16,7 @@ import pytest
 from sparsepipe import core
 from sparsepipe import data
 from sparsepipe import transforms as T
-from sparsepipe.transforms.input import transfer as grain_transfer
+from sparsepipe.transforms.input.workers import transfer as grain_transfer
 
 
 @pytest.fixture(scope="module")
