@@ -21,6 +21,10 @@ start / first start (after) <= 0.4; criteo on 1 CPU device, second start
 <= 10 s to the first batch. The machine may be shared: compare figures of
 one run only.
 
+`--configs criteo_job` starts the criteo job a GPU host runs: 300 batches,
+FDO every 300, 12 data workers, a save at the end (the platform's devices;
+minutes per start on a CPU). Its process time is the whole job.
+
 `--configs criteo_retune` instead runs a criteo job of 36 batches on 1 CPU
 device that retunes FDO after batches 12 and 24 (per variant, one start),
 and prints each retune's stall from the job's `retune_stall` records: the
@@ -66,6 +70,15 @@ CONFIGS = {
     "--config.fdo.every_steps=0",
     f"--config.checkpoint.every_steps={_CRITEO_STEPS}",
     "--config.checkpoint.async_save=false",
+  ],
+  # The job on an accelerator host: 300 batches, FDO every 300 (and after
+  # first_after), 12 data workers; its process time is the whole job, its save included.
+  "criteo_job": [
+    "--config=criteo",
+    "--config.num_steps=300",
+    "--config.fdo.every_steps=300",
+    "--config.checkpoint.every_steps=300",
+    "--config.data.num_workers=12",
   ],
   "criteo_retune": [
     "--config=criteo",
@@ -207,14 +220,14 @@ def _starts(name: str, root: str) -> list[dict]:
 
 
 HEADER = (
-  f"{'config':7} {'cache':6} {'start':6} {'1st batch s':>11} {'process s':>9} {'data':>6}"
+  f"{'config':10} {'cache':6} {'start':6} {'1st batch s':>11} {'process s':>9} {'data':>6}"
   f" {'state':>6} {'input':>6} {'compile':>7} {'compiled':>8} {'hits':>5}"
 )
 
 
 def _row(r: dict) -> str:
   return (
-    f"{r['config']:7} {r['cache']:6} {r['start']:6} {r['first_batch_s']:11.1f}"
+    f"{r['config']:10} {r['cache']:6} {r['start']:6} {r['first_batch_s']:11.1f}"
     f" {r['process_s']:9.1f} {r['data_s']:6.1f} {r['state_s']:6.1f} {r['input_s']:6.1f}"
     f" {r['compile_s']:7.1f} {r['programs_compiled']:8d} {r['cache_hits']:5d}"
   )
