@@ -55,6 +55,7 @@ from sparsepipe.transforms.input.eval_read import ReadEvalExamples
 from sparsepipe.transforms.input.eval_read import num_eval_batches
 from sparsepipe.transforms.input.workers import PackArrays
 from sparsepipe.transforms.input.workers import UnpackArrays
+from sparsepipe.transforms.input.workers import WorkersTogether
 from sparsepipe.transforms.fdo.client import FDOClient
 from sparsepipe.transforms.fdo.client import merge_stats
 from sparsepipe.transforms.fdo.npz_client import NoFDOStatsError
