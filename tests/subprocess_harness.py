@@ -28,11 +28,18 @@ import time
 from typing import Mapping, Sequence
 
 from sparsepipe.checkpointing import PREEMPTED_EXIT_CODE
+from sparsepipe.core import compile_cache
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(TESTS)
 
 Command = Sequence[str]
+
+# The jobs' default cache (config.compilation_cache_dir "auto"), in the test
+# session's own XDG_CACHE_HOME (conftest.py): processes that compile the same
+# programs (the tiny demo job on a device count, a toy job) compile them once
+# per session, whichever module runs them first.
+SESSION_JAX_CACHE = os.path.join(compile_cache.default_root(), "jax")
 
 
 def cpu_env(
@@ -45,7 +52,7 @@ def cpu_env(
 
   `compilation_cache_dir` turns on JAX's persistent compilation cache for
   every program, so restarted jobs load their executables instead of
-  compiling them again.
+  compiling them again (SESSION_JAX_CACHE: shared by every test's jobs).
   """
   env = dict(os.environ)
   flags = [

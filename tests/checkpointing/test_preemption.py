@@ -50,9 +50,9 @@ def assert_same_arrays(path_a, path_b):
 
 
 @pytest.fixture(name="env", scope="module")
-def fixture_env(tmp_path_factory):
-  """8 CPU devices, compiled programs shared by every run of this module."""
-  return harness.cpu_env(compilation_cache_dir=tmp_path_factory.mktemp("jax_cache"))
+def fixture_env():
+  """8 CPU devices, compiled programs shared by every run of the session."""
+  return harness.cpu_env(compilation_cache_dir=harness.SESSION_JAX_CACHE)
 
 
 @pytest.fixture(name="reference", scope="module")
@@ -179,12 +179,12 @@ def test_sigterm_to_process_group_with_grain_workers(tmp_path, reference, env):
   assert_same_arrays(tmp_path / "final.npz", reference)
 
 
-def test_two_processes_save_the_same_step_on_one_sigterm(tmp_path, tmp_path_factory):
+def test_two_processes_save_the_same_step_on_one_sigterm(tmp_path):
   """jax.distributed: SIGTERM to process 1 only; JAX's preemption service
   makes both processes save the same step and exit 42. (Steps sleep 0.25 s:
   the service needs about half a second to agree on the step.)"""
   port = harness.free_port()
-  env = harness.cpu_env(num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("jax_cache4"))
+  env = harness.cpu_env(num_devices=4, compilation_cache_dir=harness.SESSION_JAX_CACHE)
 
   def commands(name):
     return [

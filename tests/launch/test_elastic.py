@@ -19,6 +19,10 @@ from sparsepipe.launch.job.dataset import ensure_dataset
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
+# Restarts on every topology; test_relayout.py and test_iterator_resize.py check
+# the parts in one process.
+pytestmark = pytest.mark.slow
+
 BATCH = ("--config.global_batch_size=32", "--config.per_host_batch_size=0")
 NUM_STEPS = 12
 
@@ -55,7 +59,7 @@ def _two_processes(workdir, data_dir):
 def shared(tmp_path_factory):
   root = tmp_path_factory.mktemp("elastic")
   data_dir = ensure_dataset(launch_testing.tiny_config(), str(root), show_progress=False)
-  envs = {n: harness.cpu_env(n, compilation_cache_dir=root / f"jax_cache_{n}") for n in (2, 4, 8)}
+  envs = {n: harness.cpu_env(n, compilation_cache_dir=harness.SESSION_JAX_CACHE) for n in (2, 4, 8)}
   reference = str(root / "reference")
   result = harness.run(_command(reference, data_dir), env=envs[8], timeout_s=300)
   assert result.returncode == 0, result.describe()

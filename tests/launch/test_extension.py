@@ -26,6 +26,7 @@ def dataset_config(data_dir, num_steps):
   )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fdo", [False, True])
 def test_raising_num_steps_twice_reads_the_batches_of_the_longer_job(
   data_dir, tmp_path, monkeypatch, fdo

@@ -37,7 +37,7 @@ def _command(workdir: str, data_dir: str, *extra: str) -> list[str]:
 def shared(tmp_path_factory):
   root = tmp_path_factory.mktemp("resume")
   data_dir = ensure_dataset(launch_testing.tiny_config(), str(root), show_progress=False)
-  env = harness.cpu_env(8, compilation_cache_dir=root / "jax_cache")
+  env = harness.cpu_env(8, compilation_cache_dir=harness.SESSION_JAX_CACHE)
   reference = str(root / "reference")
   result = harness.run(_command(reference, data_dir), env=env, timeout_s=300)
   assert result.returncode == 0, result.describe()
@@ -109,6 +109,7 @@ def _assert_close_to_reference(workdir: str, reference: str, rtol: float) -> Non
     np.testing.assert_allclose(ours[path], value, rtol=rtol, atol=rtol * 1e-2, err_msg=path)
 
 
+@pytest.mark.slow
 def test_two_processes_preempted_and_restarted_are_exact(shared):
   """2 processes x 4 CPU devices (jax.distributed on 127.0.0.1).
 
@@ -120,7 +121,7 @@ def test_two_processes_preempted_and_restarted_are_exact(shared):
   run in gloo, in another order than the in-process all-reduce).
   """
   root, data_dir, _, reference = shared
-  env = harness.cpu_env(4, compilation_cache_dir=root / "jax_cache_4")
+  env = harness.cpu_env(4, compilation_cache_dir=harness.SESSION_JAX_CACHE)
 
   def commands(workdir):
     port = harness.free_port()

@@ -11,6 +11,8 @@ import signal
 import sys
 import textwrap
 
+import pytest
+
 from sparsepipe.launch.job.dataset import ensure_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
@@ -58,11 +60,12 @@ CONFIG = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_user_model_trains_evaluates_resumes_and_retunes_fdo(tmp_path):
   (tmp_path / "my_model.py").write_text(MODEL)
   (tmp_path / "my_config.py").write_text(CONFIG)
   data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
-  env = harness.cpu_env(8, compilation_cache_dir=tmp_path / "jax_cache")
+  env = harness.cpu_env(8, compilation_cache_dir=harness.SESSION_JAX_CACHE)
   env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
 
   def command(workdir):

@@ -140,10 +140,10 @@ def test_one_trace_for_every_batch_and_pass(setup):
   assert setup.traces == 1  # 6 batches, the padded last ones included
 
 
-def test_two_processes_merge_to_the_one_process_metrics(setup, tmp_path_factory):
+def test_two_processes_merge_to_the_one_process_metrics(setup):
   """Each process evaluates its 16-example blocks; the merged metrics are exact."""
   port = harness.free_port()
-  env = harness.cpu_env(num_devices=4, compilation_cache_dir=tmp_path_factory.mktemp("cache"))
+  env = harness.cpu_env(num_devices=4, compilation_cache_dir=harness.SESSION_JAX_CACHE)
   commands = [
     harness.python_command(EVAL_SCRIPT, setup.path, str(i), f"127.0.0.1:{port}") for i in range(2)
   ]

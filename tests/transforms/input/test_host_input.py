@@ -516,6 +516,7 @@ def test_batches_and_states_do_not_depend_on_the_worker_count(dataset, tmp_path,
   assert all((tmp_path / n).read_text() == "True" for n in os.listdir(tmp_path))
 
 
+@pytest.mark.slow
 def test_restores_at_every_state_with_another_worker_count_grains_check(dataset):
   """Grain's generic checkpoint test, each restore with the next worker count of 0, 2, 1."""
   specs = make_specs(12, 2)

@@ -122,6 +122,7 @@ def test_converted_states_continue_like_an_uninterrupted_run(dataset, old, new, 
   assert_same_batches(take(resumed, 4), take(uninterrupted, 4))
 
 
+@pytest.mark.slow
 def test_unchanged_count_with_two_workers_is_the_saved_state_and_continues_with_none(dataset):
   uninterrupted = hosts(dataset, 2, num_workers=2)
   take(uninterrupted, 3)

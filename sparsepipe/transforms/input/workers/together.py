@@ -30,9 +30,6 @@ import grain
 class WorkersTogether(grain.IterDataset):
   """The workers of the `mp_prefetch` dataset it wraps start and stop together."""
 
-  def __init__(self, parent: grain.IterDataset):
-    super().__init__(parent)
-
   def __iter__(self) -> grain.DatasetIterator:
     return _WorkersTogetherIterator(self._parent.__iter__())
 
