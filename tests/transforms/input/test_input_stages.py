@@ -155,8 +155,10 @@ def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkey
     next(it)  # dropped at once: its block is free again
   it.close()
   # Each batch used to get fresh blocks; now the worker cycles through the
-  # few that are in flight (its buffer of 2, one being filled, one held here).
-  assert len(names) == 12 and len(set(names)) <= 4, names
+  # few that can be in flight: its buffer of 2, one being filled, the one the
+  # main process's prefetch thread holds ahead, the one held here (5 when
+  # the main process lags, as on a loaded machine; usually 4).
+  assert len(names) == 12 and len(set(names)) <= 5, names
 
 
 def test_the_last_batches_survive_grain_stopping_the_exhausted_workers(tmp_path, monkeypatch):
