@@ -12,6 +12,7 @@ from sparsepipe.core.mesh import make_mesh
 from sparsepipe.core.mesh import replicated_sharding
 from sparsepipe.core.memory import release_freed_heap
 from sparsepipe.core.rounding import round_up
+from sparsepipe.core.rounding import round_up_to_steps
 from sparsepipe.core.signals import exit_with_parent
 from sparsepipe.core.signals import ignore_stop_signals_in_worker
 from sparsepipe.core.initializers import ConstantInitializer

@@ -1,4 +1,4 @@
-"""Integer rounding shared by the COO layout and the embedding layout."""
+"""Integer rounding shared by the COO layout, the embedding layout and FDO."""
 
 from __future__ import annotations
 
@@ -6,3 +6,23 @@ from __future__ import annotations
 def round_up(value: int, multiple: int) -> int:
   """Smallest multiple of `multiple` that is >= value."""
   return -(-int(value) // multiple) * multiple
+
+
+def round_up_to_steps(value: int, steps_per_doubling: int) -> int:
+  """`value` rounded up to one of `steps_per_doubling` evenly spaced values per doubling.
+
+  Values up to steps_per_doubling stay as they are; above, a value in
+  (S * 2**k, 2 * S * 2**k] (S = steps_per_doubling) goes up to a multiple of
+  2**k: with S = 8, ..., 240, 256, 288, 320, ..., 480, 512, 576, ... So the
+  result is less than 1/S above `value`, and values that differ by a few
+  percent mostly share one. 0 leaves `value` as it is.
+  """
+  value, steps = int(value), int(steps_per_doubling)
+  if steps < 0:
+    raise ValueError(f"steps_per_doubling={steps} must be >= 0")
+  if steps == 0 or value <= steps:
+    return value
+  unit = 1
+  while 2 * steps * unit < value:
+    unit *= 2
+  return round_up(value, unit)

@@ -76,6 +76,26 @@ def test_scale_stats_rounds_up_and_aligns_buffers_to_8():
   np.testing.assert_array_equal(scaled.required_buffer_size_per_sc["s"], [64, 32])
 
 
+def test_round_up_to_steps_gives_8_values_per_doubling_less_than_an_eighth_above():
+  values = [1, 8, 9, 16, 17, 19, 31, 33, 450, 458, 471, 480, 481, 512, 513, 1680, 1793]
+  rounded = [core.round_up_to_steps(v, 8) for v in values]
+  assert rounded == [1, 8, 9, 16, 18, 20, 32, 36, 480, 480, 480, 480, 512, 512, 576, 1792, 1920]
+  assert all(v <= r < v * 9 / 8 for v, r in zip(values, rounded))
+  assert [core.round_up_to_steps(v, 0) for v in values] == values
+  ladder = sorted({core.round_up_to_steps(v, 8) for v in range(257, 1025)})
+  assert ladder == [288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832, 896, 960, 1024]
+
+
+def test_scale_stats_rounds_to_steps_per_doubling_then_aligns_buffers_to_8():
+  # x 1.5: max_ids 300, 306 and 314 -> 450, 459, 471: one limit, 480, with 8 steps.
+  scaled = fdo_retune.scale_stats(_stats([300, 306, 314], [7, 0, 9], [40, 17, 1117]), 1.5, 8)
+  np.testing.assert_array_equal(scaled.max_ids_per_partition["s"], [480, 480, 480])
+  np.testing.assert_array_equal(scaled.max_unique_ids_per_partition["s"], [11, 0, 14])
+  np.testing.assert_array_equal(scaled.required_buffer_size_per_sc["s"], [64, 32, 1792])
+  with pytest.raises(ValueError, match=r"fdo.steps_per_doubling=-1 must be >= 0"):
+    fdo_retune.scale_stats(_stats([1], [1], [8]), 1.5, -1)
+
+
 def test_fdo_headroom_stops_at_what_a_batch_can_fill(tmp_path):
   # 1 device x 2 SCs (N = 2); stack "s": one feature of 4 ids, batch 16: a
   # SC's 8 samples hold 32 ids, + 7 x 2 padding = 46 -> 48 per SC, 96 per device.

@@ -88,7 +88,7 @@ def base_config(
     )
   )
   config.fdo = ml_collections.ConfigDict(
-    dict(every_steps=0, first_after=4, headroom=1.5, compile_ahead=0.5)
+    dict(every_steps=0, first_after=4, headroom=1.5, steps_per_doubling=8, compile_ahead=0.5)
   )
   config.pipelining = "auto"
   config.features_from_manifest = False

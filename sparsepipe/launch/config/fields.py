@@ -83,12 +83,17 @@ FIELD_DOCS = {
   "limits.for_devices": "The global device count the limits were set for (0: any); on"
   " fewer devices they grow as a resized checkpoint's do, at most to the worst case.",
   "fdo.every_steps": "FDO retunes the limits after every multiple of this batch number (0:"
-  " never); the pipeline drains and the step recompiles at each. A job may change it (from"
-  " its next segment).",
+  " never); a retune that changes them drains the pipeline and recompiles the step. A job"
+  " may change it (from its next segment).",
   "fdo.first_after": "With FDO on, the first retune comes after this batch when it is below"
   " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
   " A job may change it (from its next segment).",
   "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
+  "fdo.steps_per_doubling": "New limits are then rounded up to one of this many values per"
+  " doubling (8: ..., 256, 288, 320, ..., 480, 512, 576, ...; less than 1/8 more), so that a"
+  " retune whose statistics grew a little keeps the limits and the compiled step: no"
+  " compilation, no stall (0: exact, a new step at every change). A job may change it (from"
+  " its next retune).",
   "fdo.compile_ahead": "Once this fraction of a segment's batches is read (0: never), the"
   " limits its retune would give so far are derived and, if they change, their step compiles"
   " in the background; the retune uses it when its limits are the same, so that training"

@@ -66,16 +66,22 @@ def merge_stats_across_processes(
 
 
 def scale_stats(
-  stats: core.SparseDenseMatmulInputStats, headroom: float
+  stats: core.SparseDenseMatmulInputStats, headroom: float, steps_per_doubling: int = 0
 ) -> core.SparseDenseMatmulInputStats:
-  """Statistics multiplied by `headroom` (>= 1), rounded up (buffer sizes to 8)."""
+  """Statistics multiplied by `headroom` (>= 1), rounded up to `steps_per_doubling`
+  values per doubling (core.round_up_to_steps; 0: to the next integer), buffer sizes
+  then to a multiple of 8."""
   if not headroom >= 1.0:
     raise ValueError(f"fdo.headroom={headroom} must be >= 1.0")
+  if not int(steps_per_doubling) >= 0:
+    raise ValueError(f"fdo.steps_per_doubling={steps_per_doubling} must be >= 0")
 
   def scale(values: Any, align: int) -> np.ndarray:
-    values = np.asarray(values, np.int64)
-    scaled = np.ceil(values * headroom).astype(np.int64)
-    return ((scaled + align - 1) // align * align).astype(np.int32)
+    scaled = np.ceil(np.asarray(values, np.int64) * headroom).astype(np.int64)
+    rounded = [
+      core.round_up(core.round_up_to_steps(v, steps_per_doubling), align) for v in scaled.ravel()
+    ]
+    return np.asarray(rounded, np.int32).reshape(scaled.shape)
 
   return core.SparseDenseMatmulInputStats(
     max_ids_per_partition={k: scale(v, 1) for k, v in stats.max_ids_per_partition.items()},
@@ -97,6 +103,7 @@ def retune_limits(
   headroom: float,
   num_sc_per_device: int,
   global_device_count: int,
+  steps_per_doubling: int = 0,
 ) -> tuple[Any, core.SparseDenseMatmulInputStats]:
   """Records `local_stats`, merges all processes', returns (new specs, merged).
 
@@ -113,6 +120,7 @@ def retune_limits(
     headroom=headroom,
     num_sc_per_device=num_sc_per_device,
     global_device_count=global_device_count,
+    steps_per_doubling=steps_per_doubling,
   )
 
 
@@ -123,6 +131,7 @@ def merged_limits(
   headroom: float,
   num_sc_per_device: int,
   global_device_count: int,
+  steps_per_doubling: int = 0,
 ) -> tuple[Any, core.SparseDenseMatmulInputStats]:
   """What `retune_limits` returns for these statistics, without recording them.
 
@@ -133,7 +142,7 @@ def merged_limits(
   merged = merge_stats_across_processes(local_stats)
   specs = transforms.update_preprocessing_parameters(
     feature_specs,
-    scale_stats(merged, headroom),
+    scale_stats(merged, headroom, steps_per_doubling),
     num_sc_per_device,
     global_device_count,
   )
@@ -199,13 +208,21 @@ class AheadCompiles:
       (one was, for other limits) or None (none was).
   """
 
-  def __init__(self, model: Any, schedule: Schedule, fraction: float, headroom: float):
+  def __init__(
+    self,
+    model: Any,
+    schedule: Schedule,
+    fraction: float,
+    headroom: float,
+    steps_per_doubling: int = 0,
+  ):
     if not 0.0 <= fraction <= 1.0:
       raise ValueError(f"fdo.compile_ahead={fraction} must be between 0 and 1")
     self.model = model
     self.schedule = schedule
     self.fraction = fraction
     self.headroom = headroom
+    self.steps_per_doubling = steps_per_doubling
     self.used = 0
     self.missed = 0
     self.foreseen: bool | None = None
@@ -233,6 +250,7 @@ class AheadCompiles:
       headroom=self.headroom,
       num_sc_per_device=self.model.num_sc,
       global_device_count=self.model.mesh.size,
+      steps_per_doubling=self.steps_per_doubling,
     )
     ahead, self._ahead = self._ahead, None
     if _limits(specs) != _limits(setup.feature_specs):

@@ -264,7 +264,11 @@ class CompileAheadHook(JobHook):
     super().__init__(job)
     fdo = job.config.fdo
     self.ahead = AheadCompiles(
-      job.model, job.schedule, float(fdo.get("compile_ahead", 0.0)), float(fdo.headroom)
+      job.model,
+      job.schedule,
+      float(fdo.get("compile_ahead", 0.0)),
+      float(fdo.headroom),
+      int(fdo.steps_per_doubling),
     )
 
   def __call__(self, result: pipeline.StepResult) -> bool:

@@ -52,6 +52,7 @@ MUTABLE_CONFIG_KEYS = (
   "config.fdo.every_steps",
   "config.fdo.first_after",
   "config.fdo.compile_ahead",
+  "config.fdo.steps_per_doubling",
   "config.checkpoint.*",
   "config.eval.*",
 )
@@ -247,6 +248,7 @@ class _Job:
       setup.iterator.stats_totals().as_stats(),
       stats_dir=os.path.join(self.workdir, "fdo", f"after_batch_{job.batch:09d}"),
       headroom=float(self.config.fdo.headroom),
+      steps_per_doubling=int(self.config.fdo.steps_per_doubling),
       num_sc_per_device=self.model.num_sc,
       global_device_count=self.mesh.size,
     )
