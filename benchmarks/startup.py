@@ -21,6 +21,11 @@ start / first start (after) <= 0.4; criteo on 1 CPU device, second start
 <= 10 s to the first batch. The machine may be shared: compare figures of
 one run only.
 
+`--configs criteo_w0` is the criteo start with `data.num_workers=0` (the
+input in the job's process): on a machine with few cores, the shipped 2
+workers' start (each a new Python process importing JAX and Grain) competes
+with the state's init for the cores.
+
 `--configs criteo_job` starts the criteo job a GPU host runs: 300 batches,
 FDO every 300, 12 data workers, a save at the end (the platform's devices;
 minutes per start on a CPU). Its process time is the whole job.
@@ -61,16 +66,19 @@ _COMPILE_AHEAD = flags.DEFINE_list(
 _CRITEO_STEPS = 3
 _RETUNE_EVERY = 12
 
+_CRITEO_START = [
+  "--config=criteo",
+  "--cpu_devices=1",
+  f"--config.num_steps={_CRITEO_STEPS}",
+  "--config.fdo.every_steps=0",
+  f"--config.checkpoint.every_steps={_CRITEO_STEPS}",
+  "--config.checkpoint.async_save=false",
+]
+
 CONFIGS = {
   "demo": ["--config=demo", "--config.num_steps=20"],
-  "criteo": [
-    "--config=criteo",
-    "--cpu_devices=1",
-    f"--config.num_steps={_CRITEO_STEPS}",
-    "--config.fdo.every_steps=0",
-    f"--config.checkpoint.every_steps={_CRITEO_STEPS}",
-    "--config.checkpoint.async_save=false",
-  ],
+  "criteo": _CRITEO_START,
+  "criteo_w0": [*_CRITEO_START, "--config.data.num_workers=0"],
   # The issue's job on an accelerator host: 300 batches, FDO every 300 (and after
   # first_after), 12 data workers; its process time is the whole job, its save included.
   "criteo_job": [
@@ -190,7 +198,7 @@ def _retunes(name: str, root: str) -> list[dict]:
 
 
 def _starts(name: str, root: str) -> list[dict]:
-  data = _data_dir(name, root)
+  data = _data_dir(name.split("_")[0], root)  # criteo_*: the criteo config's data
   rows = []
   for variant in _VARIANTS.value:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
