@@ -138,7 +138,9 @@ def _startup_record(workdir: str) -> dict:
 
 
 def _data_dir(name: str, root: str) -> str:
-  """The config's dataset, made once by a 1-batch job (its generated data kept)."""
+  """The config's dataset, made once by a 1-batch job (its generated data kept); the
+  criteo_* variants read the criteo config's."""
+  name = name.split("_")[0]
   data = os.path.join(root, f"{name}_data")
   if not os.path.exists(os.path.join(data, "manifest.json")):
     workdir = tempfile.mkdtemp(prefix=f"{name}_data_job_", dir=root)
@@ -156,7 +158,7 @@ def _data_dir(name: str, root: str) -> str:
 
 def _retunes(name: str, root: str) -> list[dict]:
   """One start per variant; a row per retune stall the job recorded."""
-  data = _data_dir("criteo", root)
+  data = _data_dir(name, root)
   rows = []
   for variant, ahead in [(v, a) for v in _VARIANTS.value for a in _COMPILE_AHEAD.value]:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
@@ -198,7 +200,7 @@ def _retunes(name: str, root: str) -> list[dict]:
 
 
 def _starts(name: str, root: str) -> list[dict]:
-  data = _data_dir(name.split("_")[0], root)  # criteo_*: the criteo config's data
+  data = _data_dir(name, root)
   rows = []
   for variant in _VARIANTS.value:
     cache = "" if variant == "before" else tempfile.mkdtemp(prefix="cache_", dir=root)
