@@ -2,7 +2,9 @@
 
 The state is made of the real pieces: a ZeRO Adam state (flat leaves padded
 to a multiple of the device count) and MOD-laid-out embedding tables with
-Adagrad slots, two of them stacked with a rotation.
+Adagrad slots, two of them stacked with a rotation. The tables hold the same
+logical values on every device count (fixed arrays, laid out for it), so a
+restore must give exactly the state laid out for the current devices.
 """
 
 import functools
@@ -23,7 +25,8 @@ from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import CheckpointItems
 from sparsepipe.checkpointing import embedding_relayout
 from sparsepipe.pipeline import abstract_embedding_variables
-from sparsepipe.pipeline import init_embedding_variables
+from sparsepipe.pipeline import EmbeddingVariables
+from sparsepipe.pipeline import stack_embedding_variables
 from sparsepipe.core import make_mesh
 from sparsepipe.pipeline import abstract_train_state
 from sparsepipe.pipeline import zero_sharded
@@ -37,7 +40,15 @@ CONFIG = {"model": {"num_sc_per_device": S}}
 ADAM = optax.adam(0.1)
 PARAMS = {"w": jnp.arange(20.0).reshape(5, 4) / 7, "b": jnp.ones(3)}
 GRADS = {"w": jnp.cos(jnp.arange(20.0)).reshape(5, 4), "b": jnp.array([1.0, -2.0, 3.0])}
-EMBEDDING_KEY = 3
+_RNG = np.random.default_rng(3)
+# The logical tables and Adagrad slots of feature_specs (its shapes).
+LOGICAL_TABLES = {
+  name: EmbeddingVariables(
+    _RNG.normal(0.0, 0.05, shape).astype(np.float32),
+    (_RNG.uniform(0.1, 1.0, shape).astype(np.float32),),
+  )
+  for name, shape in {"t_a": (100, 8), "t_b": (40, 12), "t_c": (100, 4)}.items()
+}
 
 
 def mesh_of(count):
@@ -73,11 +84,8 @@ def state_on(count):
   updates, opt = jax.jit(zero.update)(jax.device_put(GRADS, rep), opt, params)
   params = optax.apply_updates(params, updates)
   train = {"params": params, "opt": opt, "step": jax.device_put(jnp.int32(1), rep)}
-  embeddings = init_embedding_variables(
-    jax.random.key(EMBEDDING_KEY),
-    feature_specs(mesh.size),
-    mesh,
-    num_sc_per_device=S,
+  embeddings = stack_embedding_variables(
+    LOGICAL_TABLES, feature_specs(mesh.size), mesh, num_sc_per_device=S
   )
   buffer = jnp.zeros((2 * mesh.size,))
   pipeline = {"buffer": jax.device_put(buffer, NamedSharding(mesh, P("data")))}
