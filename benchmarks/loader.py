@@ -24,8 +24,8 @@ cores the wall speed-up of workers is at most C / that figure.
 
   (d) the cost per example (CPU-microseconds) of (a), (b) and (c) at 0
       workers on the same examples written with each --packing (examples
-      per record; the shipped configs generate records of 1), with the
-      ratio of (c) to the largest packing. Records of one example pay
+      per record; the shipped configs generated records of 1 up to 0.3),
+      with the ratio of (c) to the largest packing. Records of one example pay
       ArrayRecord's per-record read (each record is its own chunk, group_size
       1): (a) of 1 per record is that floor. The writer compresses chunks of
       small records with snappy (data/writer.py); the row "1, zstd" reads
@@ -33,10 +33,11 @@ cores the wall speed-up of workers is at most C / that figure.
   (e) the example shuffle (data.shuffle_window) at the criteo config's
       shape (26 features of one id, its vocabularies and batch): (c)'s
       CPU-microseconds per example, at 0 and 2 workers, for records of 1
-      (what the criteo config generates), records of 128 shuffled as whole
-      records (shuffle_window 0) and records of 128 with the example
-      shuffle over windows of --shuffle_window records; ratios to the
-      records-only packed row (issue 27's goal for a shipped window: <= 1.2).
+      (what the criteo config generated up to 0.3), records of 128 shuffled
+      as whole records (shuffle_window 0) and records of 128 with the
+      example shuffle over windows of --shuffle_window records (a new job's
+      default now); ratios to the records-only packed row (issue 27's goal
+      for a shipped window: <= 1.2).
       Every row's clock starts after WINDOW_LANES (8) batches, once each
       lane of the window rows has decoded its first window.
   (f) the main process's CPU time per batch of the shipped criteo config

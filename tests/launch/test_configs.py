@@ -121,9 +121,10 @@ def test_the_config_reference_is_current():
     )
 
 
-def test_the_shuffle_window_reaches_the_input_and_is_off_by_default():
+def test_the_shuffle_window_reaches_the_input_and_is_256_for_a_new_job_by_default():
   config = _load("demo")
-  assert config_specs.input_config(config, "/d", process_count=1).shuffle_window == 0
+  assert config.data.shuffle_window == -1  # a resumed job's window, else a new job's
+  assert config_specs.input_config(config, "/d", process_count=1).shuffle_window == 256
   config.data.shuffle_window = 64
   got = config_specs.input_config(config, "/d", process_count=1)
   assert (got.shuffle, got.shuffle_window) == (True, 64)

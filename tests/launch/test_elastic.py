@@ -140,8 +140,10 @@ def test_two_processes_to_one_mid_segment_and_back_to_two(shared):
   _saved_mid_segment(workdir)
   runs = harness.run_many(_two_processes(workdir, data_dir), env=envs[4], timeout_s=400)
   assert [r.returncode for r in runs] == [0, 0], "\n".join(r.describe() for r in runs)
-  # 2 processes of 4 devices: the reference's 8 devices, the same topology until the stop.
-  _assert_close_to_reference(workdir, reference, first_stop)
+  # 2 processes of 4 devices against the reference's 1 of 8: another process count, so
+  # close from the first batch (with records of 128 its loss differed by 1e-7 relative).
+  assert first_stop >= 1
+  _assert_close_to_reference(workdir, reference, 0)
 
 
 def test_another_worker_count_at_each_restart_continues_bit_for_bit(shared):

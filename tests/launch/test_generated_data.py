@@ -30,12 +30,11 @@ def test_same_settings_reuse_the_data(workdir):
     (dict(synthetic__num_dense=5), "synthetic.num_dense was 3, the config says 5"),
     (
       dict(synthetic__examples_per_record=2),
-      "synthetic.examples_per_record was 1, the config says 2",
+      "synthetic.examples_per_record was 128, the config says 2",
     ),
     (
-      dict(synthetic__records_per_shard=512),
-      "synthetic.records_per_shard: the shards hold [256, 256, 256, 256] records, the config says"
-      " 512",
+      dict(synthetic__records_per_shard=4),
+      "synthetic.records_per_shard: the shards hold [8] records, the config says 4",
     ),
     (dict(seed=3), "seed was 0, the config says 3"),
     (dict(features__history__max_ids=5), "features.history.max_ids was 8, the config says 5"),

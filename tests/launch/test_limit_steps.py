@@ -44,6 +44,9 @@ def test_a_retune_whose_statistics_grew_a_little_keeps_the_limits_and_the_step(
     fdo__compile_ahead=0.0,
     data__num_workers=0,
     pipelining=False,
+    # The data whose statistics give the limits below: records of one example.
+    synthetic__examples_per_record=1,
+    data__shuffle_window=0,
   )
   assert config.fdo.steps_per_doubling == 8
   train_and_evaluate(config, workdir)

@@ -51,7 +51,7 @@ def base_config(
       dir="",
       num_workers=0,
       shuffle=True,
-      shuffle_window=0,
+      shuffle_window=-1,  # packing.py: a resumed job's, else 256
       skip_corrupt=False,
       allow_id_dropping=False,
     )
@@ -60,7 +60,7 @@ def base_config(
     dict(
       num_examples=65536,
       num_dense=13,
-      examples_per_record=1,
+      examples_per_record=0,  # packing.py: a resumed job's, else 128
       records_per_shard=16384,
       eval_examples=0,
     )

@@ -37,20 +37,23 @@ FIELD_DOCS = {
   "data.num_workers": "Grain worker processes per host (0: in the main process). Batches"
   " and results do not depend on it; a resumed job may change it.",
   "data.shuffle": "Shuffle the records: a seeded permutation of the dataset's records,"
-  " another each epoch; the examples of one record stay together, in order (write records"
-  " of one example for an example-level shuffle), unless data.shuffle_window > 0.",
-  "data.shuffle_window": "> 0: also shuffle the examples across each window of this many"
-  " consecutive records of the shuffled record order (records of more than one example):"
-  " any two examples of one window can land in the same batch. Batches read the windows"
-  " in 8 lanes (batch k: lane k mod 8), so with 1, 2, 4 or 8 data.num_workers each window"
-  " is decoded once (N workers: up to N / gcd(N, 8) times), see README. 0: whole records"
-  " only.",
+  " another each epoch; with data.shuffle_window > 0 the examples are shuffled across the"
+  " records too, else the examples of one record stay together, in order.",
+  "data.shuffle_window": "-1 (the default): a resumed job keeps the window it was saved"
+  " with (0 for jobs saved before this field), a new job takes 256. > 0: also shuffle the"
+  " examples across each window of this many consecutive records of the shuffled record"
+  " order (records of more than one example): any two examples of one window can land in"
+  " the same batch. Batches read the windows in 8 lanes (batch k: lane k mod 8), so with"
+  " 1, 2, 4 or 8 data.num_workers each window is decoded once (N workers: up to"
+  " N / gcd(N, 8) times), see README. 0: whole records only.",
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
   " instead of stopping.",
   "synthetic.num_examples": "Examples of the generated train set.",
   "synthetic.num_dense": "Dense features of the generated data.",
-  "synthetic.examples_per_record": "Examples packed in one ArrayRecord record.",
+  "synthetic.examples_per_record": "Examples packed in one ArrayRecord record. 0 (the"
+  " default): a resumed job keeps its saved packing; a new job takes that of the data"
+  " already generated in its workdir, else 128.",
   "synthetic.records_per_shard": "Records per ArrayRecord file.",
   "synthetic.eval_examples": "Examples of a generated held-out split (0: none).",
   "features.NAME.vocab_size": "Rows of the feature's table (ids lie in [0, vocab_size)). A"

@@ -13,6 +13,7 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.core.rounding import round_up
+from sparsepipe.launch.config import packing
 
 _EMBEDDING_OPTIMIZERS = {
   "sgd": core.SGDOptimizerSpec,
@@ -198,7 +199,7 @@ def input_config(
     per_host_batch_size=per_host_batch_size(config, process_count),
     seed=int(config.seed),
     shuffle=bool(config.data.shuffle),
-    shuffle_window=int(config.data.shuffle_window),
+    shuffle_window=packing.shuffle_window(config.data.shuffle_window),
     num_workers=int(config.data.num_workers),
     skip_corrupt=bool(config.data.skip_corrupt),
     num_sc_per_device=int(config.num_sc_per_device),

@@ -25,6 +25,7 @@ import ml_collections
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe import transforms
+from sparsepipe.launch.config import packing
 from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
@@ -293,28 +294,29 @@ def restore_saved_model(
   return restored
 
 
-def _saved_pipelining(workdir: str) -> bool | None:
-  """The mode the newest checkpoint of `workdir` was saved with; None without one."""
+def _newest_saved_config(workdir: str) -> Any:
+  """The config of the newest checkpoint of `workdir`; None without one."""
   try:
     _, saved = saved_config(workdir, None)
   except ValueError:  # no checkpoint yet, or one that restore will name
     return None
-  return pipelining_choice(saved.get("pipelining", True))
+  return saved
 
 
-def resolve_job_pipelining(config: Any, workdir: str, mesh: Any) -> bool:
-  """Sets config.pipelining to the mode the job runs (a bool, recorded in its checkpoints).
+def resolve_job_defaults(config: Any, workdir: str, mesh: Any) -> None:
+  """Sets the fields whose default is "as the job was saved" to what the job runs
+  with, recorded so in its checkpoints: config.pipelining (a bool), and
+  data.shuffle_window and synthetic.examples_per_record (config/packing.py).
 
-  "auto" keeps the mode of the job's newest checkpoint, so a job resumes
-  with the step (and the checkpoint layout) it was saved with; a fresh job
-  takes `pipeline.pipelining_pays_off` for its devices. An explicit
-  true/false that differs from the saved mode is refused at restore, as a
-  changed config.
+  "auto" pipelining keeps the mode of the job's newest checkpoint, so a job
+  resumes with the step (and the checkpoint layout) it was saved with; a
+  fresh job takes `pipeline.pipelining_pays_off` for its devices. An
+  explicit value that differs from the saved one is refused at restore, as
+  a changed config.
   """
-  saved = None
-  if pipelining_choice(config.pipelining) is None:
-    saved = _saved_pipelining(workdir)
-  mode = resolve_pipelining(config.pipelining, mesh.devices.flat[0].platform, mesh.size, saved)
+  saved = _newest_saved_config(workdir)
+  saved_mode = None if saved is None else pipelining_choice(saved.get("pipelining", True))
+  mode = resolve_pipelining(config.pipelining, mesh.devices.flat[0].platform, mesh.size, saved_mode)
   with config.ignore_type():
     config.pipelining = mode
-  return mode
+  packing.resolve_saved_packing(config, saved)

@@ -10,6 +10,7 @@ from jax.experimental import multihost_utils
 import jax
 
 from sparsepipe import data
+from sparsepipe.launch.config import packing
 
 
 def synthetic_features(config: Any) -> list[data.SyntheticFeature]:
@@ -43,8 +44,9 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
   directory = os.path.join(workdir, "data")
   if jax.process_index() == 0:
     try:
-      data.read_manifest(directory)
+      _resolve_packing(config, data.read_manifest(directory))
     except data.ManifestError:
+      _resolve_packing(config, None)
       synth = config.synthetic
       eval_examples = int(synth.eval_examples)
       data.write_synthetic(
@@ -62,13 +64,24 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
       )
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices("sparsepipe:dataset_ready")
-  changed = synthetic_changes(data.read_manifest(directory), config)
+  manifest = data.read_manifest(directory)
+  _resolve_packing(config, manifest)  # the other processes: as process 0 generated it
+  changed = synthetic_changes(manifest, config)
   if changed:
     raise ValueError(
       f"'{directory}' holds synthetic data generated with other settings ({'; '.join(changed)}):"
       f" use a new --workdir, or delete '{directory}' to generate the data again"
     )
   return directory
+
+
+def _resolve_packing(config: Any, generated: data.Manifest | None) -> None:
+  """synthetic.examples_per_record's default (0): the generated data's packing, else
+  a new job's (config/packing.py); a resumed job's was set from its checkpoint."""
+  known = None if generated is None else generated.examples_per_record
+  config.synthetic.examples_per_record = packing.examples_per_record(
+    config.synthetic.examples_per_record, known
+  )
 
 
 def _generated_eval_dir(workdir: str) -> str:

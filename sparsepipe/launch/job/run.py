@@ -28,7 +28,7 @@ from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
 from sparsepipe.launch.job.checkpoints import BATCH_STEPS_FORMAT
 from sparsepipe.launch.job.checkpoints import JobCheckpoints
-from sparsepipe.launch.job.checkpoints import resolve_job_pipelining
+from sparsepipe.launch.job.checkpoints import resolve_job_defaults
 from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.context import JobResult
 from sparsepipe.launch.job.evaluation import JobEval
@@ -82,7 +82,7 @@ class _Job:
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
     self.mesh = core.make_mesh()
-    resolve_job_pipelining(config, self.workdir, self.mesh)  # before anything reads it
+    resolve_job_defaults(config, self.workdir, self.mesh)  # before anything reads them
     by_epochs = float(config.num_epochs) > 0
     if not by_epochs:  # a bad num_steps is named before any data is made
       self.schedule = Schedule.from_config(config)
