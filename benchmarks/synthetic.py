@@ -21,11 +21,13 @@ quoted as ratios to (0) within one run: the machine may be shared.
 Part 2, what a shipped config generates before its first batch
 (`launch.job.ensure_dataset`, exactly as the job calls it), examples per
 wall second and per CPU-second:
-  (d) --config=criteo as shipped (sparsepipe/launch/config/shipped/criteo.py):
-      26 features of one id each, the Kaggle vocabularies capped at 2^20,
-      Zipf exponent 1.05, 13 dense values, records of ONE example, 16384
-      records per shard; --shipped_examples examples (the config ships 2^20),
-  (e) the same with 128 examples per record (--config.synthetic.examples_per_record=128),
+  (d) --config=criteo (sparsepipe/launch/config/shipped/criteo.py) with
+      records of ONE example, as it shipped up to 0.3
+      (--config.synthetic.examples_per_record=1): 26 features of one id
+      each, the Kaggle vocabularies capped at 2^20, Zipf exponent 1.05, 13
+      dense values, 16384 records per shard; --shipped_examples examples
+      (the config ships 2^20),
+  (e) the same as shipped now: 128 examples per record (a new job's default),
   (f) ArrayRecord's own writes of (d)'s records, encoded beforehand, with
       the writer's options: the floor for records of one example (each
       record is one snappy-compressed chunk, group_size 1, a fixed cost
@@ -33,7 +35,7 @@ wall second and per CPU-second:
   (f0) the same writes as zstd chunks, as 0.2 wrote them (data/writer.py
       says why small records are snappy chunks now),
   (g) --config=demo as shipped (4 features of 1, 1, 1..3 and 1..8 ids,
-      4 dense, records of one example, 16384 train and 4096 eval examples),
+      4 dense, records of 128 examples, 16384 train and 4096 eval examples),
 with the ratios (d)/(e) and (d)/(f) of examples per CPU-second.
 """
 
@@ -171,20 +173,20 @@ def _shipped(n: int) -> dict:
   jax.process_index()  # the backend starts before the clocks do
   one = criteo.get_config()
   one.synthetic.num_examples = n
-  packed = criteo.get_config()
+  one.synthetic.examples_per_record = 1
+  packed = criteo.get_config()  # as shipped: 128 per record for a new job
   packed.synthetic.num_examples = n
-  packed.synthetic.examples_per_record = 128
   with tempfile.TemporaryDirectory() as tmp:
     rows = {
-      "(d) criteo, 1/record (as shipped)": _job_generation(one, tmp, "criteo_1"),
-      "(e) criteo, 128/record": _job_generation(packed, tmp, "criteo_128"),
+      "(d) criteo, 1/record (up to 0.3)": _job_generation(one, tmp, "criteo_1"),
+      "(e) criteo, 128/record (as shipped)": _job_generation(packed, tmp, "criteo_128"),
       "(f) ArrayRecord writes of (d) alone": _array_record_floor(
         one, os.path.join(tmp, "f"), data.array_record_options(1)
       ),
       "(f0) the same, zstd chunks (0.2)": _array_record_floor(
         one, os.path.join(tmp, "f0"), "group_size:1"
       ),
-      "(g) demo, 1/record (as shipped)": _job_generation(demo.get_config(), tmp, "demo"),
+      "(g) demo, 128/record (as shipped)": _job_generation(demo.get_config(), tmp, "demo"),
     }
     sizes = {
       part: sum(e.stat().st_size for e in os.scandir(os.path.join(tmp, part)))
