@@ -9,8 +9,9 @@ import grain
 
 from sparsepipe.data.manifest import Manifest, read_manifest
 
-# Records only by default: the window shuffle costs the loader more per
-# example than records of one example with workers (benchmarks/loader.py (e)).
+# Records only by default here, as in 0.3, so a library user's batches stay
+# what they were; the launcher's new jobs take a window of 256
+# (launch/config/packing.py).
 DEFAULT_SHUFFLE_WINDOW = 0
 
 
