@@ -140,8 +140,10 @@ def test_two_processes_to_one_mid_segment_and_back_to_two(shared):
   _saved_mid_segment(workdir)
   runs = harness.run_many(_two_processes(workdir, data_dir), env=envs[4], timeout_s=400)
   assert [r.returncode for r in runs] == [0, 0], "\n".join(r.describe() for r in runs)
-  # 2 processes of 4 devices against the reference's 1 of 8: another process count, so
-  # close from the first batch (with records of 128 its loss differed by 1e-7 relative).
+  # 2 processes of 4 devices against the reference's 1 of 8: another process count, whose
+  # all-reduces add in another order, so close from the first batch. Bit for bit only by
+  # luck of the data: batch 1's loss differed by 1e-7 relative with records of 128, and
+  # with records of one example and seeds 5 and 7.
   assert first_stop >= 1
   _assert_close_to_reference(workdir, reference, 0)
 
