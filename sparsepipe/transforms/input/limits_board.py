@@ -14,11 +14,17 @@ read-ahead threads keep running over a retune.
 The limits travel as JSON files (stack -> limit name -> value, no pickle) in
 a private temporary directory of this pipeline run: worker processes read
 them there; the main process reads its own copy. `close` ends every wait
-(the batches made then are discarded with the pipeline).
+(the batches made then are discarded with the pipeline) and removes the
+directory. A run killed before that (SIGKILL) leaves it behind, so the
+process that opens a board holds an flock on the directory's `owner.lock`
+for as long as it runs (the kernel drops it when the process dies, in any
+pid namespace), and opening a board removes the directories whose lock it
+can take (`remove_abandoned_boards`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -34,6 +40,43 @@ from sparsepipe.transforms.input.preprocess import PreprocessSparse
 
 POLL_SECONDS = 0.002
 _CLOSED = "closed"
+_OWNER = "owner.lock"
+_PREFIX = "sparsepipe_limits_"
+
+
+def _hold_owner_lock(directory: str) -> int:
+  """Locks a new file of `directory` and only then names it owner.lock, so no other
+  process can lock it first; the lock lasts while the returned descriptor is open."""
+  fd, path = tempfile.mkstemp(dir=directory, prefix=".owner")
+  fcntl.flock(fd, fcntl.LOCK_EX)
+  os.rename(path, os.path.join(directory, _OWNER))
+  return fd
+
+
+def remove_abandoned_boards(parent: str | None = None) -> list[str]:
+  """Removes the board directories in `parent` (the temporary directory) whose
+  owner lock no process holds: those of runs that died without closing them.
+  Directories without an owner.lock (older versions, a board being made) stay.
+  Returns the directories removed."""
+  parent = tempfile.gettempdir() if parent is None else parent
+  removed = []
+  for name in sorted(os.listdir(parent)):
+    directory = os.path.join(parent, name)
+    if not name.startswith(_PREFIX):
+      continue
+    try:
+      fd = os.open(os.path.join(directory, _OWNER), os.O_RDONLY)
+    except OSError:  # no lock file, or removed meanwhile
+      continue
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: its run is alive
+      os.close(fd)
+      continue
+    shutil.rmtree(directory, ignore_errors=True)
+    os.close(fd)
+    removed.append(directory)
+  return removed
 
 
 class LimitsBoard:
@@ -50,6 +93,12 @@ class LimitsBoard:
     self._published: dict[int, dict[str, Any]] = {}
     self._from = 0
     self.directory: str | None = None
+    self._owner_fd: int | None = None
+
+  def __getstate__(self) -> dict[str, Any]:
+    state = dict(self.__dict__)
+    state["_owner_fd"] = None  # the lock is the opening process's (workers get copies)
+    return state
 
   def rebase(self, from_batch: int) -> None:
     """The pipeline's first limits apply from batch index `from_batch` (a restored
@@ -60,7 +109,9 @@ class LimitsBoard:
   def open(self) -> None:
     """A new run of the pipeline's workers and threads (they read this directory)."""
     self.close()
-    self.directory = tempfile.mkdtemp(prefix="sparsepipe_limits_")
+    remove_abandoned_boards()
+    self.directory = tempfile.mkdtemp(prefix=_PREFIX)
+    self._owner_fd = _hold_owner_lock(self.directory)
     for after_batch, limits in self._published.items():
       self._write(after_batch, limits)
 
@@ -71,6 +122,9 @@ class LimitsBoard:
       # os.open: this may run in an iterator's __del__ at exit, without builtins.
       os.close(os.open(os.path.join(directory, _CLOSED), os.O_CREAT | os.O_WRONLY, 0o600))
       shutil.rmtree(directory, ignore_errors=True)
+    owner, self._owner_fd = self._owner_fd, None
+    if owner is not None:
+      os.close(owner)
 
   def _write(self, after_batch: int, limits: dict[str, Any]) -> None:
     path = os.path.join(self.directory, f"{after_batch}.json")

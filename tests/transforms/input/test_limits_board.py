@@ -1,5 +1,10 @@
 """The input switches COO limits at an FDO retune point without restarting its workers."""
 
+import os
+import subprocess
+import sys
+import tempfile
+
 import datasets
 import jax
 import numpy as np
@@ -7,6 +12,7 @@ import pytest
 
 from sparsepipe import data
 from sparsepipe import transforms as T
+from sparsepipe.transforms.input import limits_board
 
 S = 2
 FEATURES = (data.SyntheticFeature("a", 40, 1, 3), data.SyntheticFeature("b", 24, 0, 4))
@@ -94,3 +100,35 @@ def test_limits_published_late_or_off_a_retune_point_are_errors(dataset):
   fixed = make_input(dataset, specs)
   with pytest.raises(ValueError, match=r"not a retune point of this input"):
     fixed.publish_limits(4, specs)
+
+
+def test_a_killed_runs_board_directory_is_removed_by_the_next_board(tmp_path, monkeypatch):
+  """A run killed with SIGKILL cannot remove its directory: the next board opened removes
+  it, and keeps a live run's, one without an owner lock (an older version's) and others."""
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  script = (
+    "import sys, tempfile, time; tempfile.tempdir = sys.argv[1];"
+    " from sparsepipe.transforms.input.limits_board import LimitsBoard;"
+    " board = LimitsBoard(None); board.open(); print(board.directory, flush=True);"
+    " time.sleep(600)"
+  )
+  killed = subprocess.Popen(
+    [sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True
+  )
+  dead = killed.stdout.readline().strip()
+  killed.kill()
+  killed.wait()
+  killed.stdout.close()
+  assert os.path.isdir(dead) and os.path.dirname(dead) == str(tmp_path)
+  live = limits_board.LimitsBoard(None)
+  live.open()
+  (tmp_path / "sparsepipe_limits_older").mkdir()
+  (tmp_path / "other").mkdir()
+  board = limits_board.LimitsBoard(None)
+  board.open()
+  kept = {os.path.basename(b.directory) for b in (live, board)}
+  assert set(os.listdir(tmp_path)) == kept | {"sparsepipe_limits_older", "other"}
+  assert limits_board.remove_abandoned_boards() == []
+  board.close()
+  live.close()
+  assert sorted(os.listdir(tmp_path)) == ["other", "sparsepipe_limits_older"]
