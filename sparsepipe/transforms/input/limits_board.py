@@ -61,9 +61,9 @@ def remove_abandoned_boards(parent: str | None = None) -> list[str]:
   parent = tempfile.gettempdir() if parent is None else parent
   removed = []
   for name in sorted(os.listdir(parent)):
-    directory = os.path.join(parent, name)
     if not name.startswith(_PREFIX):
       continue
+    directory = os.path.join(parent, name)
     try:
       fd = os.open(os.path.join(directory, _OWNER), os.O_RDONLY)
     except OSError:  # no lock file, or removed meanwhile
