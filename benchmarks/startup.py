@@ -30,7 +30,8 @@ with the state's init for the cores.
 FDO every 300, 12 data workers, a save at the end (the platform's devices;
 minutes per start on a CPU). Its process time is the whole job.
 
-`--configs criteo_retune` instead runs a criteo job of 36 batches on 1 CPU
+`--configs criteo_retune` (and `criteo_pipelined_retune`, the same with the
+pipelined step) instead runs a criteo job of 36 batches on 1 CPU
 device that retunes FDO after batches 12 and 24 (per variant, one start),
 and prints each retune's stall from the job's `retune_stall` records: the
 gap between the last batch before the retune and the first after it (each
@@ -99,6 +100,9 @@ CONFIGS = {
     "--config.log_every_steps=1000",
   ],
 }
+# The same with the pipelined step (`auto` runs the sequential one on CPU): its
+# retunes hand the batches in flight to the next segment (or drained, before 0.4).
+CONFIGS["criteo_pipelined_retune"] = [*CONFIGS["criteo_retune"], "--config.pipelining=true"]
 
 
 def _env() -> dict[str, str]:

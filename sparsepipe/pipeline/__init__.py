@@ -46,6 +46,8 @@ from sparsepipe.pipeline.pipelining.state import pipeline_input_sharding
 from sparsepipe.pipeline.pipelining.state import is_fake_tc_step
 from sparsepipe.pipeline.pipelining.state import is_output_valid
 from sparsepipe.pipeline.pipelining.step import step
+from sparsepipe.pipeline.embedding.coo_relayout import CooRelayoutError
+from sparsepipe.pipeline.embedding.coo_relayout import relayout_coo_buffers
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.zero.optimizer import ScatteredGradients

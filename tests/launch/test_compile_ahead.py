@@ -39,9 +39,9 @@ class _Watch:
         compiles.headroom = speculation_headroom
       self.made.append(compiles)
 
-    def compiling(trainer, *args):
+    def compiling(trainer, *args, **kwargs):
       self.compilations += 1
-      return compile_ahead(trainer, *args)
+      return compile_ahead(trainer, *args, **kwargs)
 
     monkeypatch.setattr(fdo.AheadCompiles, "__init__", making)
     monkeypatch.setattr(pipeline.Trainer, "compile_ahead", compiling)

@@ -52,7 +52,11 @@ def test_raising_num_steps_twice_reads_the_batches_of_the_longer_job(
 
 
 def test_raising_num_steps_mid_segment_lengthens_it_without_fdo(data_dir, tmp_path, monkeypatch):
-  """FDO off: the segment planned to the end follows num_steps; one pipeline run, no drain."""
+  """Stopped mid-segment and raised: it trains on to the new end as the longer job.
+
+  The shipped dataset config retunes after batch 4 (fdo.first_after): the
+  checkpoint after batch 4 comes after that retune, with batch 5 read and in
+  flight, so the resumed job reads from batch 5 (index 4) on."""
   recorder = launch_testing.BatchRecorder(monkeypatch)
   uninterrupted = str(tmp_path / "uninterrupted")
   train_and_evaluate(dataset_config(data_dir, 9), uninterrupted)
@@ -63,8 +67,9 @@ def test_raising_num_steps_mid_segment_lengthens_it_without_fdo(data_dir, tmp_pa
   launch_testing.remove_checkpoints_after(workdir, 4)
   recorder.indices.clear()
   train_and_evaluate(dataset_config(data_dir, 9), workdir)
-  assert recorder.indices == list(range(4, 9))
-  # The same pipeline run as the 9-batch job: the same losses, bit for bit.
+  assert recorder.indices == list(range(5, 9))
+  # The 6-batch job's last segment, cut at 6, hands over at 6 instead of draining: the
+  # same losses as the 9-batch job, bit for bit.
   assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(uninterrupted)
 
 

@@ -27,9 +27,10 @@ def first_run(tmp_path_factory):
 def test_job_trains_every_batch_once_and_checkpoints(first_run):
   workdir, result = first_run
   assert not result.preempted and result.resumed_from is None
-  # 8 batches in 2 FDO segments of 4 (+2 fill/drain pipeline steps each).
+  # 8 batches in 2 FDO segments of 4: the first (a fill step and 3 more) hands
+  # its last two batches to the second, which drains at the job's end (6 steps).
   assert result.batches_trained == 8
-  assert result.position == Position(1, 4, 4, False, pipeline_step=6)
+  assert result.position == Position(1, 4, 4, False, pipeline_step=6, carried_in=True)
   assert result.checkpoint_step == 8
   losses = launch_testing.batch_losses(workdir)
   assert sorted(losses) == list(range(1, 9))
@@ -64,7 +65,9 @@ def test_each_retune_records_its_stall(first_run):
 
 def test_an_early_first_fdo_pass_retunes_after_first_after_batches_and_resumes_exactly(tmp_path):
   """fdo.first_after=2, every_steps=4: retunes after batches 2 and 4 (8 is the end); a job
-  resumed inside the early segment, at its end or inside the next one trains the same."""
+  resumed at any boundary trains the same: at the end of a segment that hands its batches
+  in flight over (batches 1 and 3), or after the retune, in the segment they were
+  handed to (2, 4 and 5)."""
   config = launch_testing.tiny_config(
     fdo__first_after=2, checkpoint__every_steps=1, checkpoint__keep=100
   )
@@ -74,7 +77,7 @@ def test_an_early_first_fdo_pass_retunes_after_first_after_batches_and_resumes_e
   assert [e["batch"] for e in retunes] == [2, 4]
   (early,) = retunes[0]["limits"].values()
   assert 1 <= early["max_ids_per_partition"] < 32  # tuned: 32 is the worst case
-  for stopped in (1, 2, 3):
+  for stopped in (1, 2, 3, 4, 5):
     workdir = str(tmp_path / f"stopped_{stopped}")
     shutil.copytree(reference, workdir)
     launch_testing.remove_checkpoints_after(workdir, stopped)
@@ -240,9 +243,9 @@ def test_the_freed_heap_is_released_after_each_compilation(tmp_path, monkeypatch
   config = launch_testing.tiny_config()
   config.checkpoint.async_save = False
   train_and_evaluate(config, str(tmp_path / "job"))
-  # Two segments of 4 batches, 6 pipeline steps each (fill, 4, drain): before
-  # the first step (the state made), after each of the first two steps of each
-  # segment, which compile its two programs (0, 1, 2, 7, 8), and after each
-  # (synchronous) save: batches 3 and 6 (every 3; steps 4 and 9) and 8 (the
-  # end, step 12).
-  assert steps[0] == 12 and trims == [0, 1, 2, 4, 7, 8, 9, 12]
+  # Two segments of 4 batches: 4 pipeline steps (fill, 3), then 6 (4, drain).
+  # Before the first step (the state made), after each of the first two steps
+  # of each segment, which compile its programs (0, 1, 2, 5, 6), and after
+  # each (synchronous) save: batches 3 and 6 (every 3; steps 4 and 7) and 8
+  # (the end, step 10).
+  assert steps[0] == 10 and trims == [0, 1, 2, 4, 5, 6, 7, 10]

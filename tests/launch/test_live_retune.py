@@ -1,4 +1,4 @@
-"""An FDO retune changes the limits without stopping the input or draining the loss record."""
+"""An FDO retune changes the limits without stopping the input or the pipeline."""
 
 import jax
 import pytest
@@ -38,8 +38,9 @@ def test_a_retune_changes_the_limits_without_restarting_the_input(
 ):
   """Retunes after batches 2, 4 and 8 of 10, two data workers: the workers start once, the
   batches from index 2 on have the smaller tuned buffers, and the losses are bitwise those
-  of the same schedule (drained at each retune when pipelined) with limits that FDO leaves
-  at the worst case (a headroom past what a batch can fill)."""
+  of the job with limits that FDO leaves at the worst case (a headroom past what a batch
+  can fill) and of the job without FDO: pipelined, the batches in flight at a retune are
+  handed to the next segment, re-laid out for its limits, so nothing drains."""
   common = dict(num_steps=10, data__num_workers=2, pipelining=pipelining, fdo__first_after=2)
   watch = _InputWatch(monkeypatch)
   fixed = str(tmp_path / "fixed")
@@ -55,3 +56,7 @@ def test_a_retune_changes_the_limits_without_restarting_the_input(
   assert sorted(watch.sizes) == list(range(10))
   assert watch.sizes[0] == watch.sizes[1] == worst_case > watch.sizes[2]
   assert launch_testing.batch_losses(tuned) == launch_testing.batch_losses(fixed)
+  off = str(tmp_path / "off")
+  train_and_evaluate(launch_testing.tiny_config(**{**common, "fdo__every_steps": 0}), off)
+  assert launch_testing.events(off, "fdo") == []
+  assert launch_testing.batch_losses(tuned) == launch_testing.batch_losses(off)

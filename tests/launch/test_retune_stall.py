@@ -2,6 +2,8 @@
 
 import types
 
+import pytest
+
 from sparsepipe.launch.job import hooks
 
 
@@ -28,19 +30,24 @@ def _result(index: int, ready_at: float):
   return types.SimpleNamespace(batch_index=index, output={"ready_at": ready_at})
 
 
-def test_the_stall_is_the_gap_between_trained_batches_less_the_segment_throughput(monkeypatch):
+@pytest.mark.parametrize("drains", [True, False], ids=["drained", "handed over"])
+def test_the_stall_is_the_gap_between_trained_batches_less_the_segment_throughput(
+  monkeypatch, drains
+):
   """A segment of 6 batches retuned after: each step is dispatched 0.01 s after the hook's
   previous call, and the device trains a batch per second once the first two compiled
-  (ready at 6 and 7). The steady batch time is (11 - 7) / 4 = 1 s, not the 0.01 s between
-  dispatches; the first batch after the retune is dispatched once the new step compiled, 20 s
-  after the segment's last one was trained, and is ready 1 s later: gap 21 s, stall 20 s."""
+  (ready at 6 and 7). The steady batch time is 1 s, not the 0.01 s between dispatches; the
+  first batch after the retune is dispatched once the new step compiled, 20 s after the
+  last one before it was trained, and is ready 1 s later: gap 21 s, stall 20 s. A segment
+  that hands its batches in flight over trains its last one in the next segment (index
+  -1): there the gap runs from its last batch but one."""
   device = _Device()
   monkeypatch.setattr(hooks, "time", types.SimpleNamespace(perf_counter=device.perf_counter))
   monkeypatch.setattr(
     hooks, "jax", types.SimpleNamespace(block_until_ready=device.block_until_ready)
   )
   job = types.SimpleNamespace(
-    position=types.SimpleNamespace(length=6),
+    position=types.SimpleNamespace(length=6, drains=drains, end=6),
     batch=6,
     schedule=types.SimpleNamespace(retunes_after=lambda batch: batch == 6),
     output=device,
@@ -48,14 +55,15 @@ def test_the_stall_is_the_gap_between_trained_batches_less_the_segment_throughpu
   )
   hook = hooks.RetuneStallHook(job)
   device.now = 5.0  # the segment's steps compiled
-  for index, ready_at in enumerate([6.0, 7.0, 8.0, 9.0, 10.0, 11.0]):
+  trained = [6.0, 7.0, 8.0, 9.0, 10.0, 11.0][: 6 if drains else 5]
+  for index, ready_at in enumerate(trained):
     device.now += 0.01
     assert hook(_result(index, ready_at)) is False
-  assert device.now == 11.0  # the hook waited for the last batch
+  assert device.now == trained[-1]  # the hook waited for the last batch
   hook.segment_end()
   assert device.records == []
   device.now += 20.0  # the retune: the new step compiles
-  hook(_result(0, device.now + 1.0))
+  hook(_result(0 if drains else -1, device.now + 1.0))
   (record,) = device.records
   assert record == {
     "event": "phase",

@@ -57,6 +57,35 @@ def test_a_pipelined_segment_reads_trains_and_buffers_as_the_pipeline_does():
   ]
 
 
+def test_a_segment_carried_in_trains_the_last_one_s_batches_in_flight_and_hands_over():
+  # After batch 4, 4 batches, between two retunes: step 0 trains batch 4 (the
+  # previous segment's last, in flight with batch 3) and no step drains; the
+  # segment ends at the boundary of batch 7 with batches 8 and 7 in flight.
+  segment = Position(1, 4, 4, False, carried_in=True, drains=False)
+  steps = range(5)
+  assert segment.steps == 4 and segment.end == 8
+  assert [segment.at_step(p).batches_read for p in steps] == [4, 5, 6, 7, 8]
+  assert [segment.at_step(p).batches_trained for p in steps] == [3, 4, 5, 6, 7]
+  assert [segment.at_step(p).updates_applied for p in steps] == [2, 3, 4, 5, 6]
+  assert [segment.at_step(p).at_boundary for p in steps] == [0, 1, 1, 1, 1]
+  assert not any(segment.at_step(p).drained for p in steps)
+  assert [segment.at_step(p).in_flight for p in steps] == [(3, 2), (4, 3), (5, 4), (6, 5), (7, 6)]
+  # The job's last segment, carried in, drains: batch 8 at step 6.
+  last = dataclasses.replace(segment, drains=True)
+  assert last.steps == 6 and last.at_step(6).at_boundary and last.at_step(6).drained
+  assert [last.at_step(p).batches_trained for p in range(7)] == [3, 4, 5, 6, 7, 8, 8]
+
+
+def test_only_the_last_segment_of_a_pipelined_job_drains():
+  schedule, position, kinds = Schedule(10, 4), Schedule(10, 4).first(), []
+  while position is not None:
+    kinds.append((position.start, position.carried_in, position.drains))
+    position = schedule.next_segment(position.at_step(position.steps))
+  assert kinds == [(0, False, False), (4, True, False), (8, True, True)]
+  first = Schedule(10, 4, pipelined=False).first()
+  assert (first.carried_in, first.drains) == (False, True)
+
+
 def test_sequential_segments_are_drained_at_every_step():
   segment = Position(0, 0, 3, True, pipelined=False)
   assert segment.steps == 3
@@ -72,22 +101,32 @@ def test_resume_follows_num_steps_for_a_segment_planned_to_the_end():
   assert Schedule(1000, 0).resume(saved).length == 1000
   assert Schedule(650, 0).resume(saved).length == 700
   # FDO now on: the segment ends at the first retune point at or past the batches read.
-  assert Schedule(1600, 500).resume(saved) == dataclasses.replace(saved, length=1000, to_end=False)
-  assert Schedule(1600, 350).resume(saved) == dataclasses.replace(saved, length=700, to_end=False)
+  # It then hands over to the next segment instead of draining.
+  assert Schedule(1600, 500).resume(saved) == dataclasses.replace(
+    saved, length=1000, to_end=False, drains=False
+  )
+  assert Schedule(1600, 350).resume(saved) == dataclasses.replace(
+    saved, length=700, to_end=False, drains=False
+  )
 
 
 def test_resume_keeps_fdo_segments_and_their_drain():
-  saved = Position(2, 40, 20, False, pipeline_step=5)
+  saved = Position(2, 40, 20, False, pipeline_step=5, carried_in=True, drains=False)
   assert Schedule(100, 30).resume(saved) == saved  # fdo.every_steps applies to the next ones
-  assert Schedule(50, 20).resume(saved).length == 10
-  draining = dataclasses.replace(saved, pipeline_step=21)
+  # Cut at a lowered num_steps, the segment is the job's last: it drains.
+  assert Schedule(50, 20).resume(saved) == dataclasses.replace(saved, length=10, drains=True)
+  assert Schedule(60, 20).resume(saved).drains
+  # The handing over end (step 20) still re-plans; raised past it, the job hands over.
+  ended = dataclasses.replace(saved, pipeline_step=20, drains=True)
+  assert Schedule(100, 20).resume(ended) == dataclasses.replace(ended, drains=False)
+  draining = dataclasses.replace(saved, pipeline_step=21, drains=True)
   assert Schedule(45, 20).resume(draining) == draining  # the drain started: length fixed
 
 
 def test_a_changed_fdo_interval_applies_from_the_next_segment():
   schedule = Schedule(100, 30)
-  ended = Position(2, 40, 20, False, pipeline_step=22)
-  assert schedule.next_segment(ended) == Position(3, 60, 30, False)
+  ended = Position(2, 40, 20, False, pipeline_step=20, drains=False)
+  assert schedule.next_segment(ended) == Position(3, 60, 30, False, carried_in=True, drains=False)
   assert schedule.next_segment(Position(3, 90, 10, False, 12)) is None
 
 
@@ -97,7 +136,8 @@ def test_retunes_belong_to_absolute_batch_numbers():
   schedule = Schedule(128, 20)
   assert schedule.resume(stopped) == stopped
   following = schedule.next_segment(stopped)
-  assert following == Position(5, 90, 10, False)
+  # It drained at batch 90: the next segment fills the pipeline again.
+  assert following == Position(5, 90, 10, False, drains=False)
   assert [schedule.retunes_after(b) for b in (80, 90, 100, 110, 120)] == [1, 0, 1, 0, 1]
   assert segments(schedule)[4:] == [(80, 20, False), (100, 20, False), (120, 8, False)]
   # Lowering num_steps cuts the segment; raising it back plans up to the multiple again.

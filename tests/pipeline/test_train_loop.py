@@ -21,6 +21,7 @@ from sparsepipe.pipeline.embedding.variables import init_embedding_variables
 from sparsepipe.core.mesh import data_sharding, make_mesh
 from sparsepipe.core import specs
 from sparsepipe.core import TrainBatch
+from sparsepipe import transforms
 from sparsepipe.transforms import prepare_feature_specs_for_training
 from sparsepipe.transforms import preprocess_sparse_dense_matmul_input
 
@@ -67,23 +68,28 @@ class Setup:
     state = train_state_lib.create_train_state(self.optimizer, params, self.mesh, emb)
     self.state_sharding = jax.tree.map(lambda x: x.sharding, state)
     self.host_state = host(state)
-    self.trainer = pipeline.make_trainer(
+    self.trainer = self.make_trainer()
+
+  def make_trainer(self, feature_specs=None, batch=None, **options):
+    """A trainer of this setup's model (for other limits: their specs and a batch of them)."""
+    return pipeline.make_trainer(
       self.mesh,
       self.fresh_state(),
-      self.batch(0),
+      self.batch(0) if batch is None else batch,
       self.tc,
-      feature_specs=self.feature_specs,
+      feature_specs=feature_specs or self.feature_specs,
       num_sc_per_device=S,
+      **options,
     )
 
-  def _host_batch(self, i):
+  def _host_batch(self, i, feature_specs=None):
     r = np.random.default_rng(i)
     feats = {
       f"f{j}": r.integers(0, vocab, (B, 3)).astype(np.int32)
       for j, (_, vocab, _, _) in enumerate(_TABLES)
     }
     pre, _ = preprocess_sparse_dense_matmul_input(
-      feats, None, self.feature_specs, G, G, num_sc_per_device=S
+      feats, None, feature_specs or self.feature_specs, G, G, num_sc_per_device=S
     )
     return TrainBatch(
       labels=r.integers(0, 2, (B,)).astype(np.float32),
@@ -159,15 +165,7 @@ def assert_trees(actual, expected, exact):
 
 def test_sequential_mode_updates_the_tables_before_the_next_lookup(setup):
   """pipelining=False: each batch's lookup, dense step and update in one step."""
-  trainer = pipeline.make_trainer(
-    setup.mesh,
-    setup.fresh_state(),
-    setup.batch(0),
-    setup.tc,
-    feature_specs=setup.feature_specs,
-    num_sc_per_device=S,
-    pipelining=False,
-  )
+  trainer = setup.make_trainer(pipelining=False)
   seen = []
   state, pstate, metrics = pipeline.train(
     trainer,
@@ -274,15 +272,7 @@ def test_stop_and_resume_is_bit_identical(setup, full_run, stop_after):
 
 
 def test_gradient_multiplier_trainer_matches(setup, full_run):
-  trainer = pipeline.make_trainer(
-    setup.mesh,
-    setup.fresh_state(),
-    setup.batch(0),
-    setup.tc,
-    feature_specs=setup.feature_specs,
-    num_sc_per_device=S,
-    gradient_multiplier=True,
-  )
+  trainer = setup.make_trainer(gradient_multiplier=True)
   state, _, metrics = pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
   assert trainer.traced_programs == (False,)
   assert_trees(state, full_run[0], exact=False)
@@ -367,16 +357,105 @@ def test_no_donated_buffer_goes_unused(setup, pipelining):
   donated buffer no output takes is freed late and tells of an argument
   the step should have kept.
   """
-  trainer = pipeline.make_trainer(
-    setup.mesh,
-    setup.fresh_state(),
-    setup.batch(0),
-    setup.tc,
-    feature_specs=setup.feature_specs,
-    num_sc_per_device=S,
-    pipelining=pipelining,
-  )
+  trainer = setup.make_trainer(pipelining=pipelining)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
   assert [str(w.message) for w in caught if "donated buffers" in str(w.message)] == []
+
+
+def with_limits(feature_specs, max_ids, buffer_size=None):
+  """The specs with every stack's max_ids (and max_unique_ids) and COO buffer size set."""
+  limits = {
+    stack: {
+      "max_ids_per_partition": max_ids,
+      "max_unique_ids_per_partition": max_ids,
+      "suggested_coo_buffer_size_per_device": buffer_size,
+    }
+    for stack in transforms.get_stack_limits(feature_specs)
+  }
+  return transforms.apply_stack_limits(feature_specs, limits)
+
+
+# (max_ids_per_partition, COO buffer per device): the batches have at most 3 ids
+# in a partition and 64 entries (padding included) in a SparseCore's segment.
+OTHER_LIMITS = {"same limits": (8, None), "larger": (16, None), "smaller": (3, 192)}
+
+
+@pytest.mark.parametrize("limits", OTHER_LIMITS.values(), ids=OTHER_LIMITS.keys())
+def test_a_run_handed_over_trains_on_as_one_run_for_any_limits_that_hold_it(
+  setup, full_run, limits
+):
+  """3 batches without a drain, handed over to a run of 2 batches with other COO
+  limits: the same losses and state as one run of 5, bit for bit."""
+  specs = with_limits(setup.feature_specs, *limits)
+  later = [jax.device_put(setup._host_batch(i, specs), data_sharding(setup.mesh)) for i in (3, 4)]
+  trainer = setup.trainer if limits == (8, None) else setup.make_trainer(specs, later[0])
+  seen = []
+  state, pstate, first = pipeline.train(
+    setup.trainer, setup.fresh_state(), setup.batches(), 3, drain=False
+  )
+  assert first.batch_indices == (0, 1) and first.finished and int(pstate.pipeline_step) == 3
+  handed = trainer.hand_over(pstate)
+  assert int(handed.pipeline_step) == 0
+  state, pstate, second = pipeline.train(
+    trainer,
+    state,
+    iter(later),
+    2,
+    pipeline_state=handed,
+    carried_in=True,
+    hooks=(lambda result: seen.append(result.batch_index),),
+  )
+  assert seen == [-1, 0, 1, None] and second.batch_indices == (-1, 0, 1)
+  np.testing.assert_array_equal(first.losses + second.losses, full_run[2].losses)
+  assert_trees(state, full_run[0], exact=True)
+  assert int(state.step) == N
+
+
+def test_handed_over_buffers_are_what_the_preprocessing_writes_for_the_new_limits(setup):
+  for limits in OTHER_LIMITS.values():
+    specs = with_limits(setup.feature_specs, *limits)
+    expected = setup._host_batch(2, specs).sparse
+    got = pipeline.relayout_coo_buffers(
+      setup.batch(2).sparse, specs, setup.mesh, num_sc_per_device=S
+    )
+    assert_trees(got, expected, exact=True)
+
+
+def test_handing_over_to_limits_too_small_for_the_batches_in_flight_is_refused(setup):
+  _, pstate, _ = pipeline.train(setup.trainer, setup.fresh_state(), setup.batches(), 2, drain=False)
+  tight = with_limits(setup.feature_specs, 8, buffer_size=32)  # 16 entries per SC
+  with pytest.raises(pipeline.CooRelayoutError) as e:
+    pipeline.relayout_coo_buffers(
+      pstate.last_step_inputs.sparse_inputs, tight, setup.mesh, num_sc_per_device=S
+    )
+  assert str(e.value).startswith("stack '")
+  assert "entries (padding included), more than the 16 of the new limits" in str(e.value)
+  sparse = setup.batch(2).sparse
+  cut = sparse._replace(lhs_row_pointers={k: v[:16] for k, v in sparse.lhs_row_pointers.items()})
+  with pytest.raises(pipeline.CooRelayoutError) as e:
+    pipeline.relayout_coo_buffers(cut, tight, setup.mesh, num_sc_per_device=S)
+  assert str(e.value) == (
+    "stack 't0': COO buffers of shapes (16,) and (2048,) were not made for 8 devices with"
+    " 2 SparseCores each"
+  )
+
+
+def test_carried_in_needs_a_handed_over_state_of_its_shapes_and_the_pipelined_step(setup):
+  _, pstate, _ = pipeline.train(setup.trainer, setup.fresh_state(), setup.batches(), 2, drain=False)
+  last = pstate.last_step_inputs
+  half = pipeline.DenseInputs(last.dense_inputs.labels[:16], last.dense_inputs.dense[:16])
+  other_batch = pstate.replace(last_step_inputs=last.replace(dense_inputs=half))
+  with pytest.raises(ValueError) as e:
+    setup.trainer.hand_over(other_batch)
+  assert str(e.value) == (
+    "hand_over: the PipelineState's .last_step_inputs.dense_inputs.labels is float32[16],"
+    " the next run's float32[32]: a run hands its batches over only to a run of the same"
+    " model and batch shapes (drain it instead)"
+  )
+  with pytest.raises(ValueError, match="carried_in needs the pipeline_state handed over"):
+    pipeline.train(setup.trainer, setup.fresh_state(), setup.batches(), 2, carried_in=True)
+  multiplier = setup.make_trainer(gradient_multiplier=True)
+  with pytest.raises(ValueError, match="carried_in and drain=False need the pipelined step"):
+    pipeline.train(multiplier, setup.fresh_state(), setup.batches(), 2, drain=False)

@@ -3,8 +3,9 @@
 A checkpoint step is the number of batches trained (schedule.py): the job
 saves at batch boundaries only, so `checkpoints/500` is the job after batch
 500. Besides the arrays, the data position and the FDO limits, a step
-records its segment ({"segment", "start", "length", "to_end"} in the "fdo"
-item) and which batches its PipelineState buffers (LoopPosition.in_flight).
+records its segment ({"segment", "start", "length", "to_end", "carried_in"}
+in the "fdo" item) and which batches its PipelineState buffers
+(LoopPosition.in_flight).
 
 Restoring onto any mesh: the saved limits are carried to the current device
 count (transforms.carry_stack_limits), the tables re-laid out by logical row,
@@ -89,6 +90,7 @@ def saved_position(fdo: dict[str, Any], meta: checkpointing.CheckpointMetadata) 
       bool(fdo["to_end"]),
       step,
       pipelined,
+      carried_in=bool(fdo.get("carried_in", False)),  # segments saved by 0.3 all drained
     )
   to_end = not int(meta.run.config.get("fdo", {}).get("every_steps", 0))
   start = int(fdo["segment"]) * int(fdo["segment_batches"])
@@ -121,6 +123,7 @@ class JobCheckpoints:
       "start": position.start,
       "length": position.length,
       "to_end": position.to_end,
+      "carried_in": position.carried_in,
       "limits": transforms.get_stack_limits(setup.feature_specs),
       "job_id": job_id,
     }

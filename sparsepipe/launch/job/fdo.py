@@ -1,6 +1,6 @@
 """FDO in the loop: merge every process's statistics and derive new limits.
 
-At a segment boundary (pipeline drained) every process writes its running
+At a segment's end every process writes its running
 statistics (element-wise max over all batches it has preprocessed, kept in
 the input iterator's state, so a resumed job writes the same numbers) as an
 NPZ file, the record of what FDO saw, in the reference's format. The merge
@@ -176,7 +176,7 @@ class _Compiling:
   two never run at once; it ends with the compilation.
   """
 
-  def __init__(self, model: Any, specs: Any, after: _Compiling | None):
+  def __init__(self, model: Any, specs: Any, after: _Compiling | None, fill_and_drain: bool):
     self.specs = specs
     self.trainer = None
     previous = [after.future] if after is not None else []
@@ -185,7 +185,7 @@ class _Compiling:
       concurrent.futures.wait(previous)
       previous.clear()  # the earlier program is not kept alive by this thread
       trainer = model.make_trainer(specs)
-      trainer.compile_ahead(model.abstract_train_state(specs))
+      trainer.compile_ahead(model.abstract_train_state(specs), fill_and_drain=fill_and_drain)
       self.trainer = trainer
 
     executor = concurrent.futures.ThreadPoolExecutor(1, "sparsepipe-compile")
@@ -254,20 +254,25 @@ class AheadCompiles:
     )
     ahead, self._ahead = self._ahead, None
     if _limits(specs) != _limits(setup.feature_specs):
-      self._ahead = self._start(specs, ahead)
+      self._ahead = self._start(specs, ahead, position)
 
-  def step_for(self, specs: Any) -> Callable[[], Any]:
-    """At a retune to `specs`' limits: what waits for their compiled Trainer."""
+  def step_for(self, specs: Any, position: Position) -> Callable[[], Any]:
+    """At the retune ending `position`'s segment, to `specs`' limits: what waits for
+    their compiled Trainer."""
     ahead, self._ahead = self._ahead, None
     self.foreseen = None if ahead is None else _limits(ahead.specs) == _limits(specs)
     if self.foreseen:
       self.used += 1
       return ahead.result
     self.missed += ahead is not None
-    return self._start(specs, ahead).result
+    return self._start(specs, ahead, position).result
 
-  def _start(self, specs: Any, ahead: _Compiling | None) -> _Compiling:
-    self._latest = _Compiling(self.model, specs, ahead)
+  def _start(self, specs: Any, ahead: _Compiling | None, position: Position) -> _Compiling:
+    """Compiles the programs the segment after `position`'s runs: a segment carried
+    in that hands over in turn has neither a fill nor a drain step."""
+    following = self.schedule.next_segment(position)
+    fill_and_drain = following is None or not following.carried_in or following.drains
+    self._latest = _Compiling(self.model, specs, ahead, fill_and_drain)
     return self._latest
 
   def wait(self) -> None:

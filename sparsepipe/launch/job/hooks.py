@@ -3,7 +3,7 @@
 A hook is called by the loop (`pipeline.train`) after every pipeline step
 with the StepResult and may stop the loop by returning True; the job also
 calls `start()` once before training, `segment_end()` after each segment's
-drain and `end()` when the job is done (not when preempted). Every hook
+last step and `end()` when the job is done (not when preempted). Every hook
 reads and writes the job through its JobContext (context.py), the first
 hook, and reports through the one writer (output.py). Adding a concern is
 adding one class to `make_hooks`.
@@ -51,7 +51,7 @@ class JobHook:
     return False
 
   def segment_end(self) -> None:
-    """After the last (drain) step of a segment."""
+    """After the last step of a segment (its drain, or the step that reads its last batch)."""
 
   def end(self) -> None:
     """After the job's last step."""
@@ -154,9 +154,10 @@ class HeapHook(JobHook):
   At the start, before the first step: what making or restoring the state
   freed (its programs' compilation, their temporaries, restore buffers).
   Then after each of a run's or segment's first two pipeline steps, which
-  compile its two programs (fill, steady): the first program's compiler
-  heap is returned before the second compiles and the first steps' buffers
-  land above it, not only once both have run.
+  compile its programs (fill and steady; a segment carried in, only the
+  steady one): the first program's compiler heap is returned before the
+  second compiles and the first steps' buffers land above it, not only once
+  both have run.
   """
 
   COMPILING_STEPS = 2
@@ -195,22 +196,23 @@ class StartupHook(JobHook):
 class RetuneStallHook(JobHook):
   """Measures each FDO retune's stall and records it as a `retune_stall` phase (startup.py).
 
-  The stall is the gap between the last batch of the segment before the
-  retune and the first batch after it (each trained, its output ready), less
-  one steady batch time. The gap holds what the job does at the retune that
-  is not training: when pipelined the segment's drain step and the next
-  one's fill step, a checkpoint due at the retune, the FDO merge, the wait
-  for the new limits' step to compile (none when it was compiled ahead,
-  fdo.py AheadCompiles) and a new pipeline state. The steady batch time is a
+  The stall is the gap between the last batch trained before the retune and
+  the first batch trained after it (each with its output ready), less one
+  steady batch time. The gap holds what the job does at the retune that is
+  not training: a checkpoint due there, the FDO merge, the wait for the new
+  limits' step to compile (none when it was compiled ahead, fdo.py
+  AheadCompiles), handing the batches in flight over (pipelining/handover.py)
+  and the first step of the new segment. The steady batch time is a
   throughput: the time from the segment's second batch trained to its last
   one over the batches between (the first two compile the steps; a
   checkpoint or eval inside the segment counts in its time). The loop only
   dispatches a step (JAX runs it asynchronously, and the time between the
   hook's calls would be dispatch time), so the hook waits for the output of
   those batches: three waits per segment. With no steady time measured (a
-  segment of two batches or fewer, or a job resumed after a segment's
-  second batch) no stall is recorded. `compiled_ahead`: whether the new
-  step was compiled ahead for the limits the retune took (AheadCompiles.foreseen).
+  segment that trains two batches or fewer, or a job resumed after a
+  segment's second batch) no stall is recorded. `compiled_ahead`: whether
+  the new step was compiled ahead for the limits the retune took
+  (AheadCompiles.foreseen).
   """
 
   STEADY_FROM = 1  # the batch index from which no step of a segment compiles
@@ -224,13 +226,15 @@ class RetuneStallHook(JobHook):
     self.foreseen: bool | None = None  # AheadCompiles.foreseen of the retune
 
   def segment_end(self) -> None:
-    batch = self.job.batch
-    self.retuned_after = batch if self.job.schedule.retunes_after(batch) else None
+    end = self.job.position.end
+    self.retuned_after = end if self.job.schedule.retunes_after(end) else None
     compiles = self.job.hooks.get("compile_ahead")
     self.foreseen = compiles.ahead.foreseen if compiles is not None else None
 
   def __call__(self, result: pipeline.StepResult) -> bool:
-    index, last = result.batch_index, self.job.position.length - 1
+    position, index = self.job.position, result.batch_index
+    # A segment that hands over trains its last batch in the next one.
+    last = position.length - (1 if position.drains else 2)
     if index is None or (index not in (self.STEADY_FROM, last) and self.retuned_after is None):
       return False
     jax.block_until_ready(result.output)

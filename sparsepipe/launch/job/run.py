@@ -214,6 +214,8 @@ class _Job:
           job.position.length,
           pipeline_state=job.pipeline_state,
           hooks=hooks,
+          carried_in=job.position.carried_in,
+          drain=job.position.drains,
         )
         job.train_metrics.append(metrics)
         if job.preempted:
@@ -226,13 +228,17 @@ class _Job:
       if retuned is None:
         break
       job.setup = retuned()
-      job.position, job.pipeline_state = following, None
+      if following.carried_in:  # the batches in flight, re-laid out for the new limits
+        job.pipeline_state = job.setup.trainer.hand_over(job.pipeline_state)
+      else:
+        job.pipeline_state = None
+      job.position = following
     for hook in job.hooks.values():
       hook.end()
     return announce.done(job)
 
   def _retune(self, job: JobContext) -> Callable[[], Setup]:
-    """FDO at a drained segment boundary: returns what waits for the next segment's Setup.
+    """FDO at a segment's end: returns what waits for the next segment's Setup.
 
     The statistics are merged and the new limits published to the input at
     once (its workers go on with the batches after the retune point), and the
@@ -240,44 +246,46 @@ class _Job:
     finishes the segment (its last steps, losses, checkpoint), unless it was
     compiled ahead for the same limits (fdo.AheadCompiles).
     """
-    setup = job.setup
-    if not self.schedule.retunes_after(job.batch):  # e.g. the end of a job since extended
+    setup, batch = job.setup, job.position.end
+    if not self.schedule.retunes_after(batch):  # e.g. the end of a job since extended
       return lambda: setup
     specs, merged = fdo.retune_limits(
       setup.feature_specs,
       setup.iterator.stats_totals().as_stats(),
-      stats_dir=os.path.join(self.workdir, "fdo", f"after_batch_{job.batch:09d}"),
+      stats_dir=os.path.join(self.workdir, "fdo", f"after_batch_{batch:09d}"),
       headroom=float(self.config.fdo.headroom),
       steps_per_doubling=int(self.config.fdo.steps_per_doubling),
       num_sc_per_device=self.model.num_sc,
       global_device_count=self.mesh.size,
     )
-    setup.iterator.publish_limits(job.batch, specs)
+    setup.iterator.publish_limits(batch, specs)
     ahead = job.hooks["compile_ahead"].ahead
     if transforms.get_stack_limits(specs) == transforms.get_stack_limits(setup.feature_specs):
       ahead.discard()  # a step compiled ahead for other limits
       compiled = None
     else:
       # Compiled ahead (fdo.AheadCompiles), or now in the background.
-      compiled = ahead.step_for(specs)
+      compiled = ahead.step_for(specs, job.position)
 
     def retuned() -> Setup:
-      self._record_retune(job, setup.feature_specs, specs, merged)
+      self._record_retune(job, batch, setup.feature_specs, specs, merged)
       if compiled is None:
         return setup
       return Setup(specs, compiled(), setup.iterator)
 
     return retuned
 
-  def _record_retune(self, job: JobContext, before: Any, specs: Any, merged: Any) -> None:
+  def _record_retune(
+    self, job: JobContext, batch: int, before: Any, specs: Any, merged: Any
+  ) -> None:
     """The retune's line and `fdo` record (once: a job resumed at its retune point
     has them already)."""
-    if not job.output.recorded("fdo", job.batch):
+    if not job.output.recorded("fdo", batch):
       changes = fdo.describe_limits(before, specs)
       job.output.event(
         "fdo",
-        job.batch,
-        f"sparsepipe: FDO after batch {job.batch}: {changes}",
+        batch,
+        f"sparsepipe: FDO after batch {batch}: {changes}",
         limits=transforms.get_stack_limits(specs),
         # Per host a running sum; across hosts the FDO merge takes the max.
         dropped_ids_largest_host={k: int(v) for k, v in merged.id_drop_counters.items()},

@@ -7,8 +7,7 @@ TensorBoard steps, and the checkpoint steps (Orbax's step number is the
 batches trained, so `checkpoints/500` is the job after batch 500).
 
 A job trains its batches as consecutive *segments*, each one pipeline run
-(its batches + 2 fill/drain pipeline steps) with one set of COO limits.
-Between segments the pipeline is drained and FDO may change the limits (new
+with one set of COO limits. Between segments FDO may change the limits (new
 specs, a step compiled for them); the input keeps running and switches to
 them at the retune point (transforms/fdo/retune_points.py, input/limits_board.py).
 FDO retunes after fixed batch numbers: after every multiple of
@@ -31,16 +30,31 @@ the batches it has read), any segment is cut at num_steps, and changed FDO
 fields apply to the segments after it. Batches already read always stay in
 their segment.
 
+Segments follow one another without a drain: a pipelined segment that
+ends before num_steps (at a retune point) hands its last two batches, still
+in flight, to the next segment (`drains=False`, and the next is
+`carried_in`; pipelining/handover.py re-lays out their COO buffers for the
+new limits), so the job trains as one pipeline run would. Only the job's
+last segment drains (and a job extended after it finished starts its next
+segment afresh, with a fill step).
+
 Inside a pipelined segment of L batches starting after batch s, pipeline
-step p (0..L+2) has read min(p, L) batches; the dense step of batch s+p-1
-ran at step p-1, so after step p there are s+p-1 trained batches for
-1 <= p <= L+1, and s+L after the drain (p = L+2). The batch boundary of
+step p has read min(p, L) batches. It takes L + 2 steps when it drains
+(step 0: the fill, or a steady step when carried in; L more; the drain),
+else L (it ends with the step that reads its last batch).
+Without a carry-in, the dense step of batch s+p-1 ran at step p-1, so after
+step p there are s+p-1 trained batches for 1 <= p <= L+1, and s+L after
+the drain; carried in, step 0 trains batch s (the previous segment's last),
+so after step p there are s+p-1 for 0 <= p <= L+1. The batch boundary of
 batch n is the position after which n batches are trained and no other
-position has that count later: p = n - s + 1 for 2 <= p <= L, and p = L+2
-for n = s+L. Checkpoints, evals and preemption stops happen at batch
-boundaries only, and consecutive boundaries are consecutive batches, over
-segment ends too (docs/pipeline_schedule.md). Without pipelining (sequential
-mode) a segment of L batches takes L steps and every step is a boundary.
+position has that count later: p = n - s + 1 for 2 <= p <= L (carried in:
+1 <= p <= L), and p = L+2 for n = s+L in a segment that drains; a segment
+that hands over ends at the boundary of batch s+L-1 (its step L), and the
+next one's step 0 is no boundary. Checkpoints, evals and preemption stops
+happen at batch boundaries only, and consecutive boundaries are consecutive
+batches, over segment ends too (docs/pipeline_schedule.md). Without
+pipelining (sequential mode) a segment of L batches takes L steps and every
+step is a boundary.
 """
 
 from __future__ import annotations
@@ -63,8 +77,12 @@ class Position:
     start: batches trained before the segment (its first batch is start + 1).
     length: batches of the segment.
     to_end: the segment was planned to the end of the job (FDO off).
-    pipeline_step: pipeline steps of the segment run so far (0..length+2).
+    pipeline_step: pipeline steps of the segment run so far (0..steps).
     pipelined: fill and drain steps (False: sequential mode).
+    carried_in: pipelined, it starts with the previous segment's last two
+      batches in flight (no fill step: step 0 trains batch `start`).
+    drains: pipelined, it ends with the drain (False: it hands its last two
+      batches to the next segment). True in sequential mode.
   """
 
   segment: int
@@ -73,33 +91,46 @@ class Position:
   to_end: bool
   pipeline_step: int = 0
   pipelined: bool = True
+  carried_in: bool = False
+  drains: bool = True
+
+  @property
+  def end(self) -> int:
+    """The segment's last batch (its retune point, or num_steps)."""
+    return self.start + self.length
 
   @property
   def steps(self) -> int:
     """Pipeline steps of the whole segment."""
-    return self.length + (2 if self.pipelined else 0)
+    return self.length + (2 if self.pipelined and self.drains else 0)
 
   @property
   def batches_read(self) -> int:
     """Batches taken from the input so far (the next one's global index)."""
     return self.start + min(self.pipeline_step, self.length)
 
+  def _done_by_lag(self, lag: int) -> int:
+    """Batches `lag` pipeline steps behind the reads (never before the segment,
+    unless carried in: then its step 0 works on the previous segment's)."""
+    behind = self.pipeline_step - lag
+    return self.start + min(behind if self.carried_in else max(behind, 0), self.length)
+
   @property
   def batches_trained(self) -> int:
     """Batches whose dense step ran (the TC stage lags one step when pipelined)."""
-    lag = 1 if self.pipelined else 0
-    return self.start + min(max(self.pipeline_step - lag, 0), self.length)
+    return self._done_by_lag(1 if self.pipelined else 0)
 
   @property
   def updates_applied(self) -> int:
     """Batches whose embedding update is in the tables (the update lags two steps)."""
-    lag = 2 if self.pipelined else 0
-    return self.start + min(max(self.pipeline_step - lag, 0), self.length)
+    return self._done_by_lag(2 if self.pipelined else 0)
 
   @property
   def drained(self) -> bool:
     """No batch buffered in the PipelineState."""
-    return not self.pipelined or self.pipeline_step in (0, self.steps)
+    if not self.pipelined:
+      return True
+    return (self.pipeline_step == 0 and not self.carried_in) or (self.finished and self.drains)
 
   @property
   def finished(self) -> bool:
@@ -111,7 +142,8 @@ class Position:
     """Whether this is the batch boundary of `batches_trained` (see the module)."""
     if not self.pipelined:
       return self.pipeline_step >= 1
-    return 2 <= self.pipeline_step <= self.length or self.finished
+    first = 1 if self.carried_in else 2
+    return first <= self.pipeline_step <= self.length or (self.finished and self.drains)
 
   @property
   def in_flight(self) -> tuple[int | None, int | None]:
@@ -121,9 +153,10 @@ class Position:
     """
     if not self.pipelined:
       return (None, None)
+    first = -2 if self.carried_in else 0
 
     def batch(step: int) -> int | None:
-      return self.start + step if 0 <= step < self.length else None
+      return self.start + step if first <= step < self.length else None
 
     return batch(self.pipeline_step - 1), batch(self.pipeline_step - 2)
 
@@ -178,13 +211,21 @@ class Schedule:
     """The first batch after `batch` that FDO retunes after (None: no more)."""
     return self.retune_points.next_after(batch)
 
-  def _plan(self, segment: int, start: int, read: int = 0) -> Position:
+  def _plan(self, segment: int, start: int, read: int = 0, carried_in: bool = False) -> Position:
     """The segment after batch `start`, at least `read` batches long (its batches read)."""
     remaining = self.num_steps - start
     end = self.next_retune(start + max(read - 1, 0))
     if end is None:
-      return Position(segment, start, remaining, True, 0, self.pipelined)
-    return Position(segment, start, min(end - start, remaining), False, 0, self.pipelined)
+      length, to_end = remaining, True
+    else:
+      length, to_end = min(end - start, remaining), False
+    position = Position(segment, start, length, to_end, 0, self.pipelined, carried_in)
+    return self._with_drain(position)
+
+  def _with_drain(self, position: Position) -> Position:
+    """Only the job's last segment drains; the others hand over to the next."""
+    drains = not self.pipelined or position.end >= self.num_steps
+    return dataclasses.replace(position, drains=drains)
 
   def first(self) -> Position:
     """The job's first segment, at its start."""
@@ -192,23 +233,26 @@ class Schedule:
 
   def next_segment(self, position: Position) -> Position | None:
     """The segment after `position`'s, or None when the job is done there."""
-    end = position.start + position.length
-    return self._plan(position.segment + 1, end) if end < self.num_steps else None
+    if position.end >= self.num_steps:
+      return None
+    return self._plan(position.segment + 1, position.end, carried_in=not position.drains)
 
   def resume(self, saved: Position) -> Position:
     """`saved` re-planned for this schedule (see the module docstring).
 
-    The length changes only before the drain started and never below the
-    batches already read; the result may lie past num_steps (the job is
-    then done after its segment).
+    The length (and whether the segment drains) changes only before its
+    drain started and never below the batches already read; the result may
+    lie past num_steps (the job is then done after its segment).
     """
     saved = dataclasses.replace(saved, pipelined=self.pipelined)
+    if not self.pipelined:
+      saved = dataclasses.replace(saved, carried_in=False, drains=True)
     step = saved.pipeline_step
     if step > saved.length or saved.start >= self.num_steps:
-      return saved
+      return dataclasses.replace(saved, drains=True)
     if saved.to_end:
       planned = self._plan(saved.segment, saved.start, read=step)
       length, to_end = planned.length, planned.to_end
     else:
       length, to_end = min(saved.length, self.num_steps - saved.start), False
-    return dataclasses.replace(saved, length=max(length, step), to_end=to_end)
+    return self._with_drain(dataclasses.replace(saved, length=max(length, step), to_end=to_end))

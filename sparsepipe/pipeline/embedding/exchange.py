@@ -32,7 +32,7 @@ from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.transforms.coo import layout as coo_layout
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
-_FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
+COO_FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
 
 
 def check_sparse_input(
@@ -46,7 +46,7 @@ def check_sparse_input(
   pointers = coo_layout.compute_row_pointers_size_per_device(num_devices, num_sc_per_device)
   for name, layout in layouts.items():
     arrays = []
-    for field in _FIELDS:
+    for field in COO_FIELDS:
       mapping = getattr(sparse_input, field)
       if name not in mapping:
         raise EmbeddingLayoutError(f"sparse input {field} has no stack '{name}'")
@@ -54,7 +54,7 @@ def check_sparse_input(
     size = coo_layout.compute_coo_buffer_size_per_device(
       layout.spec, num_sc_per_device, num_devices
     )
-    for field, array in zip(_FIELDS, arrays):
+    for field, array in zip(COO_FIELDS, arrays):
       per_device = pointers if field == "lhs_row_pointers" else size
       expected = (num_devices * per_device,)
       if tuple(array.shape) != expected:

@@ -138,25 +138,31 @@ class PipelineState(
   step_before_last_step_inputs: StepBeforeLastStepInput[SparseInputT, GradientsT, TcAuxT]
 
 
-def get_pipeline_train_steps(num_steps: int) -> int:
-  """Pipeline steps needed for `num_steps` batches (fill and drain add 2)."""
+def get_pipeline_train_steps(num_steps: int, *, drains: bool = True) -> int:
+  """Pipeline steps needed for `num_steps` batches (the drain adds 2).
+
+  A run that does not drain (`drains=False`) leaves its last two batches in
+  the PipelineState for the next run (`carried_in`, see `is_output_valid`).
+  """
   if num_steps < 0:
     raise ValueError(f"num_steps={num_steps} must be >= 0")
-  return num_steps + 2
+  return num_steps + (2 if drains else 0)
 
 
-def is_output_valid(pipeline_step: int, num_steps: int) -> bool:
+def is_output_valid(pipeline_step: int, num_steps: int, *, carried_in: bool = False) -> bool:
   """True where the TC stage runs on a real batch (steps 1..num_steps).
 
   The output of pipeline step i belongs to batch i-1. Steps 0 and
-  num_steps+1 run with `fake_tc_step=True`.
+  num_steps+1 run with `fake_tc_step=True`. A run `carried_in` starts with
+  the previous run's last two batches in flight (no fill step): its step 0
+  trains the previous run's last batch (index -1).
   """
-  return 1 <= pipeline_step <= num_steps
+  return (0 if carried_in else 1) <= pipeline_step <= num_steps
 
 
-def is_fake_tc_step(pipeline_step: int, num_steps: int) -> bool:
+def is_fake_tc_step(pipeline_step: int, num_steps: int, *, carried_in: bool = False) -> bool:
   """The static `fake_tc_step` argument for pipeline step `pipeline_step`."""
-  return not is_output_valid(pipeline_step, num_steps)
+  return not is_output_valid(pipeline_step, num_steps, carried_in=carried_in)
 
 
 def abstract_leaf(x: Any) -> jax.ShapeDtypeStruct:

@@ -6,7 +6,7 @@ one batch is read per pipeline step i < num_batches, none during the drain.
 After every step the loop calls its hooks with a `StepResult`; a hook
 returning True stops the loop at that boundary. Checkpoints, preemption,
 metrics and evaluation are hooks (the job in sparsepipe.launch plugs in its
-own); FDO retuning happens between runs, when the pipeline is drained.
+own); FDO retuning happens between runs.
 
 Stopping and resuming. Every pipeline step boundary is a valid stopping
 point. After pipeline step i has run, the iterator has yielded batches
@@ -19,11 +19,16 @@ references to the device arrays after returning (the next step donates
 them): take host copies or let Orbax copy them (it does, even for async
 saves).
 
-Changing shapes (FDO limits, batch size) means new programs and a new
-PipelineState layout: finish the current run (its drain steps apply every
-pending embedding update), build a new trainer from the new specs, and
-start the next run with `pipeline_state=None`. Runs chain exactly:
-TrainState.step, which drives the embedding update's step, keeps counting.
+New COO limits (FDO) mean new programs: build a new trainer from the new
+specs and start the next run. Either finish the current run (its drain
+steps apply every pending embedding update) and start the next with
+`pipeline_state=None`, or end it without a drain (`drain=False`: its last
+two batches stay in flight), hand its PipelineState over
+(`trainer.hand_over`, which re-lays out their COO buffers for the new
+limits) and start the next with `carried_in=True`: no step is spent
+filling and draining, and the two runs train as one would. Runs chain
+exactly: TrainState.step, which drives the embedding update's step, keeps
+counting. Other shapes (batch size, model) need the drain.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ class StepResult:
 
   @property
   def finished(self) -> bool:
-    """True after the last (drain) step of the run."""
+    """True after the last step of the run (its drain, if it drains)."""
     return self.next_pipeline_step == self.pipeline_steps
 
 
@@ -82,7 +87,7 @@ class TrainMetrics:
     losses: its loss (output["loss"]), same order; empty if no loss.
     first_pipeline_step: the pipeline step this call started at.
     next_pipeline_step: the pipeline step a resumed call would start at.
-    finished: True when the pipeline run is complete (all drain steps run).
+    finished: True when the pipeline run is complete (its drain steps run, if any).
     examples: examples trained by this call (valid TC steps * global batch).
     seconds: wall time of this call's steps, to the last result.
     examples_per_second: examples / seconds.
@@ -136,6 +141,8 @@ def train(
   pipeline_state: ps.PipelineState | None = None,
   max_pipeline_steps: int | None = None,
   hooks: Sequence[StepHook] = (),
+  carried_in: bool = False,
+  drain: bool = True,
 ) -> tuple[TrainState, ps.PipelineState, TrainMetrics]:
   """Runs (part of) a pipeline run of `num_batches` batches.
 
@@ -150,14 +157,27 @@ def train(
     hooks: called in order after every pipeline step with its StepResult;
       a truthy return stops the loop at that boundary (the remaining hooks
       of that step still run).
+    carried_in: the run starts with the previous run's last two batches in
+      flight (`pipeline_state` from `trainer.hand_over`): no fill step, and
+      step 0 trains the previous run's last batch (batch index -1).
+    drain: False ends the run after its last batch's lookup, with its last
+      two batches in flight, for a run `carried_in` (pipelined mode only).
 
   Returns:
     (train_state, pipeline_state, metrics). The pipeline_state can be saved
     and passed back to continue.
   """
+  if (carried_in or not drain) and (not trainer.pipelining or trainer.gradient_multiplier):
+    raise ValueError(
+      "carried_in and drain=False need the pipelined step with fill and drain programs;"
+      f" this trainer has pipelining={trainer.pipelining},"
+      f" gradient_multiplier={trainer.gradient_multiplier}"
+    )
   if pipeline_state is None:
+    if carried_in:
+      raise ValueError("carried_in needs the pipeline_state handed over by trainer.hand_over")
     pipeline_state = trainer.initial_pipeline_state()
-  total = trainer.pipeline_steps(num_batches)
+  total = trainer.pipeline_steps(num_batches, drains=drain)
   start = i = _start_step(pipeline_state, num_batches, total)
   end = total
   if max_pipeline_steps is not None:
@@ -170,10 +190,10 @@ def train(
       train_state,
       pipeline_state,
       batch,
-      trainer.fake_tc_step(i, num_batches),
+      trainer.fake_tc_step(i, num_batches, carried_in=carried_in),
       num_batches=num_batches,
     )
-    batch_index = trainer.output_batch(i, num_batches)
+    batch_index = trainer.output_batch(i, num_batches, carried_in=carried_in)
     if batch_index is not None:
       outputs.append((batch_index, loss_of(output)))
     i += 1

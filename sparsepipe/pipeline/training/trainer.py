@@ -10,12 +10,15 @@ to batch i-1 (pipelining/step.py has the schedule).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sparsepipe.pipeline.embedding import coo_relayout
+from sparsepipe.pipeline.pipelining import handover
 from sparsepipe.pipeline.pipelining import state as ps
 from sparsepipe.pipeline.training.tc_stage import DenseInputs
 from sparsepipe.pipeline.pipelining.step import step as pipeline_step_fn
@@ -143,6 +146,8 @@ class Trainer:
   gradient_multiplier: bool
   jitted_step: Any = dataclasses.field(repr=False)
   pipelining: bool = True
+  feature_specs: Any = dataclasses.field(default=None, repr=False)  # the COO buffers' (hand_over)
+  num_sc_per_device: int | None = None
   trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
   num_batches_arrays: dict[int, jax.Array] = dataclasses.field(
     default_factory=dict, repr=False, compare=False
@@ -170,21 +175,47 @@ class Trainer:
       self.num_batches_arrays[num_batches] = num
     return num
 
-  def pipeline_steps(self, num_batches: int) -> int:
-    """Pipeline steps of a run of `num_batches` batches (fill and drain add 2)."""
-    return ps.get_pipeline_train_steps(num_batches) if self.pipelining else num_batches
+  def pipeline_steps(self, num_batches: int, *, drains: bool = True) -> int:
+    """Pipeline steps of a run of `num_batches` batches (a drain adds 2)."""
+    if not self.pipelining:
+      return num_batches
+    return ps.get_pipeline_train_steps(num_batches, drains=drains)
 
-  def fake_tc_step(self, pipeline_step: int, num_batches: int) -> bool:
+  def fake_tc_step(self, pipeline_step: int, num_batches: int, *, carried_in: bool = False) -> bool:
     """The static `fake_tc_step` of pipeline step `pipeline_step`."""
     if not self.pipelining or self.gradient_multiplier:
       return False
-    return ps.is_fake_tc_step(pipeline_step, num_batches)
+    return ps.is_fake_tc_step(pipeline_step, num_batches, carried_in=carried_in)
 
-  def output_batch(self, pipeline_step: int, num_batches: int) -> int | None:
-    """The batch whose TC output pipeline step `pipeline_step` produces, or None."""
+  def output_batch(
+    self, pipeline_step: int, num_batches: int, *, carried_in: bool = False
+  ) -> int | None:
+    """The batch (index in the run; -1: the previous run's last, when `carried_in`)
+    whose TC output pipeline step `pipeline_step` produces, or None."""
     if not self.pipelining:
       return pipeline_step
-    return pipeline_step - 1 if ps.is_output_valid(pipeline_step, num_batches) else None
+    valid = ps.is_output_valid(pipeline_step, num_batches, carried_in=carried_in)
+    return pipeline_step - 1 if valid else None
+
+  def hand_over(self, pipeline_state: ps.PipelineState) -> ps.PipelineState:
+    """A run's PipelineState (ended without a drain) for a `carried_in` run of this
+    trainer, its COO buffers re-laid out for this trainer's limits (pipelining/handover.py)."""
+    if not self.pipelining or self.gradient_multiplier:
+      raise ValueError(
+        "hand_over needs the pipelined step with fill and drain programs"
+        f" (pipelining={self.pipelining}, gradient_multiplier={self.gradient_multiplier})"
+      )
+    relayout = None
+    if self.feature_specs is not None:
+      relayout = functools.partial(
+        coo_relayout.relayout_coo_buffers,
+        feature_specs=self.feature_specs,
+        mesh=self.mesh,
+        num_sc_per_device=self.num_sc_per_device,
+      )
+    return handover.hand_over(
+      pipeline_state, self.abstract_pipeline_state, self.pipeline_state_sharding, relayout
+    )
 
   def initial_pipeline_state(self) -> ps.PipelineState:
     """The PipelineState of a fresh pipeline run (pipeline step 0, zeros)."""
@@ -208,11 +239,15 @@ class Trainer:
     num = jax.ShapeDtypeStruct((), np.int32, sharding=NamedSharding(self.mesh, PartitionSpec()))
     return self.abstract_input, abstract, self.abstract_pipeline_state, num, bool(fake_tc_step)
 
-  def compile_ahead(self, train_state: TrainState) -> None:
+  def compile_ahead(self, train_state: TrainState, *, fill_and_drain: bool = True) -> None:
     """Compiles every program a run of this step uses, for `train_state`'s shapes
     (concrete or abstract), so that no step of the run compiles: e.g. in a
-    background thread while the step of other COO limits trains (FDO)."""
-    programs = (True, False) if self.pipelining and not self.gradient_multiplier else (False,)
+    background thread while the step of other COO limits trains (FDO).
+    `fill_and_drain=False`: only the steady program (a run carried in that
+    hands its batches over in turn has no fill or drain step)."""
+    programs = (False,)
+    if self.pipelining and not self.gradient_multiplier and fill_and_drain:
+      programs = (True, False)
     for fake_tc_step in programs:
       self.jitted_step.compile_ahead(*self._abstract_args(train_state, fake_tc_step))
 
@@ -510,4 +545,6 @@ def make_trainer(
     jitted_step=jitted,
     trace_log=trace_log,
     pipelining=pipelining,
+    feature_specs=feature_specs if num_sc_per_device is not None else None,
+    num_sc_per_device=num_sc_per_device,
   )
