@@ -41,6 +41,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config import specs as config_specs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -146,7 +147,8 @@ def generate(directory: str, num_examples: int) -> str:
     num_examples=num_examples,
     num_dense=int(config.synthetic.num_dense),
     seed=0,
-    examples_per_record=int(config.synthetic.examples_per_record),
+    # The default (0) is a new job's packing, as the launcher resolves it.
+    examples_per_record=packing.examples_per_record(config.synthetic.examples_per_record),
   )
   return directory
 
