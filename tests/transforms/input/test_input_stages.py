@@ -156,9 +156,11 @@ def test_a_worker_reuses_its_blocks_once_the_batches_are_dropped(dataset, monkey
   it.close()
   # Each batch used to get fresh blocks; now the worker cycles through the
   # few that can be in flight: its buffer of 2, one being filled, the one the
-  # main process's prefetch thread holds ahead, the one held here (5 when
-  # the main process lags, as on a loaded machine; usually 4).
-  assert len(names) == 12 and len(set(names)) <= 5, names
+  # main process's prefetch thread holds ahead, the one held here (usually
+  # 4; 5 or 6 when the main process lags and frees a block only after the
+  # worker has taken a new one, as with the suite's two xdist workers on 2
+  # cores). Twelve would mean no reuse.
+  assert len(names) == 12 and len(set(names)) <= 6, names
 
 
 def test_the_last_batches_survive_grain_stopping_the_exhausted_workers(tmp_path, monkeypatch):
