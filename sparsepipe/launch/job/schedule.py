@@ -244,9 +244,8 @@ class Schedule:
     drain started and never below the batches already read; the result may
     lie past num_steps (the job is then done after its segment).
     """
-    saved = dataclasses.replace(saved, pipelined=self.pipelined)
-    if not self.pipelined:
-      saved = dataclasses.replace(saved, carried_in=False, drains=True)
+    carried_in = saved.carried_in and self.pipelined
+    saved = dataclasses.replace(saved, pipelined=self.pipelined, carried_in=carried_in)
     step = saved.pipeline_step
     if step > saved.length or saved.start >= self.num_steps:
       return dataclasses.replace(saved, drains=True)

@@ -26,6 +26,7 @@ from sparsepipe.core.coo_types import SparseDenseMatmulInput
 from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.pipeline.embedding.exchange import COO_FIELDS
 from sparsepipe.pipeline.embedding.exchange import check_sparse_input
+from sparsepipe.pipeline.embedding.exchange import partition_extents
 from sparsepipe.pipeline.embedding.layout import stack_layouts
 from sparsepipe.pipeline.embedding.variables import num_sparsecores
 from sparsepipe.transforms.coo import layout as coo_layout
@@ -44,10 +45,8 @@ class CooRelayoutError(ValueError):
 def _needs(row_pointers: np.ndarray, num_sc: int, sparsecores: int) -> tuple[int, int]:
   """(most entries one SC's segment holds, padding included; most of one partition)
   in one device's row pointers."""
-  ends = row_pointers.reshape(num_sc, -1)[:, :sparsecores].astype(np.int64)
-  previous = np.concatenate([np.zeros((num_sc, 1), np.int64), ends[:, :-1]], 1)
-  counts = ends - (previous + 7) // 8 * 8
-  return int(((ends[:, -1] + 7) // 8 * 8).max()), int(counts.max())
+  starts, ends = partition_extents(row_pointers, num_sc, sparsecores, np)
+  return int(((ends[:, -1] + 7) // 8 * 8).max()), int((ends - starts).max())
 
 
 def _resized(x: jax.Array, devices: int, num_sc: int, segment: int, fill: Any) -> jax.Array:

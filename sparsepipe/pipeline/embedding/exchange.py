@@ -67,6 +67,15 @@ def check_sparse_input(
   return out
 
 
+def partition_extents(row_pointers: Any, num_sc: int, sparsecores: int, xp: Any = jnp):
+  """(starts, ends) [S, N] of every partition in one device's COO segments, relative
+  to its SC's segment: partition p ends at its row pointer and starts at round8 of
+  the one before (xp: jnp inside the kernels, numpy on the host)."""
+  ends = row_pointers.reshape(num_sc, -1)[:, :sparsecores].astype(xp.int32)
+  previous = xp.concatenate([xp.zeros((num_sc, 1), xp.int32), ends[:, :-1]], 1)
+  return (previous + 7) // 8 * 8, ends
+
+
 def send_buffers(
   layout: StackLayout,
   num_sc_per_device: int,
@@ -78,9 +87,7 @@ def send_buffers(
   """One device's COO segments -> (ids, sample ids, gains, valid) [S, N, K]."""
   s, n, k = num_sc_per_device, layout.num_sparsecores, layout.capacity
   segment = embedding_ids.shape[0] // s
-  ends = row_pointers.reshape(s, -1)[:, :n].astype(jnp.int32)
-  previous = jnp.concatenate([jnp.zeros((s, 1), jnp.int32), ends[:, :-1]], 1)
-  starts = (previous + 7) // 8 * 8
+  starts, ends = partition_extents(row_pointers, s, n)
   slot = jnp.arange(k, dtype=jnp.int32)
   valid = slot < (ends - starts)[:, :, None]
   base = jnp.arange(s, dtype=jnp.int32)[:, None, None] * segment

@@ -167,7 +167,7 @@ def train(
     (train_state, pipeline_state, metrics). The pipeline_state can be saved
     and passed back to continue.
   """
-  if (carried_in or not drain) and (not trainer.pipelining or trainer.gradient_multiplier):
+  if (carried_in or not drain) and not trainer.fills_and_drains:
     raise ValueError(
       "carried_in and drain=False need the pipelined step with fill and drain programs;"
       f" this trainer has pipelining={trainer.pipelining},"

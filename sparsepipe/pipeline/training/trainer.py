@@ -175,6 +175,12 @@ class Trainer:
       self.num_batches_arrays[num_batches] = num
     return num
 
+  @property
+  def fills_and_drains(self) -> bool:
+    """Whether a run has fill and drain steps (the pipelined step with two programs,
+    not gradient-multiplier mode): only such runs hand their batches in flight over."""
+    return self.pipelining and not self.gradient_multiplier
+
   def pipeline_steps(self, num_batches: int, *, drains: bool = True) -> int:
     """Pipeline steps of a run of `num_batches` batches (a drain adds 2)."""
     if not self.pipelining:
@@ -183,7 +189,7 @@ class Trainer:
 
   def fake_tc_step(self, pipeline_step: int, num_batches: int, *, carried_in: bool = False) -> bool:
     """The static `fake_tc_step` of pipeline step `pipeline_step`."""
-    if not self.pipelining or self.gradient_multiplier:
+    if not self.fills_and_drains:
       return False
     return ps.is_fake_tc_step(pipeline_step, num_batches, carried_in=carried_in)
 
@@ -200,7 +206,7 @@ class Trainer:
   def hand_over(self, pipeline_state: ps.PipelineState) -> ps.PipelineState:
     """A run's PipelineState (ended without a drain) for a `carried_in` run of this
     trainer, its COO buffers re-laid out for this trainer's limits (pipelining/handover.py)."""
-    if not self.pipelining or self.gradient_multiplier:
+    if not self.fills_and_drains:
       raise ValueError(
         "hand_over needs the pipelined step with fill and drain programs"
         f" (pipelining={self.pipelining}, gradient_multiplier={self.gradient_multiplier})"
@@ -245,9 +251,7 @@ class Trainer:
     background thread while the step of other COO limits trains (FDO).
     `fill_and_drain=False`: only the steady program (a run carried in that
     hands its batches over in turn has no fill or drain step)."""
-    programs = (False,)
-    if self.pipelining and not self.gradient_multiplier and fill_and_drain:
-      programs = (True, False)
+    programs = (True, False) if self.fills_and_drains and fill_and_drain else (False,)
     for fake_tc_step in programs:
       self.jitted_step.compile_ahead(*self._abstract_args(train_state, fake_tc_step))
 
