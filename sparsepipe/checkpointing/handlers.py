@@ -36,6 +36,11 @@ METADATA_FILENAME = "metadata.json"
 
 _IN_FLIGHT_FLOOR = 256 << 20
 
+# The size of a save's OCDBT data files: TensorStore holds a data file's bytes
+# in memory until the file is written, and Orbax's default is 2 GiB (400 MiB
+# on GCS).
+DATA_FILE_MB = 16.0
+
 
 def save_in_flight_bound(tree: Any) -> int:
   """Bytes a save may write at once for `tree`'s arrays (concrete or abstract,
@@ -44,8 +49,9 @@ def save_in_flight_bound(tree: Any) -> int:
   Orbax writes every shard at once, and TensorStore's buffers for them held
   0.8x the arrays' bytes (benchmarks/memory.py: a criteo save on 8 CPU
   devices, 2.3 GB for 2.9 GB of arrays); with this bound they stay a few
-  shards' worth, whatever the tables' size. Orbax refuses a shard at or over
-  its bound, hence twice the largest.
+  shards' worth, and with `array_save`'s data files a few files' worth,
+  whatever the tables' size. Orbax refuses a shard at or over its bound,
+  hence twice the largest.
   """
   largest = 0
   for leaf in jax.tree.leaves(tree):
@@ -81,8 +87,17 @@ def array_handler(
   )
 
 
-def array_save(tree: Any) -> ocp.args.PyTreeSave:
-  return ocp.args.PyTreeSave(tree)
+def array_save(tree: Any, data_file_mb: float = DATA_FILE_MB) -> ocp.args.PyTreeSave:
+  """Saves `tree` in chunks of at most `data_file_mb` MiB, into OCDBT data files
+  of about that size (Orbax's chunk_byte_size and ocdbt_target_data_file_size).
+
+  TensorStore holds a data file's bytes in host memory until it writes the
+  file, so the files' size, not the state's or a shard's, bounds what a save's
+  writes hold (benchmarks/memory.py, docs/config.md "Memory and saves").
+  """
+  size = int(data_file_mb * 2**20)
+  save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=size), tree)
+  return ocp.args.PyTreeSave(tree, save_args=save_args, ocdbt_target_data_file_size=size)
 
 
 def array_restore(target: Any, partial: bool = False) -> ocp.args.PyTreeRestore:

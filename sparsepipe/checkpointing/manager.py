@@ -57,6 +57,7 @@ from sparsepipe.checkpointing.errors import CorruptCheckpointError
 from sparsepipe.checkpointing.errors import StepNotKeptError
 from sparsepipe.checkpointing.errors import UnwritableCheckpointDirectoryError
 from sparsepipe.checkpointing.handlers import array_handler
+from sparsepipe.checkpointing.handlers import DATA_FILE_MB
 from sparsepipe.checkpointing.handlers import MetadataHandler
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import FeatureLimits
@@ -150,6 +151,7 @@ class TrainingCheckpointManager:
     read_only: bool = False,
     host_copy_gb: float = 0.0,
     save_in_flight_bytes: int | None = None,
+    data_file_mb: float = DATA_FILE_MB,
   ):
     """Opens (or creates) the checkpoint directory; a writable one is checked
     to be writable (UnwritableCheckpointDirectoryError).
@@ -182,6 +184,8 @@ class TrainingCheckpointManager:
         (handlers.array_handler); 0: all at once.
       save_in_flight_bytes: the most bytes a save writes at once
         (handlers.save_in_flight_bound); None: no bound.
+      data_file_mb: the size of a save's data files in MiB, which bounds the
+        host memory a save's writes hold (handlers.array_save).
     """
     if save_interval_steps < 1:
       raise ValueError(f"save_interval_steps={save_interval_steps} must be >= 1")
@@ -189,10 +193,13 @@ class TrainingCheckpointManager:
       raise ValueError(f"keep_latest={keep_latest} must be >= 1")
     if not host_copy_gb >= 0:
       raise ValueError(f"host_copy_gb={host_copy_gb} must be >= 0 (0: no bound)")
+    if not data_file_mb >= 1:  # Orbax warns of chunks under 1 MiB
+      raise ValueError(f"data_file_mb={data_file_mb} must be >= 1 (MiB)")
     self._run = run
     self._async = bool(async_save)
     self._fingerprint_arrays = bool(fingerprint_arrays)
     self._read_only = bool(read_only)
+    self._data_file_mb = float(data_file_mb)
     # ARRAY_ITEMS: the Orbax items of format 2 and older, to read those steps.
     handlers = {
       name: array_handler(float(host_copy_gb), save_in_flight_bytes)
@@ -280,6 +287,7 @@ class TrainingCheckpointManager:
       feature_limits=feature_limits,
       fingerprints=self._fingerprint_arrays,
       async_save=self._async,
+      data_file_mb=self._data_file_mb,
     )
     return True
 

@@ -116,6 +116,7 @@ def save_step(
   feature_limits: FeatureLimits | None,
   fingerprints: bool,
   async_save: bool,
+  data_file_mb: float,
 ) -> None:
   """Calls `save` (Orbax's, for one step) with the arguments of every item.
 
@@ -132,7 +133,9 @@ def save_step(
     meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
     pending = PendingShards() if fingerprints else None
     trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
-    args = step_items.array_args(trees, CHECKPOINT_FORMAT_VERSION, lambda tree, _: array_save(tree))
+    args = step_items.array_args(
+      trees, CHECKPOINT_FORMAT_VERSION, lambda tree, _: array_save(tree, data_file_mb)
+    )
     args.update(
       data_iter=grain.checkpoint.CheckpointSave(state.data_iter),
       fdo=ocp.args.JsonSave(fdo),

@@ -764,3 +764,33 @@ def test_save_in_flight_bound_is_twice_the_largest_shard():
   assert save_in_flight_bound({"a": big, "b": small}) == 2 * 2**22 * 16 * 4
   # at least 256 MiB, so that a save of small arrays is not cut into tiny writes
   assert save_in_flight_bound({"b": small, "c": np.zeros((3,), np.int32)}) == 256 << 20
+
+
+def _data_file_sizes(directory: pathlib.Path) -> list[int]:
+  """Sizes of the OCDBT data files (in `d/` folders) under `directory`."""
+  return sorted(p.stat().st_size for p in directory.rglob("*") if p.parent.name == "d")
+
+
+def test_a_save_writes_data_files_of_about_data_file_mb(tmp_path):
+  # TensorStore holds a data file's bytes in memory until it writes the file, so
+  # the files' size bounds a save's host memory; Orbax's own default is 2 GiB.
+  job = Job()
+  job.advance(2)
+  rows = NamedSharding(job.mesh, P(job.mesh.axis_names[0]))
+  table = np.random.default_rng(0).random((2**18, 16), np.float32)  # 16 MiB
+  job.state = (job.state[0], {**job.state[1], "table": jax.device_put(table, rows)}, job.state[2])
+  job.abstract = abstract_of(job.state)
+  sizes = {}
+  for mb in (2048.0, 1.0):
+    with TrainingCheckpointManager(tmp_path / str(mb), run_info(), data_file_mb=mb) as m:
+      save(m, job)
+    sizes[mb] = _data_file_sizes(tmp_path / str(mb))
+  assert max(sizes[2048.0]) > 8 * 2**20  # Orbax's default: most of the table in one file
+  assert max(sizes[1.0]) <= 2 * 2**20  # a file ends once it holds 1 MiB of chunks
+  with TrainingCheckpointManager(tmp_path / "1.0", run_info()) as m:
+    restored = m.restore(job.targets())
+  toy.assert_same_trees(
+    (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
+  )
+  with pytest.raises(ValueError, match=r"^data_file_mb=0.5 must be >= 1 \(MiB\)$"):
+    TrainingCheckpointManager(tmp_path / "other", run_info(), data_file_mb=0.5)

@@ -110,6 +110,7 @@ class _Job:
       async_save=bool(ckpt.async_save),
       fingerprint_arrays=bool(ckpt.verify_arrays),
       host_copy_gb=float(ckpt.host_copy_gb),
+      data_file_mb=float(ckpt.data_file_mb),
       save_in_flight_bytes=checkpointing.save_in_flight_bound(
         self.model.abstract_train_state(self.model.base_specs)
       ),
