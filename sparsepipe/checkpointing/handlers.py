@@ -42,16 +42,18 @@ _IN_FLIGHT_FLOOR = 256 << 20
 DATA_FILE_MB = 16.0
 
 
-def save_in_flight_bound(tree: Any) -> int:
-  """Bytes a save may write at once for `tree`'s arrays (concrete or abstract,
-  with shardings): twice the largest shard this process holds, at least 256 MiB.
+def in_flight_bound(tree: Any) -> int:
+  """Bytes a save may write, or a restore read, at once for `tree`'s arrays
+  (concrete or abstract, with shardings): twice the largest shard this
+  process holds, at least 256 MiB.
 
-  Orbax writes every shard at once, and TensorStore's buffers for them held
-  0.8x the arrays' bytes (benchmarks/memory.py: a criteo save on 8 CPU
-  devices, 2.3 GB for 2.9 GB of arrays); with this bound they stay a few
-  shards' worth, and with `array_save`'s data files a few files' worth,
-  whatever the tables' size. Orbax refuses a shard at or over its bound,
-  hence twice the largest.
+  Orbax writes, and reads, every shard at once: TensorStore's buffers held
+  0.8x the arrays' bytes during a save (benchmarks/memory.py: a criteo save
+  on 8 CPU devices, 2.3 GB for 2.9 GB of arrays), and a restore holds what
+  it has read beside the arrays it makes. With this bound they stay a few
+  shards' worth (with `array_save`'s data files, a few files' worth), whatever
+  the tables' size. Orbax refuses a shard at or over its bound, hence twice
+  the largest.
   """
   largest = 0
   for leaf in jax.tree.leaves(tree):
@@ -66,8 +68,9 @@ def array_handler(
 ) -> ocp.PyTreeCheckpointHandler:
   """The handler of the array items (see the module docstring).
 
-  `in_flight_bytes` bounds the bytes a save writes at once (Orbax's
-  save_concurrent_gb; see `save_in_flight_bound`), None: no bound.
+  `in_flight_bytes` bounds the bytes a save writes, and a restore reads, at
+  once (Orbax's save_concurrent_gb and restore_concurrent_gb; see
+  `in_flight_bound`), None: no bound.
 
   `host_copy_gb` > 0 bounds the device-to-host copies a save has in flight
   at once (Orbax's save_device_host_concurrent_gb): arrays are copied in
@@ -80,10 +83,12 @@ def array_handler(
   handlers = [(t, ocp.type_handlers.get_type_handler(t)) for t in types if t is not jax.Array]
   handlers.append((jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False)))
   registry = ocp.type_handlers.create_type_handler_registry(*handlers)
+  in_flight_gb = None if in_flight_bytes is None else in_flight_bytes / 1e9
   return ocp.PyTreeCheckpointHandler(
     type_handler_registry=registry,
     save_device_host_concurrent_gb=host_copy_gb if host_copy_gb > 0 else None,
-    save_concurrent_gb=None if in_flight_bytes is None else in_flight_bytes / 1e9,
+    save_concurrent_gb=in_flight_gb,
+    restore_concurrent_gb=in_flight_gb,
   )
 
 

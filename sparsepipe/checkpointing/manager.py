@@ -150,7 +150,7 @@ class TrainingCheckpointManager:
     fingerprint_arrays: bool = True,
     read_only: bool = False,
     host_copy_gb: float = 0.0,
-    save_in_flight_bytes: int | None = None,
+    in_flight_bytes: int | None = None,
     data_file_mb: float = DATA_FILE_MB,
   ):
     """Opens (or creates) the checkpoint directory; a writable one is checked
@@ -182,8 +182,8 @@ class TrainingCheckpointManager:
       host_copy_gb: > 0: a save copies device arrays to the host in batches
         of about this many GB, each written before the next is copied
         (handlers.array_handler); 0: all at once.
-      save_in_flight_bytes: the most bytes a save writes at once
-        (handlers.save_in_flight_bound); None: no bound.
+      in_flight_bytes: the most bytes a save writes, or a restore reads, at
+        once (handlers.in_flight_bound); None: no bound.
       data_file_mb: the size of a save's data files in MiB, which bounds the
         host memory a save's writes hold (handlers.array_save).
     """
@@ -202,8 +202,7 @@ class TrainingCheckpointManager:
     self._data_file_mb = float(data_file_mb)
     # ARRAY_ITEMS: the Orbax items of format 2 and older, to read those steps.
     handlers = {
-      name: array_handler(float(host_copy_gb), save_in_flight_bytes)
-      for name in (ARRAYS,) + ARRAY_ITEMS
+      name: array_handler(float(host_copy_gb), in_flight_bytes) for name in (ARRAYS,) + ARRAY_ITEMS
     }
     handlers.update(
       data_iter=grain.checkpoint.CheckpointHandler(),

@@ -753,17 +753,42 @@ def test_bounded_host_copies_save_the_same_checkpoint(tmp_path, monkeypatch):
     TrainingCheckpointManager(tmp_path / "other", run_info(), host_copy_gb=-1.0)
 
 
-def test_save_in_flight_bound_is_twice_the_largest_shard():
-  from sparsepipe.checkpointing import save_in_flight_bound  # pylint: disable=import-outside-toplevel
+def test_in_flight_bytes_bound_saves_and_restores(tmp_path, monkeypatch):
+  # Without a restore bound Orbax reads every shard at once, holding what it read
+  # beside the arrays it makes (benchmarks/memory.py, the resumed rows).
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
+  bounds = []
+  handler = ocp.PyTreeCheckpointHandler
+
+  def recorded(*args, **kwargs):
+    bounds.append((kwargs.get("save_concurrent_gb"), kwargs.get("restore_concurrent_gb")))
+    return handler(*args, **kwargs)
+
+  monkeypatch.setattr(ocp, "PyTreeCheckpointHandler", recorded)
+  job = Job()
+  job.advance(2)
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), in_flight_bytes=2**28) as m:
+    save(m, job)
+  with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), in_flight_bytes=2**28) as m:
+    restored = m.restore(job.targets())
+  assert bounds and set(bounds) == {(2**28 / 1e9, 2**28 / 1e9)}
+  toy.assert_same_trees(
+    (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
+  )
+
+
+def test_in_flight_bound_is_twice_the_largest_shard():
+  from sparsepipe.checkpointing import in_flight_bound  # pylint: disable=import-outside-toplevel
 
   mesh = toy.make_mesh()
   rows = NamedSharding(mesh, P(mesh.axis_names[0]))
   n = mesh.devices.size
   big = jax.ShapeDtypeStruct((n * 2**22, 16), np.float32, sharding=rows)  # 256 MiB a shard
   small = jax.ShapeDtypeStruct((4, 4), np.float32, sharding=NamedSharding(mesh, P()))
-  assert save_in_flight_bound({"a": big, "b": small}) == 2 * 2**22 * 16 * 4
+  assert in_flight_bound({"a": big, "b": small}) == 2 * 2**22 * 16 * 4
   # at least 256 MiB, so that a save of small arrays is not cut into tiny writes
-  assert save_in_flight_bound({"b": small, "c": np.zeros((3,), np.int32)}) == 256 << 20
+  assert in_flight_bound({"b": small, "c": np.zeros((3,), np.int32)}) == 256 << 20
 
 
 def _data_file_sizes(directory: pathlib.Path) -> list[int]:

@@ -211,6 +211,17 @@ def test_fingerprint_ignores_sharding_and_device_count():
       assert _fp(jax.device_put(x, NamedSharding(mesh, spec))) == want
 
 
+def test_fingerprint_holds_row_sums_not_a_copy_of_the_array():
+  # XLA:CPU split the one reduction over all elements into a tree that stored every
+  # term first: a restore's check held a second copy of the state at once.
+  mesh = mesh_of(8)
+  table = jax.ShapeDtypeStruct((8 * 2**16, 16), np.float32, sharding=NamedSharding(mesh, P("data")))
+  compiled = fingerprint._fingerprint_fn(mesh, 1).lower([table]).compile()  # pylint: disable=protected-access
+  shard_rows = 2**16
+  # a uint32 per row and the reduction tree's levels above them; the shard is 4 MiB
+  assert compiled.memory_analysis().temp_size_in_bytes <= shard_rows * 4 * 5 // 4
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, jnp.bfloat16, np.int8, np.uint32, bool])
 def test_fingerprint_sees_every_single_change(dtype):
   x = (np.arange(24) % 2 == 0) if dtype is bool else np.arange(24).astype(dtype)

@@ -62,14 +62,22 @@ def _fingerprint(x: jax.Array) -> jax.Array:
   mix (xorshift, then an odd multiplier) is a bijection of uint32 and the
   weight is odd, hence invertible mod 2**32: any single changed word
   changes the sum; random garbage goes unnoticed with probability 2**-32.
-  One reduction per array: on CPU, XLA runs integer reductions at a
+  One 32-bit sum per array: on CPU, XLA runs integer reductions at a
   fraction of memory speed and two sibling reductions over one array at a
   third of that again, so a 64-bit variant would cost the loop 2-6x more.
   """
   w = _words(x)
   mixed = (w ^ (w >> jnp.uint32(16))) * jnp.uint32(MIX)
   weight = _flat_index(w.shape) * jnp.uint32(2) + jnp.uint32(1)
-  return jnp.sum(mixed * weight, dtype=jnp.uint32)
+  terms = mixed * weight
+  if terms.ndim > 1:
+    # Rows first: XLA:CPU splits one reduction over a large array into a tree
+    # whose first level reads the terms materialized, a second copy of the
+    # array at once (a restore's peak); a reduction over the trailing axes
+    # computes them in place, and only the row sums are stored.
+    terms = jnp.sum(terms, axis=tuple(range(1, terms.ndim)), dtype=jnp.uint32)
+    terms = jax.lax.optimization_barrier(terms)  # else XLA merges the two reductions
+  return jnp.sum(terms, dtype=jnp.uint32)
 
 
 def _group_key(leaf: Any) -> Any:

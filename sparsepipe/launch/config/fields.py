@@ -178,8 +178,9 @@ MEMORY_SECTION = [
   "",
   "A training process holds the state (tables, slots, `updated`, dense parameters and"
   " their optimizer state), one more copy of it while an asynchronous save is in flight"
-  " on CPU devices, and an overhead that does not grow with the tables (Python, JAX,"
-  " the compiler, the step's buffers, a save's writes in flight).",
+  " on CPU devices, and an overhead that grows far less than the tables (Python, JAX,"
+  " the compiler, the step's buffers, a save's writes in flight: 1.1-1.25x for tables 4x"
+  " larger, below).",
   "",
   "On CPU devices the arrays are host memory, so the choice is:",
   "",
@@ -195,18 +196,23 @@ MEMORY_SECTION = [
   "",
   "| vocabularies | saves | state | peak | peak / state | overhead |",
   "|---|---|---|---|---|---|",
-  "| shipped | sync | 833 MB | 1,882 MB | 2.26 | 1,049 MB |",
-  "| shipped | async | 833 MB | 2,729 MB | 3.28 | 1,063 MB |",
-  "| 4x | sync | 3,028 MB | 4,312 MB | 1.42 | 1,285 MB |",
-  "| 4x | async | 3,028 MB | 7,245 MB | 2.39 | 1,190 MB |",
+  "| shipped | sync | 833 MB | 1,840 MB | 2.21 | 1,007 MB |",
+  "| shipped | sync, resumed | 833 MB | 1,778 MB | 2.14 | 945 MB |",
+  "| shipped | async | 833 MB | 2,763 MB | 3.32 | 1,097 MB |",
+  "| 4x | sync | 3,028 MB | 4,235 MB | 1.40 | 1,207 MB |",
+  "| 4x | sync, resumed | 3,028 MB | 4,055 MB | 1.34 | 1,027 MB |",
+  "| 4x | async | 3,028 MB | 7,421 MB | 2.45 | 1,366 MB |",
   "",
-  "Of the overhead, about 1 GB is there in training at both sizes (Python and JAX 0.3 GB,"
-  " the step's buffers 0.37 GB, sized for the worst case of a batch until FDO's first pass,"
-  " and freed heap glibc keeps); a synchronous save adds 0-50 MB to it at the shipped"
-  " size and 200-300 MB at 4x.",
+  '("resumed": the sync job resumed from its last checkpoint for 6 batches more.) Of the'
+  " overhead, about 1 GB is there in training at both sizes (Python and JAX 0.3 GB, the"
+  " step's buffers 0.37 GB, sized for the worst case of a batch until FDO's first pass, and"
+  " freed heap glibc keeps); a synchronous save adds 0-50 MB to it at the shipped size and"
+  " 150-300 MB at 4x. A resumed job's restore read every shard at once and its fingerprint"
+  " check held a second copy of each array: its peak was 2.24x the state at 4x (overhead"
+  " 3.7 GB) before both were bounded.",
   "",
-  "A save writes at most twice its largest shard at once (at least 256 MiB;"
-  " `checkpointing.save_in_flight_bound`), in chunks and data files of"
+  "A save writes, and a restore reads, at most twice the largest shard at once (at least"
+  " 256 MiB; `checkpointing.in_flight_bound`); a save writes in chunks and data files of"
   " `checkpoint.data_file_mb` (16 MiB): TensorStore holds a data file in memory until it"
   " is written, and with Orbax's 2 GiB files a synchronous save added 130-140 MB at the"
   " shipped size and 350-500 MB at 4x.",

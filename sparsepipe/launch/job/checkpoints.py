@@ -290,7 +290,10 @@ def restore_saved_model(
   directory: str, model: JobModel, run: checkpointing.RunInfo, step: int | None
 ) -> Restored:
   """The model of `step`, or of the newest intact step as of now (read-only)."""
-  with checkpointing.TrainingCheckpointManager(directory, run, read_only=True) as mngr:
+  in_flight = checkpointing.in_flight_bound(model.abstract_train_state(model.base_specs))
+  with checkpointing.TrainingCheckpointManager(
+    directory, run, read_only=True, in_flight_bytes=in_flight
+  ) as mngr:
     restored = JobCheckpoints(mngr, model).restore_model(step)
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")

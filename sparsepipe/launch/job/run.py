@@ -111,7 +111,7 @@ class _Job:
       fingerprint_arrays=bool(ckpt.verify_arrays),
       host_copy_gb=float(ckpt.host_copy_gb),
       data_file_mb=float(ckpt.data_file_mb),
-      save_in_flight_bytes=checkpointing.save_in_flight_bound(
+      in_flight_bytes=checkpointing.in_flight_bound(
         self.model.abstract_train_state(self.model.base_specs)
       ),
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
