@@ -725,26 +725,34 @@ def test_zero_size_arrays_are_left_out_and_restored_as_zeros(tmp_path):
   toy.assert_same_trees(restored.pipeline_state["kept"], job.state[2])
 
 
-def test_bounded_host_copies_save_the_same_checkpoint(tmp_path, monkeypatch):
-  # host_copy_gb hands Orbax its device-to-host bound; a save in batches of
-  # at most 1 kB (every array its own batch) restores exactly, fingerprints checked.
+def _handler_arguments(monkeypatch) -> list[dict]:
+  """The keyword arguments of every Orbax PyTreeCheckpointHandler made from now on."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
-  bounds = []
+  made = []
   handler = ocp.PyTreeCheckpointHandler
 
   def recorded(*args, **kwargs):
-    bounds.append(kwargs.get("save_device_host_concurrent_gb"))
+    made.append(kwargs)
     return handler(*args, **kwargs)
 
   monkeypatch.setattr(ocp, "PyTreeCheckpointHandler", recorded)
+  return made
+
+
+def test_bounded_host_copies_save_the_same_checkpoint(tmp_path, monkeypatch):
+  # host_copy_gb hands Orbax its device-to-host bound; a save in batches of
+  # at most 1 kB (every array its own batch) restores exactly, fingerprints checked.
+  made = _handler_arguments(monkeypatch)
   job = Job()
   job.advance(2)
   with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), host_copy_gb=1e-6) as m:
     save(m, job)
+  bounds = [kwargs.get("save_device_host_concurrent_gb") for kwargs in made]
   assert bounds and set(bounds) == {1e-6}
   with TrainingCheckpointManager(tmp_path / "ckpt", run_info()) as m:
     restored = m.restore(Job().targets())
+  bounds = [kwargs.get("save_device_host_concurrent_gb") for kwargs in made]
   assert set(bounds[len(bounds) // 2 :]) == {None}  # the default: no bound
   toy.assert_same_trees(
     (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
@@ -756,22 +764,16 @@ def test_bounded_host_copies_save_the_same_checkpoint(tmp_path, monkeypatch):
 def test_in_flight_bytes_bound_saves_and_restores(tmp_path, monkeypatch):
   # Without a restore bound Orbax reads every shard at once, holding what it read
   # beside the arrays it makes (benchmarks/memory.py, the resumed rows).
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-
-  bounds = []
-  handler = ocp.PyTreeCheckpointHandler
-
-  def recorded(*args, **kwargs):
-    bounds.append((kwargs.get("save_concurrent_gb"), kwargs.get("restore_concurrent_gb")))
-    return handler(*args, **kwargs)
-
-  monkeypatch.setattr(ocp, "PyTreeCheckpointHandler", recorded)
+  made = _handler_arguments(monkeypatch)
   job = Job()
   job.advance(2)
   with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), in_flight_bytes=2**28) as m:
     save(m, job)
   with TrainingCheckpointManager(tmp_path / "ckpt", run_info(), in_flight_bytes=2**28) as m:
     restored = m.restore(job.targets())
+  bounds = [
+    (kwargs.get("save_concurrent_gb"), kwargs.get("restore_concurrent_gb")) for kwargs in made
+  ]
   assert bounds and set(bounds) == {(2**28 / 1e9, 2**28 / 1e9)}
   toy.assert_same_trees(
     (restored.train_state, restored.embeddings, restored.pipeline_state), job.state

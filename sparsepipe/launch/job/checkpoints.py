@@ -286,13 +286,18 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
   return directory, ml_collections.ConfigDict(saved.run.config)
 
 
+def in_flight_bytes(model: JobModel) -> int:
+  """What a save of `model`'s state writes, or a restore reads, at once
+  (checkpointing.in_flight_bound: the tables' shards do not depend on the limits)."""
+  return checkpointing.in_flight_bound(model.abstract_train_state(model.base_specs))
+
+
 def restore_saved_model(
   directory: str, model: JobModel, run: checkpointing.RunInfo, step: int | None
 ) -> Restored:
   """The model of `step`, or of the newest intact step as of now (read-only)."""
-  in_flight = checkpointing.in_flight_bound(model.abstract_train_state(model.base_specs))
   with checkpointing.TrainingCheckpointManager(
-    directory, run, read_only=True, in_flight_bytes=in_flight
+    directory, run, read_only=True, in_flight_bytes=in_flight_bytes(model)
   ) as mngr:
     restored = JobCheckpoints(mngr, model).restore_model(step)
   if restored is None:

@@ -27,6 +27,7 @@ from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
 from sparsepipe.launch.job.checkpoints import BATCH_STEPS_FORMAT
+from sparsepipe.launch.job.checkpoints import in_flight_bytes
 from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.checkpoints import resolve_job_defaults
 from sparsepipe.launch.job.context import JobContext
@@ -111,9 +112,7 @@ class _Job:
       fingerprint_arrays=bool(ckpt.verify_arrays),
       host_copy_gb=float(ckpt.host_copy_gb),
       data_file_mb=float(ckpt.data_file_mb),
-      in_flight_bytes=checkpointing.in_flight_bound(
-        self.model.abstract_train_state(self.model.base_specs)
-      ),
+      in_flight_bytes=in_flight_bytes(self.model),
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
       added_config_keys=ADDED_CONFIG_KEYS,
     ) as mngr:
