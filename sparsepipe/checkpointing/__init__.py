@@ -29,6 +29,6 @@ from sparsepipe.checkpointing.restore.targets import abstract_of
 from sparsepipe.checkpointing.restore.targets import on_mesh
 from sparsepipe.checkpointing.restore.iterator_states import read_iterator_states
 from sparsepipe.checkpointing.restore.iterator_states import restore_resized_iterator
-from sparsepipe.checkpointing.workdir_layout import CHECKPOINTS_DIRNAME
-from sparsepipe.checkpointing.workdir_layout import JOB_FILENAME
-from sparsepipe.checkpointing.workdir_layout import workdir_marker
+from sparsepipe.core.saved_work import CHECKPOINTS_DIRNAME
+from sparsepipe.core.saved_work import JOB_FILENAME
+from sparsepipe.core.saved_work import workdir_marker

@@ -15,11 +15,10 @@ import json
 import os
 from typing import Any, Mapping
 
+from sparsepipe.core.saved_work import MANIFEST_FORMAT
+from sparsepipe.core.saved_work import MANIFEST_NAME
 from sparsepipe.data.codec import FORMAT_VERSION
 from sparsepipe.data.schema import ExampleSchema
-
-MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = "sparsepipe.arrayrecord"
 
 
 class ManifestError(ValueError):

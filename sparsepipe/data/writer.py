@@ -145,6 +145,11 @@ class ShardedRecordWriter:
 
   def _prepare_directory(self, overwrite: bool) -> None:
     """Checks the output directory; creates the temporary one the shards go to."""
+    if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+      raise FileExistsError(
+        f"'{self.directory}' is a file, not a directory: a dataset is a directory of its"
+        " own; choose another output"
+      )
     entries = os.listdir(self.directory) if os.path.isdir(self.directory) else []
     ours = [e for e in entries if self._is_dataset_file(e)]
     if ours and not overwrite:

@@ -100,7 +100,9 @@ def main(argv) -> int:
     return stopping.ABORTED_EXIT_CODE
   finally:
     distributed.shutdown(started)
-  return checkpointing.PREEMPTED_EXIT_CODE if result.preempted else 0
+  # A stop while closing whose SystemExit Python swallowed (stopping.py) still says 42.
+  stopped = result.preempted or stopping.stop_requested()
+  return checkpointing.PREEMPTED_EXIT_CODE if stopped else 0
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ the standard library, and sparsepipe.launch loads its parts lazily): a
 stop signal there prints one line and exits STOPPED_EXIT_CODE at once.
 Nothing trained goes unsaved: before training there is nothing to save, and
 closing begins after the last save; running the same command again goes on.
+Python may swallow the handler's SystemExit: a signal handled while a gc
+or weakref callback runs (jax's, among others) raises there, and Python
+only reports it as unraisable and goes on. The stop is kept: the launch
+ends at `training_begins` (before any batch is trained) or, while
+closing, with status 42 all the same; the unraisable report is dropped.
 
 A second Ctrl-C while training aborts without saving (the watcher's
 KeyboardInterrupt); the launcher prints one line and exits
@@ -19,6 +24,7 @@ ABORTED_EXIT_CODE, and a rerun trains again from the newest checkpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -40,7 +46,11 @@ _NOTHING_TO_SAVE = {
 
 
 class _StopOutsideTraining:
-  """The SIGTERM and SIGINT handler of the launcher's phases outside training."""
+  """The SIGTERM and SIGINT handler of the launcher's phases outside training.
+
+  `stopping` stays set once a signal came, so that a SystemExit that Python
+  swallowed still stops the launch (see the module docstring).
+  """
 
   def __init__(self) -> None:
     self.phase = "starting"
@@ -63,16 +73,33 @@ class _StopOutsideTraining:
 _HANDLER = _StopOutsideTraining()
 
 
+def _drop_swallowed_stop(unraisable: Any, report: Any = sys.unraisablehook) -> None:
+  """sys.unraisablehook: the handler's SystemExit raised where Python could
+  only report it is not reported (its line was printed); anything else is."""
+  if not (_HANDLER.stopping and isinstance(unraisable.exc_value, SystemExit)):
+    report(unraisable)
+
+
 def stop_outside_training() -> None:
   """Installs the launcher's handler of SIGTERM and SIGINT (main thread only)."""
   _HANDLER.phase, _HANDLER.stopping = "starting", False
   signal.signal(signal.SIGTERM, _HANDLER)
   signal.signal(signal.SIGINT, _HANDLER)
+  if getattr(sys.unraisablehook, "func", None) is not _drop_swallowed_stop:
+    sys.unraisablehook = functools.partial(_drop_swallowed_stop, report=sys.unraisablehook)
+
+
+def stop_requested() -> bool:
+  """Whether a stop signal came outside training (its SystemExit may have been swallowed)."""
+  return _HANDLER.stopping
 
 
 def training_begins() -> None:
   """From here a stop signal is the PreemptionWatcher's; once it gives them back,
-  the job has saved and is closing."""
+  the job has saved and is closing. A stop that came while starting, and
+  whose SystemExit Python swallowed, ends the launch here, before training."""
+  if _HANDLER.stopping:
+    raise SystemExit(STOPPED_EXIT_CODE)
   _HANDLER.phase = "closing"
 
 

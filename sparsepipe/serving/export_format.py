@@ -36,13 +36,14 @@ import numpy as np
 from sparsepipe.checkpointing.integrity.digests import DIGEST_KEY
 from sparsepipe.checkpointing.integrity.digests import digest
 from sparsepipe.checkpointing.integrity.digests import seal
+from sparsepipe.core.saved_work import EXPORT_FORMAT
+from sparsepipe.core.saved_work import EXPORT_INFO_FILENAME
 from sparsepipe.core.specs import check_combiner
 
-EXPORT_FORMAT = "sparsepipe.export"
 # 2: export.json carries the sha256 of its own canonical JSON; 1 (sparsepipe 0.3): it does not.
 EXPORT_VERSION = 2
 UNSEALED_VERSION = 1
-INFO_FILENAME = "export.json"
+INFO_FILENAME = EXPORT_INFO_FILENAME
 PARAMS_FILENAME = "params.npz"
 PREDICT_FILENAME = "predict.jaxexport"
 

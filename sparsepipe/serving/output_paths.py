@@ -1,14 +1,6 @@
 """Where a command may write its output: never into, over or above saved work.
 
-Saved work is what a command cannot make again cheaply. Each kind is
-recognised by the file that makes a directory one (a manifest.json or
-export.json that reads as another program's, with another "format", does
-not count; an unreadable one does):
-
-    workdir   job.json or checkpoints/   a training job (checkpointing.workdir_layout)
-    dataset   manifest.json              a converted dataset (data.manifest)
-    export    export.json                an export or a delta (export_format)
-
+Saved work (workdirs, datasets, exports) is recognised as core.saved_work says.
 An export's output (launch.export, serving.apply) is refused inside saved
 work, when it is, is inside or holds one of the command's inputs, and when
 it exists and is anything but an export that holds only an export's own
@@ -22,14 +14,13 @@ output and what it would have destroyed, raised before anything is written.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Sequence
 
-from sparsepipe.checkpointing import workdir_marker
-from sparsepipe.data.manifest import MANIFEST_FORMAT
-from sparsepipe.data.manifest import MANIFEST_NAME
-from sparsepipe.serving.export_format import EXPORT_FORMAT
+from sparsepipe.core.saved_work import OutputPathError
+from sparsepipe.core.saved_work import describe_entry
+from sparsepipe.core.saved_work import refuse_inside_saved_work
+from sparsepipe.core.saved_work import saved_work
 from sparsepipe.serving.export_format import INFO_FILENAME
 from sparsepipe.serving.export_format import PARAMS_FILENAME
 from sparsepipe.serving.export_format import PREDICT_FILENAME
@@ -37,51 +28,6 @@ from sparsepipe.serving.export_format import PREDICT_FILENAME
 # What an export directory holds (export_format); anything else in it is not its own.
 _EXPORT_FILES = (INFO_FILENAME, PARAMS_FILENAME, PREDICT_FILENAME)
 _EXPORT_TABLES = "tables"
-
-
-class OutputPathError(ValueError):
-  """An --output that would write into or over saved work: names both."""
-
-
-def _ours(path: str, file_format: str) -> bool:
-  """Whether the JSON file at `path` may be sparsepipe's: another program's manifest.json
-  (it reads, with another "format") is not; an unreadable one is (when in doubt, keep)."""
-  if not os.path.isfile(path):
-    return False
-  try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
-  except (OSError, ValueError):
-    return True
-  return not isinstance(data, dict) or data.get("format") == file_format
-
-
-def saved_work(directory: str) -> tuple[str, str] | None:
-  """(kind, the entry that makes it one) of saved work, e.g. ("workdir", "job.json"); else None."""
-  if not os.path.isdir(directory):
-    return None
-  marker = workdir_marker(directory)
-  if marker:
-    return "workdir", marker
-  for kind, name, file_format in (
-    ("dataset", MANIFEST_NAME, MANIFEST_FORMAT),
-    ("export", INFO_FILENAME, EXPORT_FORMAT),
-  ):
-    if _ours(os.path.join(directory, name), file_format):
-      return kind, name
-  return None
-
-
-def _enclosing(path: str) -> str | None:
-  """The nearest folder above `path` that is saved work, described; None if there is none."""
-  parent = os.path.dirname(path)
-  while True:
-    found = saved_work(parent)
-    if found:
-      return f"{found[0]} '{parent}' (it has {found[1]})"
-    if os.path.dirname(parent) == parent:
-      return None
-    parent = os.path.dirname(parent)
 
 
 def _check_inputs(given: str, real: str, inputs: Sequence[tuple[str, str]]) -> None:
@@ -99,15 +45,6 @@ def _check_inputs(given: str, real: str, inputs: Sequence[tuple[str, str]]) -> N
     raise OutputPathError(
       f"--output '{given}' {why}: an output never replaces or writes into the command's"
       " inputs; give another --output"
-    )
-
-
-def _check_not_inside_saved_work(given: str, real: str, what: str) -> None:
-  around = _enclosing(real)
-  if around:
-    raise OutputPathError(
-      f"--output '{given}' is inside {around}: write the {what} outside any workdir, dataset"
-      " or export"
     )
 
 
@@ -130,11 +67,6 @@ def _foreign_entries(directory: str) -> list[str]:
   return foreign
 
 
-def _describe_entry(directory: str, name: str) -> str:
-  found = saved_work(os.path.join(directory, name))
-  return f"{found[0]} '{name}'" if found else f"'{name}'"
-
-
 def check_export_output(
   output: str, *, overwrite: bool, inputs: Sequence[tuple[str, str]] = ()
 ) -> None:
@@ -147,7 +79,7 @@ def check_export_output(
   """
   given, real = os.path.abspath(output), os.path.realpath(output)
   _check_inputs(given, real, inputs)
-  _check_not_inside_saved_work(given, real, "export")
+  refuse_inside_saved_work(given, real, "export")
   if os.path.islink(given):
     raise OutputPathError(
       f"--output '{given}' is a symbolic link (to '{real}'): give the folder itself"
@@ -171,7 +103,7 @@ def check_export_output(
   if foreign:
     what = "an export that also holds" if found else "a folder, not an export: it holds"
     raise OutputPathError(
-      f"--output '{given}' is {what} {_describe_entry(given, foreign[0])}"
+      f"--output '{given}' is {what} {describe_entry(given, foreign[0])}"
       f"{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}: --overwrite replaces"
       " only an export and what it wrote; give another --output"
     )
@@ -182,7 +114,7 @@ def check_export_output(
 def check_file_output(output: str, *, overwrite: bool) -> None:
   """Raises unless a file (e.g. predict's scores) may be written at `output`."""
   given, real = os.path.abspath(output), os.path.realpath(output)
-  _check_not_inside_saved_work(given, real, "scores")
+  refuse_inside_saved_work(given, real, "scores")
   if os.path.isdir(real):
     found = saved_work(real)
     what = f"a {found[0]} (it has {found[1]})" if found else "a folder"

@@ -1,9 +1,12 @@
 """Command lines: a bad input or argument is one line on stderr and a non-zero exit."""
 
+import ast
 import paths
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = paths.REPO_ROOT
 ENV = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -136,3 +139,13 @@ def test_launch_errors_are_one_line_and_shipped_configs_go_by_name(tmp_path):
     "--verbose",
   )
   assert out.returncode == 1 and "Traceback" in out.stderr
+
+
+@pytest.mark.parametrize("name", ["criteo", "csv", "parquet", "synthetic"])
+def test_the_usage_in_help_keeps_one_flag_group_per_line(name):
+  """`--help` prints the module docstring; its backslash continuations once joined the
+  usage example into one long line."""
+  with open(os.path.join(ROOT, "sparsepipe", "data", name, "__main__.py")) as f:
+    doc = ast.get_docstring(ast.parse(f.read()), clean=False)
+  usage = [line for line in doc.splitlines() if line.startswith("    python -m")]
+  assert len(usage) == 1 and usage[0].endswith(" \\"), doc

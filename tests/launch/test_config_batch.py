@@ -49,3 +49,12 @@ def test_exactly_one_batch_field_must_be_set(global_batch, per_host):
 def test_a_global_batch_that_does_not_divide_is_refused():
   with pytest.raises(ValueError, match=r"global_batch_size=100 does not divide over 3 processes"):
     config_specs.global_batch_size(_config(100, 0), 3)
+
+
+def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
+  with pytest.raises(ValueError) as refused:
+    config_specs.build_feature_specs(_config(15, 0), global_batch_size=15, global_device_count=2)
+  assert str(refused.value) == (
+    "global_batch_size=15 is not a multiple of the 4 SparseCores of the mesh (2 devices x"
+    " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 4"
+  )

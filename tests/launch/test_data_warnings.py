@@ -101,3 +101,13 @@ def test_the_job_prints_the_warnings_at_its_start(tmp_path):
     " holds every example 1.6 times on average, and 2 batches are 3 epochs; lower"
     " --config.global_batch_size (or per_host_batch_size) or train on more data",
   ]
+  # Extended, the job says what its new length does (it once said nothing).
+  command[-2] = "--config.num_steps=3"
+  out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
+  assert out.returncode == 0, out.describe()
+  warnings = [line for line in out.lines if line.startswith("warning: ")]
+  assert warnings[1] == (
+    "warning: a batch of 64 examples is larger than the dataset (40 examples): each batch"
+    " holds every example 1.6 times on average, and 3 batches are 5 epochs; lower"
+    " --config.global_batch_size (or per_host_batch_size) or train on more data"
+  )

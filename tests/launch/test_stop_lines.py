@@ -6,6 +6,7 @@ checkpoint directory that cannot be written, after training to the first
 save, with a 5-minute wait and 78 lines.
 """
 
+import gc
 import logging
 import os
 import re
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 from sparsepipe import checkpointing
 from sparsepipe.launch import stopping
@@ -107,6 +110,36 @@ def test_sigterm_while_starting_is_one_line_and_the_rerun_trains(tmp_path):
   again = _Launch(workdir, *flags)
   assert again.finish() == 0, again.err
   assert launch_testing.batch_losses(str(workdir)).keys() == {1, 2}
+
+
+def test_a_stop_whose_exit_python_swallowed_ends_the_launch_before_training(capfd):
+  """A signal handled inside a gc callback (jax has one) raises the handler's
+  SystemExit there; Python only reports it and goes on. Such a stop once let a
+  launch train to its end with status 0."""
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  hook = sys.unraisablehook
+
+  def collecting(phase, info):
+    del info
+    if phase == "start":
+      gc.callbacks.remove(collecting)
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(0.01)  # the handler runs here, inside the callback
+
+  try:
+    stopping.stop_outside_training()
+    gc.callbacks.append(collecting)
+    gc.collect()
+    assert stopping.stop_requested()
+    with pytest.raises(SystemExit) as stopped:
+      stopping.training_begins()
+    assert stopped.value.code == stopping.STOPPED_EXIT_CODE
+  finally:
+    for signum, handler in handlers.items():
+      signal.signal(signum, handler)
+    sys.unraisablehook = hook
+    stopping._HANDLER.stopping = False  # pylint: disable=protected-access
+  assert capfd.readouterr().err == _STARTING + "\n"  # no "Exception ignored" report
 
 
 def test_a_second_ctrl_c_is_one_line_and_status_130(tmp_path):

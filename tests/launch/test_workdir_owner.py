@@ -5,6 +5,10 @@ import json
 import os
 import sys
 
+import pytest
+
+from sparsepipe import checkpointing
+from sparsepipe import launch
 from sparsepipe.launch.workdir.owner import JOB_FILENAME
 from sparsepipe.launch.workdir.owner import JobRecord
 from sparsepipe.launch.workdir.owner import read_job_record
@@ -60,3 +64,21 @@ def test_a_job_record_reads_back_and_a_damaged_one_is_none(tmp_path):
   (tmp_path / JOB_FILENAME).write_text('{"job_id": "x"')
   assert read_job_record(str(tmp_path)) is None
   assert read_job_record(str(tmp_path / "missing")) is None
+
+
+def test_another_config_makes_no_data_in_the_workdir_before_it_is_refused(tmp_path):
+  """The demo pointed at a --config=dataset job's workdir once generated 20,480
+  examples in it before the configs were compared."""
+  workdir = tmp_path / "job"
+  workdir.mkdir()
+  record = {"job_id": "ab" * 16, "config": "dataset", "started": "2026-11-26 08:01:02 UTC"}
+  (workdir / JOB_FILENAME).write_text(json.dumps(record))
+  config = launch_testing.tiny_config(num_steps=2)
+  with pytest.raises(checkpointing.IncompatibleCheckpointError) as refused:
+    launch.train_and_evaluate(config, str(workdir), config_name="demo")
+  assert str(refused.value) == (
+    f"workdir {workdir} holds another job (config 'dataset', started 2026-11-26 08:01:02"
+    " UTC): this run's config is 'demo'; continue that job with its own config, or give this"
+    f" run another --workdir (or delete {workdir} to start over)"
+  )
+  assert os.listdir(workdir) == [JOB_FILENAME]

@@ -7,35 +7,12 @@ import pytest
 
 from sparsepipe import serving
 
-
-DATASET = '{"format": "sparsepipe.arrayrecord"}'
-EXPORT = '{"format": "sparsepipe.export"}'
-
-
-def _tree(root, files):
-  for name, text in files.items():
-    path = os.path.join(root, name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-      f.write(text)
-  return str(root)
+import saved_work_trees  # pylint: disable=g-bad-import-order
 
 
 @pytest.fixture
 def saved(tmp_path):
-  """A workdir of each version (job.json; only checkpoints/), a dataset, an export, a file."""
-  return {
-    "workdir": _tree(
-      tmp_path / "w", {"job.json": "{}", "checkpoints/4/x": "", "metrics.jsonl": ""}
-    ),
-    "old_workdir": _tree(tmp_path / "w02", {"checkpoints/4/x": ""}),
-    "dataset": _tree(tmp_path / "d", {"manifest.json": DATASET, "shard-00000": ""}),
-    "export": _tree(
-      tmp_path / "e",
-      {"export.json": EXPORT, "params.npz": "", "predict.jaxexport": "", "tables/user.npy": ""},
-    ),
-    "file": _tree(tmp_path, {"notes.txt": "keep me"}) + "/notes.txt",
-  }
+  return saved_work_trees.saved_work(tmp_path)
 
 
 def test_saved_work_is_recognised_by_the_file_that_makes_it(saved, tmp_path):
@@ -46,10 +23,12 @@ def test_saved_work_is_recognised_by_the_file_that_makes_it(saved, tmp_path):
   assert serving.saved_work(saved["file"]) is None
   assert serving.saved_work(str(tmp_path)) is None
   # Another program's manifest.json (e.g. a web app's) is not a dataset; a damaged one is.
-  other = _tree(tmp_path / "app", {"manifest.json": '{"name": "app"}'})
+  other = saved_work_trees.tree(tmp_path / "app", {"manifest.json": '{"name": "app"}'})
   assert serving.saved_work(other) is None
   serving.check_export_output(os.path.join(other, "model"), overwrite=False)
-  damaged = _tree(tmp_path / "damaged", {"manifest.json": '{"format": "sparsepipe.arr'})
+  damaged = saved_work_trees.tree(
+    tmp_path / "damaged", {"manifest.json": '{"format": "sparsepipe.arr'}
+  )
   assert serving.saved_work(damaged) == ("dataset", "manifest.json")
 
 
@@ -100,7 +79,7 @@ def test_overwrite_replaces_only_an_export_that_holds_only_its_own_files(saved, 
   assert str(e.value) == (
     f"'{saved['export']}' exists: give --overwrite to replace it, or another --output"
   )
-  _tree(saved["export"], {"README": "", "run/job.json": "{}"})
+  saved_work_trees.tree(saved["export"], {"README": "", "run/job.json": "{}"})
   with pytest.raises(serving.OutputPathError) as e:
     serving.check_export_output(saved["export"], overwrite=True)
   assert str(e.value) == (
@@ -130,7 +109,7 @@ def test_an_export_is_never_one_of_the_commands_inputs(saved, tmp_path):
     f"--output '{saved['export']}' is also the --since export: an output never replaces or"
     " writes into the command's inputs; give another --output"
   )
-  plain = _tree(tmp_path / "plain", {"a": ""})
+  plain = saved_work_trees.tree(tmp_path / "plain", {"a": ""})
   inputs = [("the --base export", os.path.join(plain, "base"))]
   with pytest.raises(serving.OutputPathError, match=r"' holds the --base export '.*/plain/base':"):
     serving.check_export_output(plain, overwrite=True, inputs=inputs)

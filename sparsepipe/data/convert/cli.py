@@ -18,6 +18,7 @@ from absl import flags
 from absl import logging
 
 from sparsepipe.data.manifest import Manifest, read_manifest
+from sparsepipe.data.convert.output_path import check_dataset_output
 from sparsepipe.data.convert.progress import summarize
 from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE, scale_warnings
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS
@@ -115,6 +116,9 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
   f = flags.FLAGS
   start = time.monotonic()
   try:
+    check_dataset_output(f.output)
+    if kwargs.get("eval_output"):
+      check_dataset_output(kwargs["eval_output"], "--eval_output")
     manifest = write(
       *args,
       output_dir=f.output,

@@ -1,4 +1,4 @@
-"""Command line: convert Criteo click logs (see convert.py for the transforms).
+r"""Command line: convert Criteo click logs (see convert.py for the transforms).
 
     python -m sparsepipe.data.criteo --input day_0.gz,day_1.gz --output DIR \
         [--vocab_sizes 1000000] [--empty_category drop|reserve] \

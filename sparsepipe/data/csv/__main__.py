@@ -1,4 +1,4 @@
-"""Command line: convert a CSV file (see convert.py for the column options).
+r"""Command line: convert a CSV file (see convert.py for the column options).
 
     python -m sparsepipe.data.csv --input ratings.csv --output DIR \
         --label_column rating --label_threshold 4 --dense_columns age \

@@ -1,4 +1,4 @@
-"""Command line: convert Parquet files or directories (see convert.py for the columns).
+r"""Command line: convert Parquet files or directories (see convert.py for the columns).
 
     python -m sparsepipe.data.parquet --input ratings.parquet --output DIR \
         --label_column rating --label_threshold 4 --dense_columns age \

@@ -1,4 +1,4 @@
-"""Command line: write a synthetic dataset (see generate.py for the data).
+r"""Command line: write a synthetic dataset (see generate.py for the data).
 
     python -m sparsepipe.data.synthetic --output DIR --num_examples 1000000 \
         --num_dense 13 --num_sparse 26 --vocab_sizes 100000 --min_ids 1 --max_ids 20 \

@@ -128,6 +128,13 @@ def build_feature_specs(
   depend on the limits.
   """
   num_sc = int(config.num_sc_per_device)
+  if global_batch_size % (global_device_count * num_sc):
+    raise ValueError(
+      f"global_batch_size={global_batch_size} is not a multiple of the"
+      f" {global_device_count * num_sc} SparseCores of the mesh ({global_device_count} devices"
+      f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
+      f" multiple of {global_device_count * num_sc}"
+    )
   dim = int(config.model.embedding_dim)
   worst = worst_case_ids_per_partition(config, global_batch_size, global_device_count)
   limits = config.limits

@@ -94,7 +94,8 @@ def data_warnings(job: JobContext) -> list[str]:
 
 
 def resumed(job: JobContext, restored) -> None:
-  """The resume line: where, from which step, and what changed."""
+  """The resume line: where, from which step, and what changed; after an
+  extension, the data's warnings for the new length (data_warnings)."""
 
   trained, num_steps = job.batch, job.schedule.num_steps
   where = job.checkpoints.mngr.where(restored.checkpoint_step)
@@ -116,6 +117,9 @@ def resumed(job: JobContext, restored) -> None:
   else:
     parts.append(f"{num_steps - trained:,} batches to go of {num_steps:,}")
   job.output.event("resume", trained, "; ".join(parts), step=restored.checkpoint_step)
+  if num_steps > old_steps:  # an extension: what its new length will do, as at a fresh start
+    for warning in data_warnings(job):
+      job.output.message(f"warning: {warning}")
 
 
 def result(job: JobContext) -> JobResult:

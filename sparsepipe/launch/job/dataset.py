@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 from jax.experimental import multihost_utils
 import jax
@@ -27,7 +27,13 @@ def synthetic_features(config: Any) -> list[data.SyntheticFeature]:
   ]
 
 
-def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> str:
+def ensure_dataset(
+  config: Any,
+  workdir: str,
+  *,
+  show_progress: bool = True,
+  check_owner: Callable[[], None] = lambda: None,
+) -> str:
   """Returns the dataset directory, generating <workdir>/data if needed.
 
   With config.data.dir set, that dataset must exist. Otherwise process 0
@@ -35,7 +41,8 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
   (once: an existing manifest is reused) while the others wait. Reused data
   must have been generated with the same settings (seed, synthetic.*,
   features): a changed setting is an error naming it, not a silent run on
-  the old data.
+  the old data. `check_owner` runs before data is generated and before
+  that error (it raises when the workdir is another job's).
   """
   if config.data.dir:
     directory = os.path.abspath(config.data.dir)
@@ -46,6 +53,7 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
     try:
       _resolve_packing(config, data.read_manifest(directory))
     except data.ManifestError:
+      check_owner()
       _resolve_packing(config, None)
       synth = config.synthetic
       eval_examples = int(synth.eval_examples)
@@ -68,6 +76,7 @@ def ensure_dataset(config: Any, workdir: str, *, show_progress: bool = True) -> 
   _resolve_packing(config, manifest)  # the other processes: as process 0 generated it
   changed = synthetic_changes(manifest, config)
   if changed:
+    check_owner()
     raise ValueError(
       f"'{directory}' holds synthetic data generated with other settings ({'; '.join(changed)}):"
       f" use a new --workdir, or delete '{directory}' to generate the data again"

@@ -42,6 +42,7 @@ from sparsepipe.launch.job.startup import StartupTimer
 from sparsepipe.launch import stopping
 from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
+from sparsepipe.launch.workdir.placement import check_workdir
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
 MUTABLE_CONFIG_KEYS = (
@@ -88,7 +89,12 @@ class _Job:
     if not by_epochs:  # a bad num_steps is named before any data is made
       self.schedule = Schedule.from_config(config)
     is_chief = jax.process_index() == 0
-    data_dir = dataset.ensure_dataset(config, self.workdir, show_progress=is_chief)
+    data_dir = dataset.ensure_dataset(
+      config,
+      self.workdir,
+      show_progress=is_chief,
+      check_owner=lambda: owner.refuse_another_config(self.workdir, config_name),
+    )
     self.model = JobModel(config, data_dir, self.mesh)
     if by_epochs:  # num_steps follows from the data's size
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
@@ -308,7 +314,10 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
 
   Raises:
     WorkdirInUseError: another job is running in `workdir` (launch/workdir/lock.py).
+    OutputPathError: `workdir` is a dataset or an export, or inside saved work
+      (launch/workdir/placement.py).
   """
+  check_workdir(workdir)
   with exclusive_workdir(os.path.abspath(workdir)):
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
     return _Job(config, workdir, config_name).run()

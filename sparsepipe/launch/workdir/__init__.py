@@ -1,1 +1,2 @@
-"""A job's workdir: held by one job at a time (lock.py), and whose job it is (owner.py)."""
+"""A job's workdir: held by one job at a time (lock.py), whose job it is (owner.py), and
+never a dataset, an export or inside saved work (placement.py)."""

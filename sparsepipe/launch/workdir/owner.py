@@ -83,9 +83,29 @@ def another_job_error(
   workdir: str, error: checkpointing.ConfigMismatchError
 ) -> checkpointing.IncompatibleCheckpointError:
   """The error for a run whose config is not the config of the job in `workdir`."""
+  return _another_job(workdir, read_job_record(workdir), error.summary())
+
+
+def refuse_another_config(workdir: str, config_name: str) -> None:
+  """Raises the another-job error when `workdir`'s job was started with another config.
+
+  The launcher calls it before it writes generated data into the workdir:
+  the full check (the configs compared, key by key) comes with the
+  checkpoints, after the data, so a run of another config used to make its
+  data in the other job's workdir first. Names are compared only where both
+  are known.
+  """
   record = read_job_record(workdir)
+  if record and record.config and config_name and record.config != config_name:
+    why = f"this run's config is '{config_name}'"
+    raise _another_job(workdir, record, why)
+
+
+def _another_job(
+  workdir: str, record: JobRecord | None, why: str
+) -> checkpointing.IncompatibleCheckpointError:
   who = f" ({record.describe()})" if record else ""
   return checkpointing.IncompatibleCheckpointError(
-    f"workdir {workdir} holds another job{who}: {error.summary()}; continue that job with its"
+    f"workdir {workdir} holds another job{who}: {why}; continue that job with its"
     f" own config, or give this run another --workdir (or delete {workdir} to start over)"
   )

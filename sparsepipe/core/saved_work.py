@@ -1,0 +1,111 @@
+"""Saved work: the folders no command may write into, over or above by mistake.
+
+Saved work is what a command cannot make again cheaply. Each kind is
+recognised by the entry that makes a directory one (a manifest.json or
+export.json that reads as another program's, with another "format", does
+not count; an unreadable one does):
+
+    workdir   job.json or checkpoints/   a training job (launch)
+    dataset   manifest.json              a converted dataset (data.manifest)
+    export    export.json                an export or a delta (serving.export_format)
+
+The names live here, below every subpackage, because every command that
+writes an output checks it against all three: the converters
+(data.convert.output_path), the launcher's --workdir
+(launch.workdir.placement) and the serving commands (serving.output_paths).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+class OutputPathError(ValueError):
+  """An output that would write into or over saved work: names both."""
+
+
+JOB_FILENAME = "job.json"
+CHECKPOINTS_DIRNAME = "checkpoints"
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "sparsepipe.arrayrecord"
+EXPORT_INFO_FILENAME = "export.json"
+EXPORT_FORMAT = "sparsepipe.export"
+
+
+def workdir_marker(directory: str) -> str | None:
+  """What makes `directory` a job's workdir ("job.json" or "checkpoints/"), or None."""
+  if os.path.isfile(os.path.join(directory, JOB_FILENAME)):
+    return JOB_FILENAME
+  if os.path.isdir(os.path.join(directory, CHECKPOINTS_DIRNAME)):
+    return f"{CHECKPOINTS_DIRNAME}/"
+  return None
+
+
+def _ours(path: str, file_format: str) -> bool:
+  """Whether the JSON file at `path` may be sparsepipe's: another program's manifest.json
+  (it reads, with another "format") is not; an unreadable one is (when in doubt, keep)."""
+  if not os.path.isfile(path):
+    return False
+  try:
+    with open(path, encoding="utf-8") as f:
+      data = json.load(f)
+  except (OSError, ValueError):
+    return True
+  return not isinstance(data, dict) or data.get("format") == file_format
+
+
+def saved_work(directory: str) -> tuple[str, str] | None:
+  """(kind, the entry that makes it one) of saved work, e.g. ("workdir", "job.json"); else None."""
+  if not os.path.isdir(directory):
+    return None
+  marker = workdir_marker(directory)
+  if marker:
+    return "workdir", marker
+  for kind, name, file_format in (
+    ("dataset", MANIFEST_NAME, MANIFEST_FORMAT),
+    ("export", EXPORT_INFO_FILENAME, EXPORT_FORMAT),
+  ):
+    if _ours(os.path.join(directory, name), file_format):
+      return kind, name
+  return None
+
+
+def describe(directory: str) -> str | None:
+  """ "workdir 'W' (it has job.json)" when `directory` is saved work, else None."""
+  found = saved_work(directory)
+  return f"{found[0]} '{directory}' (it has {found[1]})" if found else None
+
+
+def enclosing_saved_work(path: str) -> str | None:
+  """The nearest folder above `path` that is saved work, described; None if there is none."""
+  parent = os.path.dirname(path)
+  while True:
+    around = describe(parent)
+    if around:
+      return around
+    if os.path.dirname(parent) == parent:
+      return None
+    parent = os.path.dirname(parent)
+
+
+def refuse_inside_saved_work(given: str, real: str, what: str, flag: str = "--output") -> None:
+  """Raises OutputPathError if `real` (the resolved `given`) lies inside saved work."""
+  around = enclosing_saved_work(real)
+  if around:
+    raise OutputPathError(
+      f"{flag} '{given}' is inside {around}: write the {what} outside any workdir, dataset"
+      " or export"
+    )
+
+
+def describe_entry(directory: str, name: str) -> str:
+  """Entry `name` of `directory` for a message: "dataset 'x'" when it is saved work, else "'x'"."""
+  found = saved_work(os.path.join(directory, name))
+  return f"{found[0]} '{name}'" if found else f"'{name}'"
+
+
+def saved_work_inside(directory: str) -> list[str]:
+  """The entries of `directory` that are saved work, described ("dataset 'x'"), sorted."""
+  names = sorted(os.listdir(directory))
+  return [describe_entry(directory, n) for n in names if saved_work(os.path.join(directory, n))]

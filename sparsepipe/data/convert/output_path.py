@@ -1,0 +1,38 @@
+"""Where a converter may write its dataset: never into, over or above saved work.
+
+A converter's --output (and --eval_output) is refused, before anything is
+read or written, when it lies inside saved work (a workdir, a dataset or an
+export: core.saved_work), when it is a workdir or an export, and when it is
+a folder that holds saved work. An existing dataset there is replaced only
+with --overwrite, and a folder of other files gets the dataset beside them
+(data.writer). The launcher's own data (`<workdir>/data`) is written
+through the writer, not these commands.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sparsepipe.core.saved_work import OutputPathError
+from sparsepipe.core.saved_work import refuse_inside_saved_work
+from sparsepipe.core.saved_work import saved_work
+from sparsepipe.core.saved_work import saved_work_inside
+
+
+def check_dataset_output(output: str, flag: str = "--output") -> None:
+  """Raises OutputPathError unless a converter may write a dataset at `output`."""
+  given, real = os.path.abspath(output), os.path.realpath(output)
+  refuse_inside_saved_work(given, real, "dataset", flag)
+  found = saved_work(real)
+  if found and found[0] != "dataset":
+    raise OutputPathError(
+      f"{flag} '{given}' is a {found[0]} (it has {found[1]}): a dataset never replaces or"
+      f" writes into one; give another {flag}"
+    )
+  inside = saved_work_inside(real) if os.path.isdir(real) and not found else []
+  if inside:
+    more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""
+    raise OutputPathError(
+      f"{flag} '{given}' holds {inside[0]}{more}: a dataset goes in a folder of its own;"
+      f" give another {flag}"
+    )

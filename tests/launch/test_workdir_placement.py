@@ -1,0 +1,67 @@
+"""A job's workdir is never a dataset or an export, nor inside saved work. Pointed at
+its own dataset, an export or another job's checkpoints/, a launch once trained and
+wrote job.json, checkpoints/ and metrics there, with status 0."""
+
+import os
+import sys
+
+import pytest
+
+from sparsepipe import launch
+from sparsepipe.launch.workdir.placement import check_workdir
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import saved_work_trees  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+
+@pytest.fixture
+def saved(tmp_path):
+  return saved_work_trees.saved_work(tmp_path / "saved")
+
+
+def test_a_dataset_an_export_and_what_is_inside_saved_work_are_refused(saved):
+  for kind, marker in (("dataset", "manifest.json"), ("export", "export.json")):
+    with pytest.raises(ValueError) as refused:
+      check_workdir(saved[kind])
+    assert str(refused.value) == (
+      f"--workdir '{saved[kind]}' is a {kind} (it has {marker}): a job never writes into one;"
+      " give another --workdir"
+    )
+  checkpoints = os.path.join(saved["old_workdir"], "checkpoints")
+  with pytest.raises(ValueError) as refused:
+    check_workdir(checkpoints)
+  assert str(refused.value) == (
+    f"--workdir '{checkpoints}' is inside workdir '{saved['old_workdir']}' (it has"
+    " checkpoints/): write the job's files outside any workdir, dataset or export"
+  )
+  with pytest.raises(ValueError, match=r"^--workdir '.*/d/job' is inside dataset '.*/d' \(it"):
+    check_workdir(os.path.join(saved["dataset"], "job"))
+
+
+def test_a_workdir_a_new_folder_and_a_folder_holding_data_are_workdirs(saved, tmp_path):
+  check_workdir(saved["workdir"])
+  check_workdir(saved["old_workdir"])
+  check_workdir(str(tmp_path / "new"))
+  check_workdir(os.path.dirname(saved["dataset"]))  # e.g. a workdir with its data/ inside
+
+
+def test_a_job_pointed_at_its_dataset_writes_nothing_there(tmp_path):
+  config = launch_testing.tiny_config(num_steps=2)
+  dataset = saved_work_trees.tree(tmp_path / "d", {"manifest.json": saved_work_trees.DATASET})
+  before = saved_work_trees.digests(dataset)
+  with pytest.raises(ValueError, match=r"^--workdir '.*/d' is a dataset \(it has manifest.json\)"):
+    launch.train_and_evaluate(config, dataset)
+  assert saved_work_trees.digests(dataset) == before and os.listdir(dataset) == ["manifest.json"]
+
+
+def test_the_launcher_names_the_dataset_in_one_line(tmp_path):
+  dataset = saved_work_trees.tree(tmp_path / "d", {"manifest.json": saved_work_trees.DATASET})
+  command = [sys.executable, "-m", "sparsepipe.launch", f"--workdir={dataset}"]
+  out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
+  assert out.returncode == 1, out.stderr
+  assert out.stderr.splitlines()[-1] == (
+    f"error: --workdir '{dataset}' is a dataset (it has manifest.json): a job never writes"
+    " into one; give another --workdir"
+  )
+  assert os.listdir(dataset) == ["manifest.json"]
