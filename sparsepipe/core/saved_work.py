@@ -34,10 +34,19 @@ EXPORT_FORMAT = "sparsepipe.export"
 
 
 def workdir_marker(directory: str) -> str | None:
-  """What makes `directory` a job's workdir ("job.json" or "checkpoints/"), or None."""
+  """What makes `directory` a job's workdir ("job.json" or "checkpoints/"), or None.
+
+  A workdir of 0.1 or 0.2 has no job.json: its checkpoints/ holds step
+  directories (`<step>/`, or `<step>.corrupt/`). Another program's
+  checkpoints/ (e.g. of .ckpt files) does not make one.
+  """
   if os.path.isfile(os.path.join(directory, JOB_FILENAME)):
     return JOB_FILENAME
-  if os.path.isdir(os.path.join(directory, CHECKPOINTS_DIRNAME)):
+  checkpoints = os.path.join(directory, CHECKPOINTS_DIRNAME)
+  if os.path.isdir(checkpoints) and any(
+    name.split(".")[0].isdigit() and os.path.isdir(os.path.join(checkpoints, name))
+    for name in os.listdir(checkpoints)
+  ):
     return f"{CHECKPOINTS_DIRNAME}/"
   return None
 

@@ -44,6 +44,9 @@ def test_a_workdir_a_new_folder_and_a_folder_holding_data_are_workdirs(saved, tm
   check_workdir(saved["old_workdir"])
   check_workdir(str(tmp_path / "new"))
   check_workdir(os.path.dirname(saved["dataset"]))  # e.g. a workdir with its data/ inside
+  # Another framework's checkpoints/ beside the jobs does not make their folder a workdir.
+  project = saved_work_trees.tree(tmp_path / "project", {"checkpoints/epoch=0.ckpt": ""})
+  check_workdir(os.path.join(project, "workdir", "demo"))
 
 
 def test_a_job_pointed_at_its_dataset_writes_nothing_there(tmp_path):
