@@ -1,33 +1,21 @@
 """Whether a dataset was converted as an export's training data was.
 
-The ids of a dataset mean what the model learned only if its values were
-turned into ids (and dense floats) by the same rules: the same features
-with the same vocabularies and hashing, the same dense columns in the same
-order with the same transform. Scoring a dataset converted otherwise would
-give numbers without a word; `check_dataset` compares its manifest with
-the export's (`converter`: the training data's manifest info and schema)
-and names the first differences. What only describes the data (inputs,
-seed, split, ids per example, label threshold) may differ.
+Scoring a dataset converted otherwise would give numbers without a word
+(data.conversion_rules): `check_dataset` compares its manifest with the
+export's (`converter`: the training data's manifest info and schema) and
+names the first differences: the converter, the features, their
+vocabularies and weights, the dense width, and the conversion's rules.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.serving.export_format import ExportInfo
 
-# The rules of the converters' info that decide ids and dense values, with
-# the value a converter uses when the info does not record the option.
-_RULES = {
-  "hash": None,
-  "empty_category": "drop",
-  "integer_id_columns": (),
-  "multivalent_columns": (),
-  "separator": "|",
-  "weight_columns": None,
-}
 _SHOWN = 3  # differences named in the message
 
 
@@ -39,32 +27,12 @@ def _maker(info: Mapping[str, Any]) -> Any:
   return info.get("converter") or info.get("generator")
 
 
-def _normalized(key: str, value: Any) -> Any:
-  if key in ("integer_id_columns", "multivalent_columns"):
-    return sorted(value or ())
-  if key == "weight_columns" and isinstance(value, (list, tuple)):  # ["feature=column"]
-    return dict(str(v).split("=", 1) for v in value)
-  return value
-
-
-def _dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
-  """{dense column: transform} for one transform given for all, as given otherwise."""
-  value = info.get("dense_transform", "none")
-  if isinstance(value, str) and info.get("converter") != "sparsepipe.data.criteo":
-    return dict.fromkeys(schema.dense_names, value)
-  return value
-
-
 def _schema_differences(got: ExampleSchema, want: ExampleSchema) -> list[str]:
   out = []
   if got.num_dense != want.num_dense:
     out.append(
       f"{got.num_dense} dense columns {list(got.dense_names)} there,"
       f" {want.num_dense} {list(want.dense_names)} in the export"
-    )
-  elif got.dense_names and want.dense_names and got.dense_names != want.dense_names:
-    out.append(
-      f"dense columns {list(got.dense_names)} there, {list(want.dense_names)} in the export"
     )
   names, wanted = set(got.feature_names), set(want.feature_names)
   if wanted - names:
@@ -94,15 +62,8 @@ def dataset_differences(manifest: Manifest, converter: Mapping[str, Any]) -> lis
   if _maker(info) != _maker(want_info):
     return [f"made by {_maker(info)!r} there, by {_maker(want_info)!r} for the export"]
   out = _schema_differences(manifest.schema, want)
-  got_dense = _dense_transforms(info, manifest.schema)
-  want_dense = _dense_transforms(want_info, want)
-  if manifest.schema.dense_names == want.dense_names and got_dense != want_dense:
-    out.append(f"dense_transform {got_dense!r} there, {want_dense!r} in the export")
-  for key, default in _RULES.items():
-    got, wanted = (_normalized(key, d.get(key, default)) for d in (info, want_info))
-    if got != wanted:
-      out.append(f"{key} {got!r} there, {wanted!r} in the export")
-  return out
+  got_rules, want_rules = (info, manifest.schema), (want_info, want)
+  return out + rule_differences(got_rules, want_rules, there="there", here="in the export")
 
 
 def check_dataset(manifest: Manifest, info: ExportInfo, export: str) -> None:

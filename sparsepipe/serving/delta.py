@@ -48,6 +48,8 @@ def check_applies(
   if since_id == base.export_id:
     return
   if delta.export_id == base.export_id:
+    if base.kind == "delta":  # the delta before it in the chain is itself
+      raise ExportError(f"{where} is given twice (export {base.export_id[:8]}): give each once")
     raise ExportError(
       f"{where} is already applied in '{base_dir}' (the same export {base.export_id[:8]}):"
       " give each delta once"
@@ -57,7 +59,10 @@ def check_applies(
   elif since_batch > base.updates_applied:
     what = f"the delta(s) from batch {base.updates_applied} to batch {since_batch} are missing"
   elif since_batch < base.updates_applied:
-    what = "it was made on an older export: give the deltas in the order they were made"
+    what = (
+      "it was made on an older export: apply it to that one, or give the deltas in the"
+      " order they were made"
+    )
   else:
     what = f"give the export it was made on top of ({since_id[:8]}) instead"
   raise ExportError(

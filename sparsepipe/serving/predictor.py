@@ -13,7 +13,7 @@ examples of another dense width are an error naming both widths.
 from __future__ import annotations
 
 import os
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -118,15 +118,16 @@ class Predictor:
     return np.asarray(jax.device_get(scores), np.float32)
 
   def predict_rows(
-    self, rows: Sequence[Mapping[str, Any]], *, ignore_columns: Collection[str] = ()
+    self, rows: Iterable[Mapping[str, Any]], *, ignore_columns: Collection[str] = ()
   ) -> np.ndarray:
     """[len(rows)] click probabilities of raw rows, converted as the training data was.
 
     Each row is {column: value}, the value text (as the converter read it),
     a number, None (a missing value: the same as an empty field, or the
     column left out) or, for a multivalent column, a list of values (the
-    same ids as the field joined with the column's separator). `[]` gives
-    an empty array.
+    same ids as the field joined with the column's separator). `rows` may
+    be any iterable of them (a list, a generator, a csv.DictReader); `[]`
+    gives an empty array.
 
     A column the converter never read is an error naming it and the
     training data's columns (`self.columns`), not a warning: a misspelt

@@ -143,3 +143,19 @@ def test_max_ids_below_the_recorded_ones_are_refused(tmp_path):
   )
   # A manifest that records nothing is not checked (max_ids stays the guess it is).
   dataset_config.check_max_ids(config, dataclasses.replace(manifest, info={}))
+
+
+def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
+  """Eval data whose ids or dense values were made otherwise (here hashed where the
+  train data read integer ids) was once evaluated without a word: an AUC of numbers
+  that mean nothing. The rules are data.conversion_rules' (serving's tests cover each)."""
+  rules = {"converter": "sparsepipe.data.csv", "integer_id_columns": ["a"]}
+  train = write(tmp_path / "train", {"a": 10}, info=rules)
+  hashed = write(tmp_path / "eval", {"a": 10}, info={**rules, "integer_id_columns": []})
+  with pytest.raises(ValueError) as e:
+    dataset_config.check_manifests_agree(train, hashed)
+  assert str(e.value) == (
+    f"train data '{train.directory}' and eval data '{hashed.directory}' disagree:"
+    " integer_id_columns [] in the eval data, ['a'] in the train data"
+  )
+  dataset_config.check_manifests_agree(train, write(tmp_path / "same", {"a": 10}, info=rules))

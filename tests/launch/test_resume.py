@@ -152,3 +152,30 @@ def test_two_processes_preempted_and_restarted_are_exact(shared):
   assert [r.returncode for r in runs[0]] == [42, 42]
   _assert_same_as_reference(workdir, uninterrupted)
   _assert_close_to_reference(workdir, reference, rtol=2e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_extended_from_an_evaluated_end_train_on(shared):
+  """A 2-process job extended from its end, where it had evaluated, once hung:
+  only process 0 reads metrics.jsonl, so process 1 ran the eval process 0 had
+  skipped as done, and each waited for the other."""
+  root, data_dir, _, _ = shared
+  env = harness.cpu_env(2, compilation_cache_dir=harness.SESSION_JAX_CACHE)
+  workdir = str(root / "two_hosts_extended")
+  evaluated = ("--config.eval.every_steps=4", f"--config.eval.data_dir={data_dir}")
+
+  def run(num_steps):
+    port = harness.free_port()
+    commands = [
+      _command(workdir, data_dir, *evaluated, f"--config.num_steps={num_steps}")
+      + [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
+      for i in range(2)
+    ]
+    results = harness.run_many(commands, env=env, timeout_s=300)
+    assert [r.returncode for r in results] == [0, 0], "\n".join(r.describe() for r in results)
+
+  run(4)
+  run(6)
+  evals = [e["batch"] for e in launch_testing.events(workdir, "eval")]
+  assert evals == [4, 6]
+  assert sorted(launch_testing.batch_losses(workdir)) == [1, 2, 3, 4, 5, 6]

@@ -351,8 +351,7 @@ def test_every_delta_flag_is_applied_and_a_wrong_link_is_named(chain, tmp_path):
     ([f"--delta={c}"], f"{wrong_link}: the delta(s) from batch 4 to batch 6 are missing"),
     (
       [f"--delta={b}", f"--delta={b}"],
-      f"error: export '{b}' is already applied in '{b}' (the same export {ids['b']}): give each"
-      " delta once",
+      f"error: export '{b}' is given twice (export {ids['b']}): give each once",
     ),
   ]
   for deltas, line in cases:
@@ -360,6 +359,14 @@ def test_every_delta_flag_is_applied_and_a_wrong_link_is_named(chain, tmp_path):
       "sparsepipe.serving.apply", f"--base={a}", *deltas, f"--output={output}"
     )
     assert (status, stderr) == (1, [line]), deltas
+  # A delta given with a newer base than the export it was made on top of.
+  status, stderr, _ = _command(
+    "sparsepipe.serving.apply", f"--base={root / 'c_full'}", f"--delta={b}", f"--output={output}"
+  )
+  assert status == 1 and stderr[0].endswith(
+    "after batch 8): it was made on an older export: apply it to that one, or give the"
+    " deltas in the order they were made"
+  ), stderr
   status, stderr, _ = _command(
     "sparsepipe.serving.apply", f"--base={a}", f"--delta={b}", f"--output={a}", "--overwrite"
   )

@@ -16,7 +16,7 @@ empty feature.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from sparsepipe.data.criteo import convert as criteo
 from sparsepipe.data.csv import convert as csv
@@ -96,7 +96,7 @@ def row_columns(info: Mapping[str, Any]) -> tuple[str, ...]:
 def examples_from_rows(
   info: Mapping[str, Any],
   schema: ExampleSchema,
-  rows: Sequence[Mapping[str, Any]],
+  rows: Iterable[Mapping[str, Any]],
   *,
   ignore_columns: Collection[str] = (),
 ) -> ExampleBatch:
@@ -104,7 +104,8 @@ def examples_from_rows(
 
   Args:
     info, schema: the dataset's manifest info and schema.
-    rows: {column: value} mappings (see the module docstring).
+    rows: {column: value} mappings, any iterable of them, e.g. a csv.DictReader
+      (see the module docstring).
     ignore_columns: columns the rows may carry that the converter did not
       read; any other such column is an error.
 
@@ -114,6 +115,7 @@ def examples_from_rows(
       converter did not read (InputFormatError names row i as line i of
       "rows").
   """
+  rows = list(rows)  # read twice below; a reader or generator is read once
   known = set(row_columns(info))
   ignore = set(ignore_columns)
   for i, row in enumerate(rows):

@@ -19,7 +19,8 @@ sparse feature of the train manifest:
   combiner    "sum" for single-id features (max_ids 1), "mean" for multivalent.
 
 `check_manifests_agree` makes a train/eval pair that differ in feature
-names, vocab sizes, weights or dense width a clear error, and
+names, vocab sizes, weights, dense width or the rules their values became
+ids by (data.conversion_rules) a clear error, and
 `check_max_ids` a config whose max_ids is below what the data's manifest
 records (the job's COO buffers are sized by max_ids: a batch with more ids
 would not fit), and `check_vocab_sizes` a config whose tables are smaller
@@ -32,6 +33,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
+from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
 
@@ -125,7 +127,9 @@ def check_vocab_sizes(config: Any, manifest: Manifest) -> None:
 
 
 def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
-  """Raises ValueError listing every difference of names, vocab sizes, weights, dense width."""
+  """Raises ValueError listing every difference of names, vocab sizes, weights, dense
+  width and the conversion's rules (data.conversion_rules: dense columns and their
+  order and transform, hashing, integer ids, ...)."""
   problems = []
   t_names, e_names = train.schema.feature_names, evaluation.schema.feature_names
   missing = [n for n in t_names if n not in e_names]
@@ -148,6 +152,12 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
     problems.append(
       f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"
     )
+  problems += rule_differences(
+    (evaluation.info, evaluation.schema),
+    (train.info, train.schema),
+    there="in the eval data",
+    here="in the train data",
+  )
   if problems:
     raise ValueError(
       f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "

@@ -12,15 +12,19 @@ A job resumed after batch n first calls `resume_after(n)`: metrics.jsonl
 loses the records of later batches, TensorBoard drops its points from step n
 on (purge_step) and gets the step-n points back from the kept lines, so
 each point, evals included, appears once however often the job restarted.
-Only process 0 writes; the others call the same methods, which do nothing.
+Only process 0 writes; the others call the same methods, which do nothing,
+and `recorded` answers them with process 0's records.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Mapping
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 
 from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.job.metrics import ProgressLine
@@ -31,6 +35,22 @@ METRICS_FILENAME = "metrics.jsonl"
 
 def _is_number(value: Any) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _process_0s(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Process 0's `records` on every process (only process 0 reads metrics.jsonl).
+
+  They decide work all processes do together: process 1 once ran the eval
+  of a resume's batch that process 0 skipped as done, and both waited forever.
+  """
+  if jax.process_count() == 1:
+    return records
+  data = np.frombuffer(json.dumps(records).encode(), np.uint8)
+  size = int(multihost_utils.broadcast_one_to_all(np.int64(data.size)))
+  buffer = np.zeros(size, np.uint8)
+  if jax.process_index() == 0:
+    buffer[:] = data
+  return json.loads(np.asarray(multihost_utils.broadcast_one_to_all(buffer), np.uint8).tobytes())
 
 
 class JobOutput:
@@ -50,15 +70,17 @@ class JobOutput:
 
   def resume_after(self, batch: int) -> None:
     """Starts the outputs after batch `batch` (0: a fresh job): later records go."""
-    self._kept = self.metrics.truncate_after(batch)
+    kept = self.metrics.truncate_after(batch)
+    self._kept = _process_0s([r for r in kept if "event" in r])
     self._tensorboard = TensorBoardWriter(self.workdir, enabled=self.enabled, purge_step=batch)
-    for record in self._kept:
+    for record in kept:
       if record.get("batch") == batch:
         self._scalars(record)
 
   def recorded(self, event: str, batch: int) -> dict[str, Any] | None:
-    """The `event` line of `batch` metrics.jsonl kept at the resume (e.g. an eval
-    finished before a kill), or None."""
+    """The `event` line of `batch` in metrics.jsonl kept at the resume (e.g. an eval
+    finished before a kill), or None. The same on every process: what it says
+    decides work they do together (an eval)."""
     found = [r for r in self._kept if r.get("event") == event and r.get("batch") == batch]
     return found[-1] if found else None
 

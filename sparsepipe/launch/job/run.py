@@ -23,6 +23,7 @@ from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import from_manifest
 from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config.checks import check_config
 from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
@@ -78,17 +79,18 @@ class _Job:
     self.startup = StartupTimer()
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
-    config_specs.check_combiners(config)  # named before any data is made
+    self.mesh = core.make_mesh()
+    check_config(config, self.mesh)  # named before any data is made
     self.config = config
     self.config_name = config_name
     self.workdir = os.path.abspath(workdir)
     os.makedirs(self.workdir, exist_ok=True)
-    self.mesh = core.make_mesh()
     resolve_job_defaults(config, self.workdir, self.mesh)  # before anything reads them
     by_epochs = float(config.num_epochs) > 0
     if not by_epochs:  # a bad num_steps is named before any data is made
       self.schedule = Schedule.from_config(config)
     is_chief = jax.process_index() == 0
+    eval_dir = dataset.eval_data_dir(config, self.workdir)  # a bad eval.data_dir: before data
     data_dir = dataset.ensure_dataset(
       config,
       self.workdir,
@@ -101,7 +103,6 @@ class _Job:
       self.schedule = Schedule.from_config(config)
     self.model.last_retune = self.schedule.retune_points.last_at_or_before  # input switches there
     self.output = JobOutput(self.workdir, total_batches=self.schedule.num_steps)
-    eval_dir = dataset.eval_data_dir(config, self.workdir)
     self.evaluation = JobEval(self.model, data_dir=eval_dir) if eval_dir else None
     self.run_info = checkpointing.RunInfo.create(
       config, self.mesh, data_worker_count=self.model.input_config.num_workers

@@ -1,0 +1,70 @@
+"""The rules by which a dataset's raw values became ids and dense floats.
+
+Two datasets mean the same by the same ids only if their values were turned
+into ids (and dense floats) by the same rules: the hashing, how empty
+categories, integer ids, multivalent fields and weights were read, and the
+same dense columns in the same order with the same transform. A model
+trained on one and evaluated or served on the other gives numbers without a
+word, so serving (serving.dataset_check) and the job's eval data
+(launch.config.from_manifest) compare them with `rule_differences`. What
+only describes the data (inputs, seed, split, ids per example, label
+threshold) may differ.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from sparsepipe.data.schema import ExampleSchema
+
+# The rules of the converters' info that decide ids and dense values, with
+# the value a converter uses when the info does not record the option.
+RULES = {
+  "hash": None,
+  "empty_category": "drop",
+  "integer_id_columns": (),
+  "multivalent_columns": (),
+  "separator": "|",
+  "weight_columns": None,
+}
+
+
+def _normalized(key: str, value: Any) -> Any:
+  if key in ("integer_id_columns", "multivalent_columns"):
+    return sorted(value or ())
+  if key == "weight_columns" and isinstance(value, (list, tuple)):  # ["feature=column"]
+    return dict(str(v).split("=", 1) for v in value)
+  return value
+
+
+def _dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
+  """{dense column: transform} for one transform given for all, as given otherwise."""
+  value = info.get("dense_transform", "none")
+  if isinstance(value, str) and info.get("converter") != "sparsepipe.data.criteo":
+    return dict.fromkeys(schema.dense_names, value)
+  return value
+
+
+def rule_differences(
+  got: tuple[Mapping[str, Any], ExampleSchema],
+  want: tuple[Mapping[str, Any], ExampleSchema],
+  *,
+  there: str,
+  here: str,
+) -> list[str]:
+  """What differs between the rules of `got` and `want` (each: manifest info, schema),
+  worded "<rule> <got's value> {there}, <want's value> {here}"."""
+  (got_info, got_schema), (want_info, want_schema) = got, want
+  out = []
+  got_names, want_names = got_schema.dense_names, want_schema.dense_names
+  if len(got_names) == len(want_names) and got_names and want_names and got_names != want_names:
+    out.append(f"dense columns {list(got_names)} {there}, {list(want_names)} {here}")
+  got_dense = _dense_transforms(got_info, got_schema)
+  want_dense = _dense_transforms(want_info, want_schema)
+  if got_names == want_names and got_dense != want_dense:
+    out.append(f"dense_transform {got_dense!r} {there}, {want_dense!r} {here}")
+  for key, default in RULES.items():
+    got_rule, want_rule = (_normalized(key, i.get(key, default)) for i in (got_info, want_info))
+    if got_rule != want_rule:
+      out.append(f"{key} {got_rule!r} {there}, {want_rule!r} {here}")
+  return out
