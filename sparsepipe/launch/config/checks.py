@@ -52,8 +52,7 @@ def check_config(config: Any, mesh: Mesh) -> None:
   config_specs.dense_optimizer(config, mesh)
   _at_least(config, "model.embedding_dim", 1)
   pipeline.make_model(config.model)
-  if config.stacking not in ("auto", "none"):
-    raise ValueError(f"config.stacking={config.stacking!r} is not 'auto' or 'none'")
+  config_specs.check_stacking(config)
   for field, least, unit in (
     ("num_epochs", 0, ""),
     ("global_batch_size", 0, " (0: set per_host_batch_size)"),

@@ -41,6 +41,12 @@ def check_combiners(config: Any) -> None:
     core.check_combiner(feature.combiner, f"config.features.{name}.combiner (feature '{name}')")
 
 
+def check_stacking(config: Any) -> None:
+  """A ValueError unless config.stacking is "auto" or "none"."""
+  if config.stacking not in ("auto", "none"):
+    raise ValueError(f"config.stacking={config.stacking!r} is not 'auto' or 'none'")
+
+
 def embedding_optimizer_spec(config: Any) -> Any:
   """config.embedding_optimizer -> an embedding optimizer spec."""
   opt = config.embedding_optimizer
@@ -159,6 +165,7 @@ def build_feature_specs(
       input_shape=(global_batch_size, int(feature.max_ids)),
       output_shape=(global_batch_size, dim),
     )
+  check_stacking(config)
   if config.stacking == "auto":
     specs = transforms.auto_stack_tables(
       specs,
@@ -167,8 +174,6 @@ def build_feature_specs(
       stack_to_max_ids_per_partition=lambda *_: max_ids,
       stack_to_max_unique_ids_per_partition=lambda *_: max_unique,
     )
-  elif config.stacking != "none":
-    raise ValueError(f"stacking={config.stacking!r} is not 'auto' or 'none'")
   specs = transforms.prepare_feature_specs_for_training(specs, global_device_count, num_sc)
   if not worst_case_limits:
     for_devices = int(limits.get("for_devices", 0))  # absent in configs of 0.2
