@@ -73,7 +73,9 @@ def test_raw_rows_score_like_their_converted_examples(exported):
   # Any iterable of rows: a reader or a generator once scored nothing (an empty array).
   with open(path, newline="") as f:
     np.testing.assert_array_equal(predictor.predict_rows(csv.DictReader(f)), converted)
-  np.testing.assert_array_equal(predictor.predict_rows(r for r in rows[:20]), converted[:20])
+  np.testing.assert_array_equal(
+    predictor.predict_rows(r for r in rows[:20]), predictor.predict_rows(rows[:20])
+  )
 
 
 def test_a_bad_raw_row_names_the_row_and_column(exported):
