@@ -5,7 +5,7 @@ recognised by the entry that makes a directory one (a manifest.json or
 export.json that reads as another program's, with another "format", does
 not count; an unreadable one does):
 
-    workdir   job.json or checkpoints/   a training job (launch)
+    workdir   job.json or checkpoints/   a training job (launch; checkpoints/ of steps)
     dataset   manifest.json              a converted dataset (data.manifest)
     export    export.json                an export or a delta (serving.export_format)
 
