@@ -196,6 +196,16 @@ def test_a_rerun_without_the_raised_epochs_names_what_the_job_has(first_run, tmp
     " num_epochs 0.375; checkpoint 12); this run's num_steps is 8: nothing to train. To train"
     " more, raise --config.num_steps above 12"
   )
+  # Rerun by the same epochs: raising num_steps would change nothing, so it is not the hint.
+  train_and_evaluate(launch_testing.tiny_config(num_epochs=0.375), workdir)
+  assert (
+    capsys.readouterr()
+    .out.splitlines()[-1]
+    .endswith(
+      "this run's num_steps is 12: nothing to train. To train more, raise --config.num_epochs"
+      " above 0.375"
+    )
+  )
 
 
 def test_non_finite_training_stops_before_saving_it(tmp_path):

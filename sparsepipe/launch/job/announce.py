@@ -146,16 +146,24 @@ def already_trained(job: JobContext) -> JobResult:
   """The job trained this run's num_steps already: what the saved job has, and how to go on.
 
   The saved num_steps may be above this run's (a job raised with
-  --config.num_steps or num_epochs, rerun without them): both are named.
+  --config.num_steps or num_epochs, rerun without them): both are named. A
+  run by epochs is told to raise num_epochs, which sets its num_steps.
   """
   saved = job.checkpoints.mngr.read_metadata(job.resumed_from).run.config
   has = f"num_steps {int(saved['num_steps']):,} saved"
   if float(saved.get("num_epochs", 0)) > 0:
     has += f", from num_epochs {float(saved['num_epochs']):g}"
+  epochs = float(job.config.num_epochs)
+  # By epochs, num_steps follows from them: raising it would change nothing.
+  hint = (
+    f"--config.num_epochs above {epochs:g}"
+    if epochs > 0
+    else f"--config.num_steps above {job.batch:,}"
+  )
   job.output.message(
     f"sparsepipe: the job in {job.workdir} has trained {job.batch:,} batches ({has};"
     f" checkpoint {job.resumed_from}); this run's num_steps is {job.schedule.num_steps:,}:"
-    f" nothing to train. To train more, raise --config.num_steps above {job.batch:,}"
+    f" nothing to train. To train more, raise {hint}"
   )
   return result(job)
 
