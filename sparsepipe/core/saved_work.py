@@ -108,6 +108,23 @@ def refuse_inside_saved_work(given: str, real: str, what: str, flag: str = "--ou
     )
 
 
+def refuse_other_saved_work(
+  given: str, real: str, flag: str, own_kind: str, writer: str
+) -> tuple[str, str] | None:
+  """Raises OutputPathError if `real` is saved work of a kind other than `own_kind`.
+
+  `writer` names what the command writes, for the message ("a job", "an
+  export"). Returns what `real` is (saved_work), so a caller can go on.
+  """
+  found = saved_work(real)
+  if found and found[0] != own_kind:
+    raise OutputPathError(
+      f"{flag} '{given}' is a {found[0]} (it has {found[1]}): {writer} never replaces or"
+      f" writes into one; give another {flag}"
+    )
+  return found
+
+
 def describe_entry(directory: str, name: str) -> str:
   """Entry `name` of `directory` for a message: "dataset 'x'" when it is saved work, else "'x'"."""
   found = saved_work(os.path.join(directory, name))
@@ -116,5 +133,5 @@ def describe_entry(directory: str, name: str) -> str:
 
 def saved_work_inside(directory: str) -> list[str]:
   """The entries of `directory` that are saved work, described ("dataset 'x'"), sorted."""
-  names = sorted(os.listdir(directory))
-  return [describe_entry(directory, n) for n in names if saved_work(os.path.join(directory, n))]
+  found = ((n, saved_work(os.path.join(directory, n))) for n in sorted(os.listdir(directory)))
+  return [f"{kind[0]} '{n}'" for n, kind in found if kind]

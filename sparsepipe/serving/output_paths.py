@@ -20,6 +20,7 @@ from typing import Sequence
 from sparsepipe.core.saved_work import OutputPathError
 from sparsepipe.core.saved_work import describe_entry
 from sparsepipe.core.saved_work import refuse_inside_saved_work
+from sparsepipe.core.saved_work import refuse_other_saved_work
 from sparsepipe.core.saved_work import saved_work
 from sparsepipe.serving.export_format import INFO_FILENAME
 from sparsepipe.serving.export_format import PARAMS_FILENAME
@@ -91,12 +92,7 @@ def check_export_output(
       f"--output '{given}' is a file, not an export: --overwrite replaces only an export;"
       " give another --output"
     )
-  found = saved_work(given)
-  if found and found[0] != "export":
-    raise OutputPathError(
-      f"--output '{given}' is a {found[0]} (it has {found[1]}): an export never replaces one;"
-      " give another --output"
-    )
+  found = refuse_other_saved_work(given, given, "--output", "export", "an export")
   foreign = _foreign_entries(given) if found else sorted(os.listdir(given))
   # Name saved work first: it is what an --overwrite would have destroyed.
   foreign.sort(key=lambda name: saved_work(os.path.join(given, name)) is None)

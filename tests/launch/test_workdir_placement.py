@@ -25,8 +25,8 @@ def test_a_dataset_an_export_and_what_is_inside_saved_work_are_refused(saved):
     with pytest.raises(ValueError) as refused:
       check_workdir(saved[kind])
     assert str(refused.value) == (
-      f"--workdir '{saved[kind]}' is a {kind} (it has {marker}): a job never writes into one;"
-      " give another --workdir"
+      f"--workdir '{saved[kind]}' is a {kind} (it has {marker}): a job never replaces or writes"
+      " into one; give another --workdir"
     )
   checkpoints = os.path.join(saved["old_workdir"], "checkpoints")
   with pytest.raises(ValueError) as refused:
@@ -64,7 +64,7 @@ def test_the_launcher_names_the_dataset_in_one_line(tmp_path):
   out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
   assert out.returncode == 1, out.stderr
   assert out.stderr.splitlines()[-1] == (
-    f"error: --workdir '{dataset}' is a dataset (it has manifest.json): a job never writes"
-    " into one; give another --workdir"
+    f"error: --workdir '{dataset}' is a dataset (it has manifest.json): a job never replaces"
+    " or writes into one; give another --workdir"
   )
   assert os.listdir(dataset) == ["manifest.json"]

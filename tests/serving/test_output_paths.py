@@ -67,8 +67,8 @@ def test_an_export_never_replaces_a_workdir_or_a_dataset(saved, kind, marker):
     with pytest.raises(serving.OutputPathError) as e:
       serving.check_export_output(saved[kind], overwrite=overwrite)
     assert str(e.value) == (
-      f"--output '{saved[kind]}' is a {noun} (it has {marker}): an export never replaces one;"
-      " give another --output"
+      f"--output '{saved[kind]}' is a {noun} (it has {marker}): an export never replaces or"
+      " writes into one; give another --output"
     )
 
 

@@ -15,7 +15,7 @@ import os
 
 from sparsepipe.core.saved_work import OutputPathError
 from sparsepipe.core.saved_work import refuse_inside_saved_work
-from sparsepipe.core.saved_work import saved_work
+from sparsepipe.core.saved_work import refuse_other_saved_work
 from sparsepipe.core.saved_work import saved_work_inside
 
 
@@ -23,12 +23,7 @@ def check_dataset_output(output: str, flag: str = "--output") -> None:
   """Raises OutputPathError unless a converter may write a dataset at `output`."""
   given, real = os.path.abspath(output), os.path.realpath(output)
   refuse_inside_saved_work(given, real, "dataset", flag)
-  found = saved_work(real)
-  if found and found[0] != "dataset":
-    raise OutputPathError(
-      f"{flag} '{given}' is a {found[0]} (it has {found[1]}): a dataset never replaces or"
-      f" writes into one; give another {flag}"
-    )
+  found = refuse_other_saved_work(given, real, flag, "dataset", "a dataset")
   inside = saved_work_inside(real) if os.path.isdir(real) and not found else []
   if inside:
     more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""

@@ -12,18 +12,12 @@ from __future__ import annotations
 
 import os
 
-from sparsepipe.core.saved_work import OutputPathError
 from sparsepipe.core.saved_work import refuse_inside_saved_work
-from sparsepipe.core.saved_work import saved_work
+from sparsepipe.core.saved_work import refuse_other_saved_work
 
 
 def check_workdir(workdir: str) -> None:
   """Raises OutputPathError unless a job may keep its files in `workdir`."""
   given, real = os.path.abspath(workdir), os.path.realpath(workdir)
   refuse_inside_saved_work(given, real, "job's files", "--workdir")
-  found = saved_work(real)
-  if found and found[0] != "workdir":
-    raise OutputPathError(
-      f"--workdir '{given}' is a {found[0]} (it has {found[1]}): a job never writes into"
-      " one; give another --workdir"
-    )
+  refuse_other_saved_work(given, real, "--workdir", "workdir", "a job")
