@@ -10,6 +10,13 @@ the suggestion where it is below T (and lowers larger suggestions, e.g.
 an FDO result with headroom, to it): smaller input blocks and step
 buffers, and no batch can overflow them. Buffers stay byte-identical to
 the reference's for the same specs: this only chooses the suggestion.
+
+Likewise max_ids_per_partition and max_unique_ids_per_partition are
+lowered to I_sc where they are above it (one partition of a SC never holds
+more ids than the SC's samples do): FDO's headroom, or limits carried over
+a resize, would otherwise size the step's exchange buffers for counts no
+batch can reach (e.g. 1280 where a batch can put at most 832 ids in a
+partition, after a 1 -> 4 -> 1 device round trip).
 """
 
 from __future__ import annotations
@@ -39,10 +46,15 @@ def most_coo_entries_per_device(
 def bound_coo_buffers_by_the_batch(
   feature_specs: Any, num_sc_per_device: int, global_device_count: int
 ) -> Any:
-  """New specs whose suggested COO buffers are at most what a batch can fill (module doc)."""
+  """New specs whose limits and suggested COO buffers are at most what a batch can
+  fill (module doc)."""
   most = most_coo_entries_per_device(feature_specs, num_sc_per_device, global_device_count)
+  n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  most_ids = carry.most_ids_per_sparsecore(feature_specs, n)
   stack_limits = limits_lib.get_stack_limits(feature_specs)
   for stack, values in stack_limits.items():
+    for name in ("max_ids_per_partition", "max_unique_ids_per_partition"):
+      values[name] = min(int(values[name]), most_ids[stack])
     theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(
       values["max_ids_per_partition"], global_device_count, num_sc_per_device
     )

@@ -85,3 +85,30 @@ def test_a_batch_can_fill_the_bound_exactly_and_never_more():
   )
   with pytest.raises(T.LimitExceededError, match="device 0 SC 0 needs 40 COO entries"):
     T.preprocess_sparse_dense_matmul_input(features, None, smaller, 1, 1, num_sc_per_device=4)
+
+
+def _limits(specs):
+  return {
+    s: (v["max_ids_per_partition"], v["max_unique_ids_per_partition"])
+    for s, v in T.get_stack_limits(specs).items()
+  }
+
+
+def test_limits_above_what_a_scs_samples_hold_are_lowered_to_it():
+  # N = 4: one SC holds 16 samples; t's features 3 + 2 ids -> 80 ids, u's 1 id -> 16.
+  specs = _specs(max_ids=200, u=(8, None), v=(64, None))
+  assert _limits(specs) == {"t": (200, 200), "u": (8, 8), "v": (64, 64)}
+  bounded = T.bound_coo_buffers_by_the_batch(specs, 2, 2)
+  assert _limits(bounded) == {"t": (80, 80), "u": (8, 8), "v": (16, 16)}
+
+
+def test_a_batch_that_fills_a_partition_to_the_lowered_limit_loses_no_id():
+  # SC 0's 2 samples of 6 ids: a partition holds at most 12; the batch puts 9 in one.
+  features, specs = _tight_batch()
+  bounded = T.bound_coo_buffers_by_the_batch(specs, 4, 1)
+  assert _limits(bounded) == {"t": (12, 12)}
+  out, stats = T.preprocess_sparse_dense_matmul_input(
+    features, None, bounded, 1, 1, num_sc_per_device=4
+  )
+  assert stats.id_drop_counters == {"t": 0}
+  np.testing.assert_array_equal(stats.max_ids_per_partition["t"].max(), 9)
