@@ -33,6 +33,11 @@ EXPORT_INFO_FILENAME = "export.json"
 EXPORT_FORMAT = "sparsepipe.export"
 
 
+def a_kind(kind: str) -> str:
+  """The kind with its article, for a message: "a workdir", "an export"."""
+  return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 def workdir_marker(directory: str) -> str | None:
   """What makes `directory` a job's workdir ("job.json" or "checkpoints/"), or None.
 
@@ -119,7 +124,7 @@ def refuse_other_saved_work(
   found = saved_work(real)
   if found and found[0] != own_kind:
     raise OutputPathError(
-      f"{flag} '{given}' is a {found[0]} (it has {found[1]}): {writer} never replaces or"
+      f"{flag} '{given}' is {a_kind(found[0])} (it has {found[1]}): {writer} never replaces or"
       f" writes into one; give another {flag}"
     )
   return found

@@ -32,8 +32,10 @@ RULES = {
 def _normalized(key: str, value: Any) -> Any:
   if key in ("integer_id_columns", "multivalent_columns"):
     return sorted(value or ())
-  if key == "weight_columns" and isinstance(value, (list, tuple)):  # ["feature=column"]
-    return dict(str(v).split("=", 1) for v in value)
+  if key == "weight_columns":  # ["feature=column"] or {feature: column}; none: None or {}
+    if isinstance(value, (list, tuple)):
+      value = dict(str(v).split("=", 1) for v in value)
+    return value or None
   return value
 
 

@@ -22,6 +22,7 @@ _PUBLIC = {
   "Schedule": "sparsepipe.launch.job.schedule",
   "LOCK_FILENAME": "sparsepipe.launch.workdir.lock",
   "WorkdirInUseError": "sparsepipe.launch.workdir.lock",
+  "WorkdirLease": "sparsepipe.launch.workdir.lock",
   "exclusive_workdir": "sparsepipe.launch.workdir.lock",
 }
 __all__ = sorted(_PUBLIC)
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
   from sparsepipe.launch.job.schedule import Schedule
   from sparsepipe.launch.workdir.lock import LOCK_FILENAME
   from sparsepipe.launch.workdir.lock import WorkdirInUseError
+  from sparsepipe.launch.workdir.lock import WorkdirLease
   from sparsepipe.launch.workdir.lock import exclusive_workdir
 
 

@@ -18,6 +18,7 @@ import os
 from typing import Sequence
 
 from sparsepipe.core.saved_work import OutputPathError
+from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import describe_entry
 from sparsepipe.core.saved_work import refuse_inside_saved_work
 from sparsepipe.core.saved_work import refuse_other_saved_work
@@ -113,7 +114,7 @@ def check_file_output(output: str, *, overwrite: bool) -> None:
   refuse_inside_saved_work(given, real, "scores")
   if os.path.isdir(real):
     found = saved_work(real)
-    what = f"a {found[0]} (it has {found[1]})" if found else "a folder"
+    what = f"{a_kind(found[0])} (it has {found[1]})" if found else "a folder"
     raise OutputPathError(f"--output '{given}' is {what}: give the path of the file to write")
   if os.path.lexists(given) and not overwrite:
     raise FileExistsError(f"'{given}' exists: give --overwrite to replace it, or another --output")

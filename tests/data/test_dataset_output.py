@@ -24,13 +24,16 @@ def saved(tmp_path):
 
 
 def test_saved_work_and_what_holds_it_are_refused_as_an_output(saved):
-  for kind in ("workdir", "old_workdir", "export"):
-    marker = {"workdir": "job.json", "old_workdir": "checkpoints/", "export": "export.json"}
+  for kind, what in (
+    ("workdir", "a workdir (it has job.json)"),
+    ("old_workdir", "a workdir (it has checkpoints/)"),
+    ("export", "an export (it has export.json)"),
+  ):
     with pytest.raises(ValueError) as refused:
       check_dataset_output(saved[kind])
     assert str(refused.value) == (
-      f"--output '{saved[kind]}' is a {kind.split('_')[-1]} (it has {marker[kind]}): a dataset"
-      " never replaces or writes into one; give another --output"
+      f"--output '{saved[kind]}' is {what}: a dataset never replaces or writes into one;"
+      " give another --output"
     )
   checkpoints = os.path.join(saved["workdir"], "checkpoints")
   with pytest.raises(ValueError) as refused:

@@ -1,8 +1,10 @@
 """global_batch_size or per_host_batch_size: the batch a job reads on any process count."""
 
+import jax
 import pytest
 
 from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config.checks import check_config
 from sparsepipe.launch.config.shipped import demo
 
 
@@ -40,10 +42,19 @@ def test_exactly_one_batch_field_must_be_set(global_batch, per_host):
     ValueError,
     match=(
       rf"set exactly one of global_batch_size={global_batch} and"
-      rf" per_host_batch_size={per_host} \(0 means unset\)"
+      rf" per_host_batch_size={per_host} \(0 means unset"
     ),
   ):
     config_specs.per_host_batch_size(_config(global_batch, per_host), 1)
+
+
+def test_both_batch_fields_set_say_how_to_unset_one():
+  with pytest.raises(ValueError) as refused:
+    config_specs.per_host_batch_size(_config(128, 64), 1)
+  assert str(refused.value) == (
+    "set exactly one of global_batch_size=128 and per_host_batch_size=64 (0 means unset:"
+    " e.g. --config.global_batch_size=0 to use per_host_batch_size)"
+  )
 
 
 def test_a_global_batch_that_does_not_divide_is_refused():
@@ -57,4 +68,10 @@ def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
   assert str(refused.value) == (
     "global_batch_size=15 is not a multiple of the 4 SparseCores of the mesh (2 devices x"
     " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 4"
+  )
+  with pytest.raises(ValueError) as refused:  # one device, before any data (check_config)
+    check_config(_config(127, 0), jax.make_mesh((1,), ("data",)))
+  assert str(refused.value) == (
+    "global_batch_size=127 is not a multiple of the 2 SparseCores of the mesh (1 device x"
+    " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 2"
   )

@@ -9,8 +9,10 @@ import sys
 import jax
 import pytest
 
+from sparsepipe import data
 from sparsepipe.launch.config.checks import check_config
 
+import datasets  # pylint: disable=g-bad-import-order
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
@@ -58,3 +60,22 @@ def test_a_launch_refused_for_its_config_leaves_no_workdir(tmp_path):
     "error: dense_optimizer.name='lamb' is not one of ["
   )
   assert not os.path.exists(workdir)
+
+
+def test_a_launch_that_fails_after_generating_its_data_leaves_no_workdir(tmp_path):
+  """Eval data of other features is found only once the train data exists: the launch
+  used to leave the workdir it made, with data/ and data_eval/ in it."""
+  other = tmp_path / "other"
+  datasets.write_numbered(str(other), [data.SyntheticFeature("x", 10)], 8, 1, 8)
+  missing = tmp_path / "missing"
+  for given, last_line in (
+    (missing, f"config.eval.data_dir='{missing}': no manifest.json in '{missing}' (not a"),
+    (other, "train data '"),
+  ):
+    workdir = tmp_path / "job"
+    command = [sys.executable, "-m", "sparsepipe.launch", f"--workdir={workdir}"]
+    command += [f"--config.eval.data_dir={given}", "--config.synthetic.num_examples=512"]
+    out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
+    assert out.returncode == 1, out.describe()
+    assert out.stderr.splitlines()[-1].startswith(f"error: {last_line}"), out.describe()
+    assert not os.path.exists(workdir)

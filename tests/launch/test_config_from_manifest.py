@@ -159,3 +159,6 @@ def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
     " integer_id_columns [] in the eval data, ['a'] in the train data"
   )
   dataset_config.check_manifests_agree(train, write(tmp_path / "same", {"a": 10}, info=rules))
+  # The Parquet converter records "no weight columns" as {}, the CSV one not at all.
+  parquet = {**rules, "converter": "sparsepipe.data.parquet", "weight_columns": {}}
+  dataset_config.check_manifests_agree(train, write(tmp_path / "pq", {"a": 10}, info=parquet))

@@ -31,8 +31,8 @@ def test_launcher_help_exits_0_and_names_the_config_fields_and_their_docs():
   assert (out.returncode, out.stderr) == (0, ""), out.stderr
   epilog = out.stdout.split("Try --helpfull to get a list of all flags.\n\n")[1].splitlines()
   assert epilog[:2] == [
-    "Config fields (set any with --config.FIELD=VALUE; docs/config.md lists each with its",
-    "default, units and meaning):",
+    "Config fields and this config's values (set any with --config.FIELD=VALUE;",
+    "docs/config.md lists each field's default, units and meaning):",
   ]
   assert all(line.startswith("  ") and len(line) <= 80 for line in epilog[2:]), epilog
   config = criteo.get_config()

@@ -140,6 +140,26 @@ def test_a_failed_launch_leaves_no_lock_file_and_no_empty_workdir(tmp_path):
   assert os.path.isdir(existing) and os.listdir(existing) == []  # not made here: kept
 
 
+def test_a_workdir_made_by_a_launch_that_fails_before_keeping_it_is_removed(tmp_path):
+  made = tmp_path / "made"
+  with pytest.raises(RuntimeError, match="late"):
+    with exclusive_workdir(str(made)):
+      (made / "data").mkdir()
+      (made / "data" / "manifest.json").write_text("{}")
+      (made / "job.json").write_text("{}")
+      raise RuntimeError("late")
+  assert not os.path.exists(made)
+  with exclusive_workdir(str(made)) as lease:
+    (made / "job.json").write_text("{}")
+    lease.keep()
+  assert os.listdir(made) == ["job.json"]  # kept: the job started
+  with pytest.raises(RuntimeError, match="late"):
+    with exclusive_workdir(str(made)):  # not made by this launch: nothing removed
+      (made / "metrics.jsonl").write_text("")
+      raise RuntimeError("late")
+  assert sorted(os.listdir(made)) == ["job.json", "metrics.jsonl"]
+
+
 def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path, monkeypatch):
   """The holder removes the file as a second job opens it: the second locks a new one."""
   workdir = str(tmp_path / "job")

@@ -21,12 +21,15 @@ def saved(tmp_path):
 
 
 def test_a_dataset_an_export_and_what_is_inside_saved_work_are_refused(saved):
-  for kind, marker in (("dataset", "manifest.json"), ("export", "export.json")):
+  for kind, what in (
+    ("dataset", "a dataset (it has manifest.json)"),
+    ("export", "an export (it has export.json)"),
+  ):
     with pytest.raises(ValueError) as refused:
       check_workdir(saved[kind])
     assert str(refused.value) == (
-      f"--workdir '{saved[kind]}' is a {kind} (it has {marker}): a job never replaces or writes"
-      " into one; give another --workdir"
+      f"--workdir '{saved[kind]}' is {what}: a job never replaces or writes into one;"
+      " give another --workdir"
     )
   checkpoints = os.path.join(saved["old_workdir"], "checkpoints")
   with pytest.raises(ValueError) as refused:

@@ -141,12 +141,13 @@ def test_a_scores_file_is_never_written_into_saved_work(saved, tmp_path):
     f"--output '{output}' is inside export '{saved['export']}' (it has export.json): write the"
     " scores outside any workdir, dataset or export"
   )
-  with pytest.raises(serving.OutputPathError) as e:
-    serving.check_file_output(saved["dataset"], overwrite=True)
-  assert str(e.value) == (
-    f"--output '{saved['dataset']}' is a dataset (it has manifest.json): give the path of the"
-    " file to write"
-  )
+  for kind, what in (
+    ("dataset", "a dataset (it has manifest.json)"),
+    ("export", "an export (it has export.json)"),
+  ):
+    with pytest.raises(serving.OutputPathError) as e:
+      serving.check_file_output(saved[kind], overwrite=True)
+    assert str(e.value) == f"--output '{saved[kind]}' is {what}: give the path of the file to write"
   with pytest.raises(FileExistsError) as e:
     serving.check_file_output(saved["file"], overwrite=False)
   assert str(e.value) == (

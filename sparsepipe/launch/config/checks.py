@@ -2,12 +2,13 @@
 
 A launch with a value the job cannot use (a learning rate of NaN or below
 0, an unknown optimizer or model, a table dim of 0, -1 data workers, a
-checkpoint interval of 0, FDO headroom below 1) used to fail only when the
-part that reads it was built: after the data was generated (data/,
-data_eval/ left in the workdir), after job.json was written, or after the
-first batch trained NaN losses; negative learning rates and epoch counts
-trained. `check_config` runs before the data and names each such field
-and value. The parts check what they read again, as before.
+checkpoint interval of 0, FDO headroom below 1, a batch the SparseCores do
+not divide) used to fail only when the part that reads it was built: after
+the data was generated (data/, data_eval/ left in the workdir), after
+job.json was written, or after the first batch trained NaN losses;
+negative learning rates and epoch counts trained. `check_config` runs
+before the data and names each such field and value. The parts check what
+they read again, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax
 from jax.sharding import Mesh
 
 from sparsepipe import pipeline
@@ -63,3 +65,5 @@ def check_config(config: Any, mesh: Mesh) -> None:
     ("fdo.headroom", 1, ""),
   ):
     _at_least(config, field, least, unit)
+  batch = config_specs.global_batch_size(config, jax.process_count())
+  config_specs.check_sparsecores_divide(config, batch, mesh.size)

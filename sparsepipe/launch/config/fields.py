@@ -115,8 +115,8 @@ FIELD_DOCS = {
   " split when synthetic.eval_examples > 0, else none).",
   "eval.every_steps": "Batches between evals (0: only at the end; with an eval set the job"
   " always evaluates at the end).",
-  "checkpoint.every_steps": "Batches between checkpoints (the job also saves at its end, at"
-  " FDO boundaries and when preempted).",
+  "checkpoint.every_steps": "Batches between checkpoints (the job also saves at its end and"
+  " when preempted; an FDO retune does not save).",
   "checkpoint.keep": "Newest checkpoints kept.",
   "checkpoint.async_save": "Save in the background while training goes on. The save holds a"
   " host copy of the state until it is written; on CPU devices, where the state is host memory"

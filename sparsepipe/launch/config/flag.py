@@ -72,8 +72,8 @@ def config_help() -> str:
       fields.append(f"{key}={value!r}")
   return "\n".join(
     [
-      "Config fields (set any with --config.FIELD=VALUE; docs/config.md lists each with its",
-      "default, units and meaning):",
+      "Config fields and this config's values (set any with --config.FIELD=VALUE;",
+      "docs/config.md lists each field's default, units and meaning):",
       *textwrap.wrap(", ".join(fields), 78, initial_indent="  ", subsequent_indent="  "),
     ]
   )

@@ -66,9 +66,11 @@ def _batch_fields(config: Any) -> tuple[int, int]:
   global_batch = int(config.get("global_batch_size", 0) or 0)
   per_host = int(config.per_host_batch_size or 0)
   if (global_batch > 0) == (per_host > 0) or min(global_batch, per_host) < 0:
+    both = global_batch > 0 and per_host > 0
     raise ValueError(
       f"set exactly one of global_batch_size={global_batch} and"
-      f" per_host_batch_size={per_host} (0 means unset)"
+      f" per_host_batch_size={per_host} (0 means unset"
+      f"{': e.g. --config.global_batch_size=0 to use per_host_batch_size' if both else ''})"
     )
   return global_batch, per_host
 
@@ -117,6 +119,19 @@ def worst_case_ids_per_partition(
   return max(8, round_up(samples * ids, 8))
 
 
+def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_count: int) -> None:
+  """Raises ValueError unless the mesh's SparseCores divide `global_batch_size`."""
+  num_sc = int(config.num_sc_per_device)
+  if global_batch_size % (global_device_count * num_sc):
+    devices = f"{global_device_count} device{'s' if global_device_count > 1 else ''}"
+    raise ValueError(
+      f"global_batch_size={global_batch_size} is not a multiple of the"
+      f" {global_device_count * num_sc} SparseCores of the mesh ({devices}"
+      f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
+      f" multiple of {global_device_count * num_sc}"
+    )
+
+
 def build_feature_specs(
   config: Any,
   *,
@@ -133,14 +148,8 @@ def build_feature_specs(
   (transforms.bound_coo_buffers_by_the_batch). The table layout does not
   depend on the limits.
   """
+  check_sparsecores_divide(config, global_batch_size, global_device_count)
   num_sc = int(config.num_sc_per_device)
-  if global_batch_size % (global_device_count * num_sc):
-    raise ValueError(
-      f"global_batch_size={global_batch_size} is not a multiple of the"
-      f" {global_device_count * num_sc} SparseCores of the mesh ({global_device_count} devices"
-      f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
-      f" multiple of {global_device_count * num_sc}"
-    )
   dim = int(config.model.embedding_dim)
   worst = worst_case_ids_per_partition(config, global_batch_size, global_device_count)
   limits = config.limits

@@ -45,9 +45,7 @@ def ensure_dataset(
   that error (it raises when the workdir is another job's).
   """
   if config.data.dir:
-    directory = os.path.abspath(config.data.dir)
-    data.read_manifest(directory)  # a clear error if it is not a dataset
-    return directory
+    return _given_dataset("data.dir", config.data.dir)
   directory = os.path.join(workdir, "data")
   if jax.process_index() == 0:
     try:
@@ -97,13 +95,21 @@ def _generated_eval_dir(workdir: str) -> str:
   return os.path.join(workdir, "data_eval")
 
 
+def _given_dataset(field: str, value: str) -> str:
+  """The absolute path of config.`field`, a dataset; else a ManifestError naming the field."""
+  directory = os.path.abspath(value)
+  try:
+    data.read_manifest(directory)
+  except data.ManifestError as e:
+    raise data.ManifestError(f"config.{field}={value!r}: {e}") from None
+  return directory
+
+
 def eval_data_dir(config: Any, workdir: str) -> str:
   """The job's held-out dataset: config.eval.data_dir, else the generated eval
   split (synthetic.eval_examples > 0, no data.dir), else "" (no eval)."""
   if config.eval.data_dir:
-    directory = os.path.abspath(config.eval.data_dir)
-    data.read_manifest(directory)  # a clear error if it is not a dataset
-    return directory
+    return _given_dataset("eval.data_dir", config.eval.data_dir)
   if not config.data.dir and int(config.synthetic.eval_examples):
     return _generated_eval_dir(workdir)
   return ""

@@ -319,6 +319,8 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
       (launch/workdir/placement.py).
   """
   check_workdir(workdir)
-  with exclusive_workdir(os.path.abspath(workdir)):
+  with exclusive_workdir(os.path.abspath(workdir)) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
-    return _Job(config, workdir, config_name).run()
+    job = _Job(config, workdir, config_name)  # a failure here leaves no workdir it made
+    lease.keep()
+    return job.run()

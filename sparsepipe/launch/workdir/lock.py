@@ -9,7 +9,7 @@ with an error naming the first (pid, host, start time). The lock is the
 kernel's (flock): it goes with the process that holds it, also when that
 one is killed, so no stale lock is left behind. The holder removes the file
 when it lets go (a job that failed to start leaves no file, and no workdir
-it made and left empty); a job that takes the lock checks that the file it
+it made: WorkdirLease); a job that takes the lock checks that the file it
 locked is still the one at the path, so one removed meanwhile is not held
 twice. Where the file system has no locks (some network or FUSE mounts)
 the job warns and runs unguarded. Readers (launch.evaluate) take no lock.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 from typing import IO, Iterator
@@ -92,25 +93,56 @@ def _still_there(handle: IO[str], path: str) -> bool:
     return False
 
 
-def _release(handle: IO[str], workdir: str, made: bool) -> None:
-  """Removes the lock file (still holding it), lets go, removes a workdir left empty."""
-  with contextlib.suppress(OSError):
-    os.unlink(os.path.join(workdir, LOCK_FILENAME))
-  handle.close()
-  if made:
+class WorkdirLease:
+  """What `exclusive_workdir` yields: call `keep()` once the job has started.
+
+  A workdir the launch made is removed with all it holds if the block ends
+  before `keep()`: a launch that fails while starting (a config value found
+  wrong late, eval data that does not match, a stop signal) leaves no
+  workdir behind, not a half-made one with generated data a rerun of
+  another config would trip over. A workdir that existed is never emptied.
+  """
+
+  def __init__(self, made: bool):
+    self.made = made
+    self.kept = False
+
+  def keep(self) -> None:
+    self.kept = True
+
+
+def _release(handle: IO[str] | None, workdir: str, lease: WorkdirLease) -> None:
+  """Removes what a launch that made `workdir` and did not keep it wrote (still
+  holding the lock), then the lock file; lets go; removes a workdir left empty."""
+  if lease.made and not lease.kept:
+    for name in os.listdir(workdir):
+      path = os.path.join(workdir, name)
+      if name == LOCK_FILENAME:
+        continue
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        with contextlib.suppress(OSError):
+          os.unlink(path)
+  if handle is not None:
+    with contextlib.suppress(OSError):
+      os.unlink(os.path.join(workdir, LOCK_FILENAME))
+    handle.close()
+  if lease.made:
     with contextlib.suppress(OSError):
       os.rmdir(workdir)  # only if nothing else was written
 
 
 @contextlib.contextmanager
-def exclusive_workdir(workdir: str) -> Iterator[None]:
+def exclusive_workdir(workdir: str) -> Iterator[WorkdirLease]:
   """Holds `workdir` for this job (made if missing) while the block runs.
 
   Call on every process: process 0 takes the lock, and every process raises
   WorkdirInUseError when another job holds it (or process 0's error when it
-  could not open the lock file, e.g. in an unwritable workdir).
+  could not open the lock file, e.g. in an unwritable workdir). Process 0
+  removes a workdir it made unless the block kept it (WorkdirLease).
   """
-  made = not os.path.exists(workdir)
+  lease = WorkdirLease(made=not os.path.exists(workdir))
   os.makedirs(workdir, exist_ok=True)
   handle, problem, error = None, "", None
   if jax.process_index() == 0:
@@ -127,7 +159,7 @@ def exclusive_workdir(workdir: str) -> Iterator[None]:
       raise error
     if problem:
       raise WorkdirInUseError(problem)
-    yield
+    yield lease
   finally:
-    if handle is not None:
-      _release(handle, workdir, made)
+    if jax.process_index() == 0 and not (problem or error):
+      _release(handle, workdir, lease)
