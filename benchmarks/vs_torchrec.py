@@ -6,7 +6,7 @@
 Each round runs, one after the other on the same machine:
   sparsepipe: `python -m sparsepipe.launch --config=criteo` as shipped (1
       device, 2 data workers, the synthetic dataset of the shipped config:
-      2^20 examples in records of one example) except for the schedule: a
+      2^20 examples in packed records, as it generates them) except for the schedule: a
       first run of --fdo_batches batches ends with an FDO pass and a
       checkpoint, then the job is extended by --batches batches with FDO
       retuning every --fdo_batches. The figure is the launcher's
