@@ -119,7 +119,12 @@ def _splitter(layout: PackedLayout, mesh: Mesh):
     return jax.tree_util.tree_unflatten(layout.treedef, leaves)
 
   spec = PartitionSpec(mesh.axis_names[0])
-  return jax.jit(jax.shard_map(split, mesh=mesh, in_specs=spec, out_specs=spec))
+  # out_shardings too: left to the compiler, an empty array (e.g. dense [B, 0] of a
+  # dataset without dense columns) came out replicated, a sharding the step refused.
+  return jax.jit(
+    jax.shard_map(split, mesh=mesh, in_specs=spec, out_specs=spec),
+    out_shardings=data_sharding(mesh),
+  )
 
 
 def place_packed(packed: PackedBatch, mesh: Mesh) -> Any:

@@ -155,3 +155,15 @@ def _record_transfers(monkeypatch):
 
   monkeypatch.setattr(jax, "make_array_from_process_local_data", counting)
   return calls
+
+
+def test_a_batch_without_dense_columns_is_placed_sharded_like_the_labels():
+  """Dense [B, 0] (a dataset of no dense columns, e.g. MovieLens) came out of the split
+  replicated, and the train step refused it on more than one device."""
+  mesh = core.make_mesh()
+  batch = host_batch()._replace(dense=np.zeros((16, 0), np.float32))
+  placed = device_buffer.place_packed(device_buffer.pack_batch(batch, DEVICES), mesh)
+  want = pipeline.to_global_batch(batch, mesh)
+  assert placed.dense.shape == (16, 0)
+  for got, wanted in zip(jax.tree_util.tree_leaves(placed), jax.tree_util.tree_leaves(want)):
+    assert got.sharding == wanted.sharding, (got.shape, got.sharding)
