@@ -146,6 +146,29 @@ def test_evaluating_leaves_a_running_jobs_save_alone(run_with_eval, tmp_path):
     assert f.read() == "written by the job"
 
 
+def test_a_rerun_runs_the_final_eval_a_kill_cut_short(run_with_eval, tmp_path, capsys):
+  """A job killed during its final eval (after its last save) was done: its rerun said
+  "nothing to train" and the final eval never ran."""
+  workdir = str(tmp_path / "job")
+  shutil.copytree(run_with_eval[0], workdir)
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  with open(metrics, encoding="utf-8") as f:
+    lines = f.readlines()
+  with open(metrics, "w", encoding="utf-8") as f:  # as if killed before the eval's line
+    f.writelines(line for line in lines if '"event": "eval", "batch": 8' not in line)
+  assert [e["batch"] for e in launch_testing.events(workdir, "eval")] == [4]
+  capsys.readouterr()
+  train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
+  out = capsys.readouterr().out.splitlines()
+  evals = launch_testing.events(workdir, "eval")
+  assert [e["batch"] for e in evals] == [4, 8]
+  assert evals[-1]["auc"] == run_with_eval[1].last_eval.auc
+  assert out[-2].startswith("eval after batch 8: AUC "), out
+  assert "nothing to train" in out[-1]
+  train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
+  assert len(launch_testing.events(workdir, "eval")) == 2  # once
+
+
 def test_eval_does_not_change_training(first_run, run_with_eval):
   (plain, _), (evaluated, _) = first_run, run_with_eval
   assert launch_testing.batch_losses(evaluated) == launch_testing.batch_losses(plain)

@@ -208,6 +208,9 @@ class _Job:
 
   def _train(self, job: JobContext) -> JobResult:
     if job.batch >= self.schedule.num_steps:
+      if job.batch == self.schedule.num_steps and job.evaluation is not None:
+        make_hooks(job)
+        job.hooks["evaluation"].end()  # the final eval, if a kill cut it short
       return announce.already_trained(job)
     hooks = make_hooks(job)
     for hook in job.hooks.values():
