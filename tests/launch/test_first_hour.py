@@ -51,13 +51,58 @@ def test_a_batch_over_the_limits_is_one_line_saying_what_to_do(tmp_path):
   assert out.returncode == 1, out.describe()
   *generating, line = out.stderr.splitlines()  # the data generator's progress, the error
   assert all(g.startswith("synthetic ") for g in generating), out.stderr
-  assert line.startswith("error: features 'category', 'history', 'item', 'user'"), line
-  assert line.endswith(
-    " exceed max_ids_per_partition=2; raise config.limits.max_ids_per_partition and"
-    " max_unique_ids_per_partition (0: the worst case of the batch, always enough; FDO then"
-    " tunes them), or let the input drop and count such ids with"
-    " --config.data.allow_id_dropping=true"
+  assert line.startswith(
+    "error: batch 1 (the first limits): features 'category', 'history', 'item', 'user'"
   ), line
+  assert line.endswith(f" exceed max_ids_per_partition=2; {_LIMIT_HINT}"), line
+
+
+_LIMIT_HINT = (
+  "rerun with --config.data.allow_id_dropping=true to go on (such ids are dropped and"
+  " counted: dropped_ids_largest_host in metrics.jsonl's fdo records; the next FDO retune"
+  " raises the limits to fit), or start a new job with more room:"
+  " config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the worst case"
+  " of the batch, always enough; FDO then tunes them) or a larger config.fdo.headroom"
+)
+
+
+def test_a_batch_over_the_limits_fdo_tuned_goes_on_as_the_error_says(tmp_path):
+  """Limits tuned on a few batches (no headroom) and a later batch over them: the error
+  advised raising config.limits, which FDO overwrote at its next retune, and a rerun with
+  allow_id_dropping was refused as another job's config; the job could not finish."""
+  workdir = str(tmp_path / "job")
+  tight = [f"--workdir={workdir}", "--config.num_steps=24", "--config.checkpoint.every_steps=2"]
+  tight += ["--config.fdo.headroom=1.0", "--config.fdo.steps_per_doubling=0"]
+  failed = _run("sparsepipe.launch", *tight)
+  assert failed.returncode == 1, failed.describe()
+  line = failed.stderr.splitlines()[-1]
+  found = re.fullmatch(
+    r"error: batch (\d+) \(limits FDO tuned on the batches before\): features 'category',"
+    r" 'history', 'item', 'user' \(stack 'category_history_item_user'\): .* exceed"
+    r" max_(unique_)?ids_per_partition=\d+; (.*)",
+    line,
+  )
+  assert found and found.group(3) == _LIMIT_HINT, line
+  stopped_at = int(found.group(1))
+  assert 4 < stopped_at < 20  # after the retune after batch 4
+  before = launch_testing.batch_losses(workdir)
+  went_on = _run("sparsepipe.launch", *tight, "--config.data.allow_id_dropping=true")
+  assert went_on.returncode == 0, went_on.describe()
+  losses = launch_testing.batch_losses(workdir)
+  assert sorted(losses) == list(range(1, 25))
+  (resume,) = launch_testing.events(workdir, "resume")
+  assert 4 <= resume["batch"] < stopped_at
+  assert all(losses[b] == before[b] for b in range(1, resume["batch"] + 1))
+  (retune,) = [e for e in launch_testing.events(workdir, "fdo") if e["batch"] == 20]
+  assert retune["dropped_ids_largest_host"]["category_history_item_user"] > 0
+  assert any(
+    re.fullmatch(
+      r"sparsepipe: FDO after batch 20: category_history_item_user: .*; ids dropped so far"
+      r" \(largest host\): category_history_item_user [\d,]+",
+      out,
+    )
+    for out in went_on.lines
+  ), went_on.lines
 
 
 def test_a_config_path_outside_a_checkout_names_the_shipped_configs(tmp_path):

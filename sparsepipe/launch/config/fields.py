@@ -17,8 +17,8 @@ from sparsepipe.launch.config.base import feature
 # Dotted field -> meaning. `features.NAME.*` stands for every feature's entry.
 FIELD_DOCS = {
   "seed": "Seed of parameter init, the data shuffle and generated data.",
-  "num_steps": "Batches to train. A finished or running job may raise it (it trains the"
-  " added batches); a value at or below the batches trained says the job is done. A job"
+  "num_steps": "Batches to train. A finished or stopped job may raise it when rerun (it trains"
+  " the added batches); a value at or below the batches trained says the job is done. A job"
   " warns at its start when a batch is larger than the dataset or the batches make more"
   " than 100 epochs.",
   "num_epochs": "If > 0, passes over the train data to train instead of num_steps:"
@@ -48,7 +48,8 @@ FIELD_DOCS = {
   " N / gcd(N, 8) times), see README. 0: whole records only.",
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
-  " instead of stopping.",
+  " instead of stopping (FDO's next retune raises the limits to fit them). A resumed job may"
+  " change it: a job stopped by a batch over its limits goes on with it.",
   "synthetic.num_examples": "Examples of the generated train set.",
   "synthetic.num_dense": "Dense features of the generated data.",
   "synthetic.examples_per_record": "Examples packed in one ArrayRecord record. 0 (the"

@@ -50,6 +50,7 @@ MUTABLE_CONFIG_KEYS = (
   "config.num_steps",
   "config.num_epochs",
   "config.data.num_workers",
+  "config.data.allow_id_dropping",
   "config.log_every_steps",
   "config.compilation_cache_dir",
   "config.fdo.every_steps",
@@ -64,11 +65,15 @@ MUTABLE_CONFIG_KEYS = (
 # them did, so that those jobs resume (a saved config without the key has it).
 ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
 
-# What to do when a batch exceeds the COO limits (FDO has not seen such a batch).
+# What to do when a batch exceeds the COO limits: the first limits (config.limits),
+# or FDO's, tuned on the batches before it. A rerun that drops such ids resumes the
+# job (the statistics count every id, so the next retune raises the limits to fit).
 LIMIT_HINT = (
-  "raise config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the"
-  " worst case of the batch, always enough; FDO then tunes them), or let the input drop"
-  " and count such ids with --config.data.allow_id_dropping=true"
+  "rerun with --config.data.allow_id_dropping=true to go on (such ids are dropped and"
+  " counted: dropped_ids_largest_host in metrics.jsonl's fdo records; the next FDO retune"
+  " raises the limits to fit), or start a new job with more room:"
+  " config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the worst case"
+  " of the batch, always enough; FDO then tunes them) or a larger config.fdo.headroom"
 )
 
 
@@ -292,6 +297,11 @@ class _Job:
     has them already)."""
     if not job.output.recorded("fdo", batch):
       changes = fdo.describe_limits(before, specs)
+      dropped = {k: int(v) for k, v in merged.id_drop_counters.items() if int(v)}
+      if dropped:  # with data.allow_id_dropping: ids over the limits so far
+        changes += "; ids dropped so far (largest host): " + ", ".join(
+          f"{k} {v:,}" for k, v in sorted(dropped.items())
+        )
       job.output.event(
         "fdo",
         batch,

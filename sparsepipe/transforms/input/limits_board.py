@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import grain
 
+from sparsepipe.transforms.errors import LimitExceededError
 from sparsepipe.transforms.fdo.limits import apply_stack_limits
 from sparsepipe.transforms.fdo.limits import get_stack_limits
 from sparsepipe.transforms.input.preprocess import PreprocessSparse
@@ -208,4 +209,8 @@ class PreprocessByLimits(grain.transforms.MapWithIndex):
   def map_with_index(self, index: int, element: Any) -> Any:
     limits = self._board.limits_of(index)
     preprocess = self._first if limits is None else self._for_limits(limits)
-    return preprocess.map(element)
+    try:
+      return preprocess.map(element)
+    except LimitExceededError as e:  # batches are numbered from 1 in every message
+      tuned = "the first limits" if limits is None else "limits FDO tuned on the batches before"
+      raise LimitExceededError(f"batch {index + 1} ({tuned}): {e}") from None
