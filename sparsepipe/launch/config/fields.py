@@ -88,8 +88,8 @@ FIELD_DOCS = {
   " fewer devices they grow as a resized checkpoint's do, at most to the worst case.",
   "fdo.every_steps": "FDO retunes the limits after every multiple of this batch number (0:"
   " never); a retune that changes them trains on with the step compiled for them (the"
-  " batches in flight re-laid out, nothing drained). A job may change it (from its next"
-  " segment).",
+  " batches in flight re-laid out, nothing drained). A resumed job may change it: it"
+  " then retunes after the new multiples (the segment in progress ends as planned).",
   "fdo.first_after": "With FDO on, the first retune comes after this batch when it is below"
   " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
   " A job may change it (from its next segment).",
