@@ -51,9 +51,7 @@ def test_a_batch_over_the_limits_is_one_line_saying_what_to_do(tmp_path):
   assert out.returncode == 1, out.describe()
   *generating, line = out.stderr.splitlines()  # the data generator's progress, the error
   assert all(g.startswith("synthetic ") for g in generating), out.stderr
-  assert line.startswith(
-    "error: batch 1 (the first limits): features 'category', 'history', 'item', 'user'"
-  ), line
+  assert line.startswith("error: batch 1: features 'category', 'history', 'item', 'user'"), line
   assert line.endswith(f" exceed max_ids_per_partition=2; {_LIMIT_HINT}"), line
 
 
@@ -77,7 +75,7 @@ def test_a_batch_over_the_limits_fdo_tuned_goes_on_as_the_error_says(tmp_path):
   assert failed.returncode == 1, failed.describe()
   line = failed.stderr.splitlines()[-1]
   found = re.fullmatch(
-    r"error: batch (\d+) \(limits FDO tuned on the batches before\): features 'category',"
+    r"error: batch (\d+): features 'category',"
     r" 'history', 'item', 'user' \(stack 'category_history_item_user'\): .* exceed"
     r" max_(unique_)?ids_per_partition=\d+; (.*)",
     line,

@@ -152,6 +152,11 @@ def merged_limits(
   ), merged
 
 
+def _shown(limit: int | None) -> Any:
+  """A limit for a message: no suggested buffer (None) is the theoretical max."""
+  return "max" if limit is None else limit
+
+
 def describe_limits(before: Any, after: Any) -> str:
   """'stack: max_ids 256->40, ..., buffer max->2272' for the stacks whose limits changed."""
   old, new = transforms.get_stack_limits(before), transforms.get_stack_limits(after)
@@ -159,9 +164,8 @@ def describe_limits(before: Any, after: Any) -> str:
   for stack in sorted(new):
     short = {n: n.replace("_per_partition", "") for n in transforms.LIMIT_NAMES}
     short["suggested_coo_buffer_size_per_device"] = "buffer"
-    shown = lambda v: "max" if v is None else v  # no suggested buffer: the theoretical max
     changes = [
-      f"{short[name]} {shown(old[stack][name])}->{shown(new[stack][name])}"
+      f"{short[name]} {_shown(old[stack][name])}->{_shown(new[stack][name])}"
       for name in transforms.LIMIT_NAMES
       if old[stack][name] != new[stack][name]
     ]

@@ -212,5 +212,4 @@ class PreprocessByLimits(grain.transforms.MapWithIndex):
     try:
       return preprocess.map(element)
     except LimitExceededError as e:  # batches are numbered from 1 in every message
-      tuned = "the first limits" if limits is None else "limits FDO tuned on the batches before"
-      raise LimitExceededError(f"batch {index + 1} ({tuned}): {e}") from None
+      raise LimitExceededError(f"batch {index + 1}: {e}") from None
