@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -167,6 +168,47 @@ def test_a_rerun_runs_the_final_eval_a_kill_cut_short(run_with_eval, tmp_path, c
   assert "nothing to train" in out[-1]
   train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
   assert len(launch_testing.events(workdir, "eval")) == 2  # once
+
+
+def _stop_signal_during_eval(monkeypatch, at_batch):
+  """SIGTERM to this process after the first batch of the eval after batch `at_batch`."""
+  evaluate = pipeline.evaluate
+
+  def signalled(step, train_state, batches, **kwargs):
+    def batches_then_stop():
+      for i, batch in enumerate(batches):
+        if i == 1 and int(train_state.step) == at_batch:
+          os.kill(os.getpid(), signal.SIGTERM)
+        yield batch
+
+    return evaluate(step, train_state, batches_then_stop(), **kwargs)
+
+  monkeypatch.setattr(pipeline, "evaluate", signalled)
+
+
+@pytest.mark.parametrize("at_batch", [4, 8])
+def test_a_stop_during_an_eval_abandons_it_and_the_rerun_evaluates(
+  run_with_eval, tmp_path, monkeypatch, capsys, at_batch
+):
+  """A stop signal waited for the eval's whole pass (one that outlasts a preemption's
+  grace period loses the job's work since the last save); after the final eval's last
+  save, the job even ended with status 0 as if no stop had come."""
+  workdir = str(tmp_path / "job")
+  config = launch_testing.tiny_config(synthetic__eval_examples=100, eval__every_steps=4)
+  _stop_signal_during_eval(monkeypatch, at_batch)
+  stopped = train_and_evaluate(config, workdir)
+  assert stopped.preempted and stopped.batches_trained == at_batch
+  assert stopped.checkpoint_step == at_batch
+  assert capsys.readouterr().out.splitlines()[-1] == (
+    f"sparsepipe: preempted during the eval after batch {at_batch}; checkpoint after batch"
+    f" {at_batch} saved, exiting"
+  )
+  assert [e["batch"] for e in launch_testing.events(workdir, "eval")] == [4, 8][: at_batch // 4 - 1]
+  monkeypatch.undo()
+  train_and_evaluate(config, workdir)
+  evals = launch_testing.events(workdir, "eval")
+  assert evals == launch_testing.events(run_with_eval[0], "eval")
+  assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(run_with_eval[0])
 
 
 def test_eval_does_not_change_training(first_run, run_with_eval):

@@ -12,7 +12,11 @@ When (hooks.EvalHook): at the batch boundary of every
 current state: inside a pipelined run the last embedding update is still in
 flight), and always at the end, on the drained final state. A resumed job
 runs the eval of the boundary it resumed at if it had not finished before,
-so every eval point gets exactly one line.
+so every eval point gets exactly one line. In one process, a stop signal
+abandons an eval at its next batch (a long eval would outlast a
+preemption's grace period): the job saves that boundary and exits, and
+its rerun runs the eval. Under jax.distributed the processes cannot agree
+on an eval batch to stop at, so an eval there ends before the stop.
 """
 
 from __future__ import annotations
@@ -50,9 +54,9 @@ class JobEval:
     )
     self.dataset = pipeline.make_eval_input(input_config, specs, model.mesh)
 
-  def run(self, train_state: Any) -> pipeline.EvalMetrics:
-    """One full pass over the eval set."""
-    return pipeline.evaluate(self.step, train_state, iter(self.dataset))
+  def run(self, train_state: Any, stop: Any = None) -> pipeline.EvalMetrics | None:
+    """One full pass over the eval set; None if `stop()` abandoned it (pipeline.evaluate)."""
+    return pipeline.evaluate(self.step, train_state, iter(self.dataset), stop=stop)
 
 
 def describe(metrics: pipeline.EvalMetrics) -> str:

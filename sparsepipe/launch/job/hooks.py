@@ -343,16 +343,25 @@ class CheckpointHook(JobHook):
       core.release_freed_heap()
     if not job.position.at_boundary:
       return False
-    if job.preempted or job.batch % self.every == 0:
-      self.save()
     if job.preempted:
-      job.checkpoints.mngr.wait_until_finished()
-      job.output.event(
-        "preempted",
-        job.batch,
-        f"sparsepipe: preempted; checkpoint after batch {job.batch} saved, exiting",
-      )
+      return self.stop_here()
+    if job.batch % self.every == 0:
+      self.save()
     return False
+
+  def stop_here(self, during: str = "") -> bool:
+    """The job stops at this boundary: saved (if not yet), written, and said; True."""
+    job = self.job
+    job.preempted = True
+    if self.last_saved != job.batch:
+      self.save()
+    job.checkpoints.mngr.wait_until_finished()
+    job.output.event(
+      "preempted",
+      job.batch,
+      f"sparsepipe: preempted{during}; checkpoint after batch {job.batch} saved, exiting",
+    )
+    return True
 
   def end(self) -> None:
     if self.last_saved != self.job.batch:
@@ -371,26 +380,33 @@ class EvalHook(JobHook):
     every = self.job.evaluation.every
     return bool(every) and 0 < batch < self.job.schedule.num_steps and batch % every == 0
 
-  def run(self) -> None:
+  def run(self, stoppable: bool = True) -> bool:
+    """Evaluates at this boundary; False if a stop signal abandoned the eval (one
+    process: job/evaluation.py), which then stops the job here."""
     job = self.job
     job.hooks["progress"].disturbed()
-    self.last_eval = job.evaluation.run(job.train_state)
-    values = self.last_eval.as_dict()
+    stop = (lambda: job.watcher.requested) if stoppable else None
+    metrics = job.evaluation.run(job.train_state, stop=stop)
+    if metrics is None:
+      return not job.hooks["checkpoints"].stop_here(f" during the eval after batch {job.batch}")
+    self.last_eval = metrics
     job.output.event(
-      "eval", job.batch, f"eval after batch {job.batch}: {describe(self.last_eval)}", **values
+      "eval", job.batch, f"eval after batch {job.batch}: {describe(metrics)}", **metrics.as_dict()
     )
+    return True
 
   def start(self) -> None:
-    # The eval of the boundary the job resumed at, unless it finished before the stop.
+    # The eval of the boundary the job resumed at, unless it finished before the stop
+    # (to its end: a stop now is honoured at the first boundary).
     job = self.job
     if self._due(job.batch) and not job.output.recorded("eval", job.batch):
-      self.run()
+      self.run(stoppable=False)
 
   def __call__(self, result: pipeline.StepResult) -> bool:
     del result
     job = self.job
     if job.position.at_boundary and not job.preempted and self._due(job.batch):
-      self.run()
+      return not self.run()
     return False
 
   def end(self) -> None:

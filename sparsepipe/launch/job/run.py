@@ -215,7 +215,9 @@ class _Job:
     if job.batch >= self.schedule.num_steps:
       if job.batch == self.schedule.num_steps and job.evaluation is not None:
         make_hooks(job)
-        job.hooks["evaluation"].end()  # the final eval, if a kill cut it short
+        job.hooks["evaluation"].end()  # the final eval, if a kill or a stop cut it short
+        if job.preempted:
+          return announce.result(job)
       return announce.already_trained(job)
     hooks = make_hooks(job)
     for hook in job.hooks.values():
@@ -250,6 +252,8 @@ class _Job:
       job.position = following
     for hook in job.hooks.values():
       hook.end()
+    if job.preempted:  # during the final eval: its rerun evaluates
+      return announce.result(job)
     return announce.done(job)
 
   def _retune(self, job: JobContext) -> Callable[[], Setup]:

@@ -92,8 +92,12 @@ def _host_local(x: Any) -> np.ndarray:
 
 
 def evaluate(
-  eval_step: EvalStep, train_state: TrainState, eval_batches: Iterable[EvalBatch]
-) -> EvalMetrics:
+  eval_step: EvalStep,
+  train_state: TrainState,
+  eval_batches: Iterable[EvalBatch],
+  *,
+  stop: Callable[[], bool] | None = None,
+) -> EvalMetrics | None:
   """One eval pass: metrics over every real example of every host.
 
   Args:
@@ -101,9 +105,13 @@ def evaluate(
     train_state: the model to score (read only).
     eval_batches: EvalBatch of global arrays, e.g. one iteration of
       `make_eval_input(...)`; every host must give the same number.
+    stop: optional, asked before every batch: True abandons the pass (e.g.
+      a stop signal: the eval would outlast a preemption's grace period).
+      Every process must answer alike (the passes' steps are collectives).
 
   Returns:
-    EvalMetrics over the whole eval set (the same on every process).
+    EvalMetrics over the whole eval set (the same on every process), or
+    None if `stop` abandoned the pass.
   """
   labels, scores, masks = [], [], []
 
@@ -114,6 +122,8 @@ def evaluate(
 
   pending = None
   for batch in eval_batches:
+    if stop is not None and stop():
+      return None
     out = eval_step(train_state, batch)
     if pending is not None:  # fetch the previous scores while this step runs
       collect(*pending)
