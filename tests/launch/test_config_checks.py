@@ -79,3 +79,11 @@ def test_a_launch_that_fails_after_generating_its_data_leaves_no_workdir(tmp_pat
     assert out.returncode == 1, out.describe()
     assert out.stderr.splitlines()[-1].startswith(f"error: {last_line}"), out.describe()
     assert not os.path.exists(workdir)
+  made_before = tmp_path / "mine"  # a workdir that exists keeps only what it had
+  made_before.mkdir()
+  (made_before / "notes.txt").write_text("mine")
+  command = [sys.executable, "-m", "sparsepipe.launch", f"--workdir={made_before}"]
+  command += [f"--config.eval.data_dir={other}", "--config.synthetic.num_examples=512"]
+  out = harness.run(command, env=harness.cpu_env(1), timeout_s=300)
+  assert out.returncode == 1, out.describe()
+  assert os.listdir(made_before) == ["notes.txt"]

@@ -58,9 +58,10 @@ def test_a_batch_over_the_limits_is_one_line_saying_what_to_do(tmp_path):
 _LIMIT_HINT = (
   "rerun with --config.data.allow_id_dropping=true to go on (such ids are dropped and"
   " counted: dropped_ids_largest_host in metrics.jsonl's fdo records; the next FDO retune"
-  " raises the limits to fit), or start a new job with more room:"
-  " config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the worst case"
-  " of the batch, always enough; FDO then tunes them) or a larger config.fdo.headroom"
+  " raises the limits to fit), or start a new job with more room: a larger"
+  " config.fdo.headroom (over the counts FDO saw) or fdo.first_after (more batches before"
+  " the first retune); before a retune the limits are config.limits.* (0: the worst case"
+  " of the batch, always enough)"
 )
 
 

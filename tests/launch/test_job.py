@@ -155,18 +155,24 @@ def test_a_rerun_runs_the_final_eval_a_kill_cut_short(run_with_eval, tmp_path, c
   metrics = os.path.join(workdir, "metrics.jsonl")
   with open(metrics, encoding="utf-8") as f:
     lines = f.readlines()
+  ended = ('"event": "eval", "batch": 8', '"event": "done"')
   with open(metrics, "w", encoding="utf-8") as f:  # as if killed before the eval's line
-    f.writelines(line for line in lines if '"event": "eval", "batch": 8' not in line)
+    f.writelines(line for line in lines if not any(e in line for e in ended))
   assert [e["batch"] for e in launch_testing.events(workdir, "eval")] == [4]
   capsys.readouterr()
   train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
   out = capsys.readouterr().out.splitlines()
+  assert out[-2] == (
+    f"sparsepipe: the job in {workdir} has trained its 8 batches; its final eval did not"
+    " finish before it stopped: evaluating"
+  )
+  assert out[-1].startswith("eval after batch 8: AUC "), out
   evals = launch_testing.events(workdir, "eval")
   assert [e["batch"] for e in evals] == [4, 8]
   assert evals[-1]["auc"] == run_with_eval[1].last_eval.auc
-  assert out[-2].startswith("eval after batch 8: AUC "), out
-  assert "nothing to train" in out[-1]
+  assert launch_testing.events(workdir, "done") == [{"event": "done", "batch": 8}]
   train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
+  assert "nothing to train" in capsys.readouterr().out.splitlines()[-1]
   assert len(launch_testing.events(workdir, "eval")) == 2  # once
 
 
@@ -209,6 +215,7 @@ def test_a_stop_during_an_eval_abandons_it_and_the_rerun_evaluates(
   evals = launch_testing.events(workdir, "eval")
   assert evals == launch_testing.events(run_with_eval[0], "eval")
   assert launch_testing.batch_losses(workdir) == launch_testing.batch_losses(run_with_eval[0])
+  assert launch_testing.events(workdir, "done") == [{"event": "done", "batch": 8}]
 
 
 def test_eval_does_not_change_training(first_run, run_with_eval):

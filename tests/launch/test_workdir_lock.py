@@ -158,6 +158,21 @@ def test_a_workdir_made_by_a_launch_that_fails_before_keeping_it_is_removed(tmp_
       (made / "metrics.jsonl").write_text("")
       raise RuntimeError("late")
   assert sorted(os.listdir(made)) == ["job.json", "metrics.jsonl"]
+  # An existing workdir loses only the named entries this launch wrote (generated data).
+  (made / "data_eval").mkdir()
+  with pytest.raises(RuntimeError, match="late"):
+    with exclusive_workdir(str(made), discard=("data", "data_eval")):
+      (made / "data").mkdir()
+      (made / "data" / "manifest.json").write_text("{}")
+      (made / "notes.txt").write_text("")
+      raise RuntimeError("late")
+  assert sorted(os.listdir(made)) == ["data_eval", "job.json", "metrics.jsonl", "notes.txt"]
+  # The folders made above a new workdir go with it; the one that existed stays.
+  deep = tmp_path / "a" / "b" / "c"
+  with pytest.raises(RuntimeError, match="late"):
+    with exclusive_workdir(str(deep)):
+      raise RuntimeError("late")
+  assert not os.path.exists(tmp_path / "a") and os.path.isdir(tmp_path)
 
 
 def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path, monkeypatch):

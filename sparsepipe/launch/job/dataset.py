@@ -12,6 +12,9 @@ import jax
 from sparsepipe import data
 from sparsepipe.launch.config import packing
 
+# The folders of a workdir that hold its generated train and eval data.
+GENERATED_DIRNAMES = ("data", "data_eval")
+
 
 def synthetic_features(config: Any) -> list[data.SyntheticFeature]:
   """The configured features as synthetic-data generators."""
@@ -46,7 +49,7 @@ def ensure_dataset(
   """
   if config.data.dir:
     return _given_dataset("data.dir", config.data.dir)
-  directory = os.path.join(workdir, "data")
+  directory = os.path.join(workdir, GENERATED_DIRNAMES[0])
   if jax.process_index() == 0:
     try:
       _resolve_packing(config, data.read_manifest(directory))
@@ -92,7 +95,7 @@ def _resolve_packing(config: Any, generated: data.Manifest | None) -> None:
 
 
 def _generated_eval_dir(workdir: str) -> str:
-  return os.path.join(workdir, "data_eval")
+  return os.path.join(workdir, GENERATED_DIRNAMES[1])
 
 
 def _given_dataset(field: str, value: str) -> str:

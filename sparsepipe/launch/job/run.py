@@ -71,9 +71,10 @@ ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
 LIMIT_HINT = (
   "rerun with --config.data.allow_id_dropping=true to go on (such ids are dropped and"
   " counted: dropped_ids_largest_host in metrics.jsonl's fdo records; the next FDO retune"
-  " raises the limits to fit), or start a new job with more room:"
-  " config.limits.max_ids_per_partition and max_unique_ids_per_partition (0: the worst case"
-  " of the batch, always enough; FDO then tunes them) or a larger config.fdo.headroom"
+  " raises the limits to fit), or start a new job with more room: a larger"
+  " config.fdo.headroom (over the counts FDO saw) or fdo.first_after (more batches before"
+  " the first retune); before a retune the limits are config.limits.* (0: the worst case"
+  " of the batch, always enough)"
 )
 
 
@@ -214,10 +215,8 @@ class _Job:
   def _train(self, job: JobContext) -> JobResult:
     if job.batch >= self.schedule.num_steps:
       if job.batch == self.schedule.num_steps and job.evaluation is not None:
-        make_hooks(job)
-        job.hooks["evaluation"].end()  # the final eval, if a kill or a stop cut it short
-        if job.preempted:
-          return announce.result(job)
+        if not job.output.recorded("eval", job.batch):  # a kill or a stop cut it short
+          return self._final_eval(job)
       return announce.already_trained(job)
     hooks = make_hooks(job)
     for hook in job.hooks.values():
@@ -255,6 +254,16 @@ class _Job:
     if job.preempted:  # during the final eval: its rerun evaluates
       return announce.result(job)
     return announce.done(job)
+
+  def _final_eval(self, job: JobContext) -> JobResult:
+    """The final eval of a job trained to its end that stopped before it finished."""
+    job.output.message(
+      f"sparsepipe: the job in {job.workdir} has trained its {job.batch:,} batches; its final"
+      " eval did not finish before it stopped: evaluating"
+    )
+    make_hooks(job)
+    job.hooks["evaluation"].end()
+    return announce.result(job) if job.preempted else announce.done(job)
 
   def _retune(self, job: JobContext) -> Callable[[], Setup]:
     """FDO at a segment's end: returns what waits for the next segment's Setup.
@@ -336,7 +345,7 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
       (launch/workdir/placement.py).
   """
   check_workdir(workdir)
-  with exclusive_workdir(os.path.abspath(workdir)) as lease:
+  with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
     job = _Job(config, workdir, config_name)  # a failure here leaves no workdir it made
     lease.keep()

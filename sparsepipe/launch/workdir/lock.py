@@ -23,7 +23,7 @@ import os
 import shutil
 import socket
 import time
-from typing import IO, Iterator
+from typing import IO, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -96,53 +96,75 @@ def _still_there(handle: IO[str], path: str) -> bool:
 class WorkdirLease:
   """What `exclusive_workdir` yields: call `keep()` once the job has started.
 
-  A workdir the launch made is removed with all it holds if the block ends
-  before `keep()`: a launch that fails while starting (a config value found
-  wrong late, eval data that does not match, a stop signal) leaves no
-  workdir behind, not a half-made one with generated data a rerun of
-  another config would trip over. A workdir that existed is never emptied.
+  If the block ends before `keep()` (a launch that fails while starting: a
+  config value found wrong late, eval data that does not match, a stop
+  signal), what the launch made goes: a workdir it made, with all it holds,
+  and the folders above it that it made; in a workdir that existed, the
+  entries named in `discard` (e.g. the generated data) that were not there
+  before. So a failed start leaves no half-made workdir whose data a rerun
+  of another config would trip over, and nothing that was there is touched.
   """
 
-  def __init__(self, made: bool):
-    self.made = made
+  def __init__(self, workdir: str, discard: Sequence[str] = ()):
+    top = workdir
+    while not os.path.exists(os.path.dirname(top)) and os.path.dirname(top) != top:
+      top = os.path.dirname(top)
+    self.workdir = workdir
+    self.made_from = None if os.path.exists(workdir) else top  # the highest folder made
+    self.made = self.made_from is not None
+    self.new = [n for n in discard if not os.path.lexists(os.path.join(workdir, n))]
     self.kept = False
 
   def keep(self) -> None:
     self.kept = True
 
-
-def _release(handle: IO[str] | None, workdir: str, lease: WorkdirLease) -> None:
-  """Removes what a launch that made `workdir` and did not keep it wrote (still
-  holding the lock), then the lock file; lets go; removes a workdir left empty."""
-  if lease.made and not lease.kept:
-    for name in os.listdir(workdir):
-      path = os.path.join(workdir, name)
-      if name == LOCK_FILENAME:
+  def _discard(self) -> None:
+    names = os.listdir(self.workdir) if self.made else self.new
+    for name in names:
+      path = os.path.join(self.workdir, name)
+      if name == LOCK_FILENAME or not os.path.lexists(path):
         continue
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
       else:
         with contextlib.suppress(OSError):
           os.unlink(path)
-  if handle is not None:
-    with contextlib.suppress(OSError):
-      os.unlink(os.path.join(workdir, LOCK_FILENAME))
-    handle.close()
-  if lease.made:
-    with contextlib.suppress(OSError):
-      os.rmdir(workdir)  # only if nothing else was written
+
+  def release(self, handle: IO[str] | None) -> None:
+    """Discards what a launch that did not keep the workdir made (still holding the
+    lock), removes the lock file, lets go, and removes the folders it made left empty."""
+    if not self.kept:
+      self._discard()
+    if handle is not None:
+      with contextlib.suppress(OSError):
+        os.unlink(os.path.join(self.workdir, LOCK_FILENAME))
+      handle.close()
+    self._remove_made_folders()
+
+  def _remove_made_folders(self) -> None:
+    """The workdir and the folders above it that were made for it, while empty."""
+    folder = self.workdir
+    while self.made_from is not None:
+      try:
+        os.rmdir(folder)
+      except OSError:
+        return
+      if folder == self.made_from:
+        return
+      folder = os.path.dirname(folder)
 
 
 @contextlib.contextmanager
-def exclusive_workdir(workdir: str) -> Iterator[WorkdirLease]:
+def exclusive_workdir(workdir: str, discard: Sequence[str] = ()) -> Iterator[WorkdirLease]:
   """Holds `workdir` for this job (made if missing) while the block runs.
 
   Call on every process: process 0 takes the lock, and every process raises
   WorkdirInUseError when another job holds it (or process 0's error when it
   could not open the lock file, e.g. in an unwritable workdir). Process 0
-  removes a workdir it made unless the block kept it (WorkdirLease).
+  discards what the launch made unless the block kept it (WorkdirLease;
+  `discard`: the entries a start writes into an existing workdir).
   """
-  lease = WorkdirLease(made=not os.path.exists(workdir))
+  lease = WorkdirLease(workdir, discard)
   os.makedirs(workdir, exist_ok=True)
   handle, problem, error = None, "", None
   if jax.process_index() == 0:
@@ -162,4 +184,4 @@ def exclusive_workdir(workdir: str) -> Iterator[WorkdirLease]:
     yield lease
   finally:
     if jax.process_index() == 0 and not (problem or error):
-      _release(handle, workdir, lease)
+      lease.release(handle)
