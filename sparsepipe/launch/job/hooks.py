@@ -388,7 +388,8 @@ class EvalHook(JobHook):
     stop = (lambda: job.watcher.requested) if stoppable else None
     metrics = job.evaluation.run(job.train_state, stop=stop)
     if metrics is None:
-      return not job.hooks["checkpoints"].stop_here(f" during the eval after batch {job.batch}")
+      job.hooks["checkpoints"].stop_here(f" during the eval after batch {job.batch}")
+      return False
     self.last_eval = metrics
     job.output.event(
       "eval", job.batch, f"eval after batch {job.batch}: {describe(metrics)}", **metrics.as_dict()

@@ -214,9 +214,9 @@ class _Job:
 
   def _train(self, job: JobContext) -> JobResult:
     if job.batch >= self.schedule.num_steps:
-      if job.batch == self.schedule.num_steps and job.evaluation is not None:
-        if not job.output.recorded("eval", job.batch):  # a kill or a stop cut it short
-          return self._final_eval(job)
+      at_end = job.batch == self.schedule.num_steps and job.evaluation is not None
+      if at_end and not job.output.recorded("eval", job.batch):  # a kill or stop cut it short
+        return self._final_eval(job)
       return announce.already_trained(job)
     hooks = make_hooks(job)
     for hook in job.hooks.values():
@@ -251,9 +251,7 @@ class _Job:
       job.position = following
     for hook in job.hooks.values():
       hook.end()
-    if job.preempted:  # during the final eval: its rerun evaluates
-      return announce.result(job)
-    return announce.done(job)
+    return _finished(job)
 
   def _final_eval(self, job: JobContext) -> JobResult:
     """The final eval of a job trained to its end that stopped before it finished."""
@@ -263,7 +261,7 @@ class _Job:
     )
     make_hooks(job)
     job.hooks["evaluation"].end()
-    return announce.result(job) if job.preempted else announce.done(job)
+    return _finished(job)
 
   def _retune(self, job: JobContext) -> Callable[[], Setup]:
     """FDO at a segment's end: returns what waits for the next segment's Setup.
@@ -310,19 +308,24 @@ class _Job:
     has them already)."""
     if not job.output.recorded("fdo", batch):
       changes = fdo.describe_limits(before, specs)
-      dropped = {k: int(v) for k, v in merged.id_drop_counters.items() if int(v)}
-      if dropped:  # with data.allow_id_dropping: ids over the limits so far
+      # Per host a running sum; across hosts the FDO merge takes the max.
+      dropped = {k: int(v) for k, v in merged.id_drop_counters.items()}
+      if any(dropped.values()):  # with data.allow_id_dropping: ids over the limits so far
         changes += "; ids dropped so far (largest host): " + ", ".join(
-          f"{k} {v:,}" for k, v in sorted(dropped.items())
+          f"{k} {v:,}" for k, v in sorted(dropped.items()) if v
         )
       job.output.event(
         "fdo",
         batch,
         f"sparsepipe: FDO after batch {batch}: {changes}",
         limits=transforms.get_stack_limits(specs),
-        # Per host a running sum; across hosts the FDO merge takes the max.
-        dropped_ids_largest_host={k: int(v) for k, v in merged.id_drop_counters.items()},
+        dropped_ids_largest_host=dropped,
       )
+
+
+def _finished(job: JobContext) -> JobResult:
+  """A job past its last batch: done, or stopped during its final eval (the rerun evaluates)."""
+  return announce.result(job) if job.preempted else announce.done(job)
 
 
 def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> JobResult:

@@ -111,9 +111,13 @@ class WorkdirLease:
       top = os.path.dirname(top)
     self.workdir = workdir
     self.made_from = None if os.path.exists(workdir) else top  # the highest folder made
-    self.made = self.made_from is not None
     self.new = [n for n in discard if not os.path.lexists(os.path.join(workdir, n))]
     self.kept = False
+
+  @property
+  def made(self) -> bool:
+    """Whether the launch made the workdir."""
+    return self.made_from is not None
 
   def keep(self) -> None:
     self.kept = True

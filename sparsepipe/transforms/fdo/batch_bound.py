@@ -29,13 +29,15 @@ from sparsepipe.transforms.fdo import carry
 from sparsepipe.transforms.fdo import limits as limits_lib
 
 
-def most_coo_entries_per_device(
+def _most_ids(
   feature_specs: Any, num_sc_per_device: int, global_device_count: int
-) -> dict[str, int]:
-  """{stack: the most COO entries a batch can put in one device's buffer}, as a
-  suggested_coo_buffer_size_per_device (a multiple of 8 * S)."""
+) -> tuple[int, dict[str, int]]:
+  """(N global SparseCores, {stack: the most ids one SC's samples hold})."""
   n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
-  per_sc = carry.most_ids_per_sparsecore(feature_specs, n)
+  return n, carry.most_ids_per_sparsecore(feature_specs, n)
+
+
+def _entries(per_sc: dict[str, int], n: int, num_sc_per_device: int) -> dict[str, int]:
   pad = (coo_layout.ALIGNMENT - 1) * n
   return {
     stack: round_up(ids + pad, coo_layout.ALIGNMENT) * int(num_sc_per_device)
@@ -43,14 +45,22 @@ def most_coo_entries_per_device(
   }
 
 
+def most_coo_entries_per_device(
+  feature_specs: Any, num_sc_per_device: int, global_device_count: int
+) -> dict[str, int]:
+  """{stack: the most COO entries a batch can put in one device's buffer}, as a
+  suggested_coo_buffer_size_per_device (a multiple of 8 * S)."""
+  n, per_sc = _most_ids(feature_specs, num_sc_per_device, global_device_count)
+  return _entries(per_sc, n, num_sc_per_device)
+
+
 def bound_coo_buffers_by_the_batch(
   feature_specs: Any, num_sc_per_device: int, global_device_count: int
 ) -> Any:
   """New specs whose limits and suggested COO buffers are at most what a batch can
   fill (module doc)."""
-  most = most_coo_entries_per_device(feature_specs, num_sc_per_device, global_device_count)
-  n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
-  most_ids = carry.most_ids_per_sparsecore(feature_specs, n)
+  n, most_ids = _most_ids(feature_specs, num_sc_per_device, global_device_count)
+  most = _entries(most_ids, n, num_sc_per_device)
   stack_limits = limits_lib.get_stack_limits(feature_specs)
   for stack, values in stack_limits.items():
     for name in ("max_ids_per_partition", "max_unique_ids_per_partition"):
