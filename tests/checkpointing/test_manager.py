@@ -268,12 +268,15 @@ def _garble_table_values(step_dir):
   value file may break a chunk's framing instead, which fails the read itself
   ("reading failed"), or land where no restored array reads (a value file of
   16 MiB holds several arrays' chunks, in the order the save's writes landed:
-  the step then restores unchanged). Then the garble moves 64 bytes on (at most
-  8 tries).
+  the step then restores unchanged; the whole second half once held none of
+  the table's). Then the garble tries 32 places spread over the whole file,
+  nearest the middle first.
   """
   table = _table_file(step_dir)
   original, errors = table.read_bytes(), []
-  for offset in range(len(original) // 2, len(original) - 8, 64)[:8]:
+  middle, step = len(original) // 2, max(64, len(original) // 32)
+  offsets = sorted(range(8, len(original) - 8, step), key=lambda o: abs(o - middle))
+  for offset in offsets[:32]:
     table.write_bytes(original)
     _garble(table, offset)
     try:
