@@ -16,7 +16,8 @@ count in its own process (XLA_FLAGS). Reported per batch, in CPU-ms:
     placement, the iterator's bookkeeping;
   - with workers, the whole main process: that, plus the runtime's native
     threads (on CPU devices the devices' own work on the batch, e.g. the
-    split of the placed buffer; without workers this would hold the
+    placed buffer's transfer; the job's train step splits it in its own
+    program, not timed here; without workers this would hold the
     preprocessing's compiled passes and the record reads too, so it is
     left out).
 After 3 batches (start-up and compiling), only batches taken from full

@@ -302,9 +302,11 @@ def setup(rounds_steps: int, root: str) -> tuple[dict[str, Callable], Callable, 
   finally:
     source.close()
   data = core.data_sharding(mesh)
+  # The input's placed batches: one packed buffer each, split inside the job's step.
   place = lambda i: jax.device_put(host[i % len(host)], data)
+  arrays = lambda i: place(i).unpacked()
   variants = {
-    f"heavy_{k}": v for k, v in _stage_runners(trainer, state, place, rounds_steps).items()
+    f"heavy_{k}": v for k, v in _stage_runners(trainer, state, arrays, rounds_steps).items()
   }
   variants["heavy_pipelined"] = _pipelined(trainer, state, place, rounds_steps)
   base_host = [_baseline_host_batch(job.base_specs, s) for s in range(_HOST_BATCHES)]

@@ -76,6 +76,8 @@ from sparsepipe.pipeline.training.trainer import batch_to_pipeline_input
 from sparsepipe.pipeline.training.trainer import make_trainer
 from sparsepipe.pipeline.training.loop import loss_of
 from sparsepipe.pipeline.training.loop import train
+from sparsepipe.pipeline.input.device_buffer import DevicePackedBatch
+from sparsepipe.pipeline.input.device_buffer import abstract_packed_batch
 from sparsepipe.pipeline.input.placement import LabelRangeError
 from sparsepipe.pipeline.input.placement import abstract_train_batch
 from sparsepipe.pipeline.input.placement import make_placement

@@ -25,7 +25,7 @@ class _InputWatch:
     def recording(iterator):
       index = iterator.next_batch
       batch = take(iterator)
-      self.sizes[index] = sum(leaf.size for leaf in jax.tree.leaves(batch.sparse))
+      self.sizes[index] = sum(leaf.size for leaf in jax.tree.leaves(batch.unpacked().sparse))
       return batch
 
     monkeypatch.setattr(host_input, "prefetch_in_workers", counting)

@@ -15,6 +15,7 @@ import optax
 import pytest
 
 from sparsepipe import pipeline
+from sparsepipe.pipeline.input import device_buffer
 from sparsepipe.pipeline.training import train_state as train_state_lib
 from sparsepipe.pipeline.embedding.variables import abstract_embedding_variables
 from sparsepipe.pipeline.embedding.variables import init_embedding_variables
@@ -362,6 +363,54 @@ def test_no_donated_buffer_goes_unused(setup, pipelining):
     warnings.simplefilter("always")
     pipeline.train(trainer, setup.fresh_state(), setup.batches(), N)
   assert [str(w.message) for w in caught if "donated buffers" in str(w.message)] == []
+
+
+def placed(setup, i):
+  """Batch i as make_train_input places it: one packed buffer on the mesh."""
+  return device_buffer.place_packed(device_buffer.pack_batch(setup.host_batches[i], G), setup.mesh)
+
+
+@pytest.mark.parametrize("pipelining", [True, False])
+def test_a_packed_trainer_splits_the_placed_batch_in_its_step_bit_for_bit(
+  setup, full_run, pipelining
+):
+  """A trainer built from `abstract_packed_batch` takes the one buffer a batch is
+  placed in and splits it inside its own programs (none of its own per batch):
+  the same states, buffered batches and losses as the trainer of TrainBatches,
+  the same programs, no donated buffer unused; a TrainBatch is refused by name."""
+  example = pipeline.abstract_packed_batch(setup.batch(0), setup.mesh)
+  assert example.words.shape == (G * example.layout.words,)
+  trainer = setup.make_trainer(batch=example, pipelining=pipelining)
+  assert trainer.packed_input
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    got = pipeline.train(trainer, setup.fresh_state(), (placed(setup, i) for i in range(N)), N)
+  assert [str(w.message) for w in caught if "donated buffers" in str(w.message)] == []
+  if pipelining:
+    want = full_run
+  else:
+    want = pipeline.train(
+      setup.make_trainer(pipelining=False), setup.fresh_state(), setup.batches(), N
+    )
+  assert_trees(got[0], want[0], exact=True)
+  assert_trees(got[1], want[1], exact=True)
+  assert got[2].losses == want[2].losses
+  assert trainer.traced_programs == ((True, False) if pipelining else (False,))
+  state, pstate = got[0], got[1]
+  with pytest.raises(
+    TypeError,
+    match=r"^this trainer was built for packed batches \(make_train_input's\), got a TrainBatch$",
+  ):
+    trainer.run_pipeline_step(state, pstate, setup.batch(0), False)
+
+
+def test_a_trainer_of_train_batches_takes_placed_batches_too(setup, full_run):
+  """A DevicePackedBatch given to a trainer built from a TrainBatch is split first."""
+  got = pipeline.train(setup.trainer, setup.fresh_state(), (placed(setup, i) for i in range(N)), N)
+  assert not setup.trainer.packed_input
+  for g, w in zip(got, full_run[:2]):
+    assert_trees(g, w, exact=True)
+  assert got[2].losses == full_run[2].losses
 
 
 def with_limits(feature_specs, max_ids, buffer_size=None):

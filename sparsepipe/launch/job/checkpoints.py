@@ -193,7 +193,7 @@ class JobCheckpoints:
       ),
       # The buffered batches, made again by the input of the chosen step's setup.
       "pipeline_state": checkpointing.pipeline_state_relayout(
-        lambda index: setups[-1].iterator.batch_at(index).sparse,
+        lambda index: setups[-1].iterator.batch_at(index).unpacked().sparse,
         lambda: setups[-1].trainer.initial_pipeline_state(),
       ),
     }

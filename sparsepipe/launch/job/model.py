@@ -104,6 +104,7 @@ class JobModel:
     return pipeline.create_train_state(self.dense_optimizer, params, self.mesh, embeddings)
 
   def make_trainer(self, feature_specs: Any) -> pipeline.Trainer:
+    """The trainer of the input's placed batches (packed: split inside the step)."""
     example = pipeline.abstract_train_batch(
       feature_specs,
       self.mesh,
@@ -111,6 +112,7 @@ class JobModel:
       num_dense=self.num_dense,
       num_sc_per_device=self.num_sc,
     )
+    example = pipeline.abstract_packed_batch(example, self.mesh)
     return pipeline.make_trainer(
       self.mesh,
       self.abstract_train_state(feature_specs),

@@ -1,5 +1,5 @@
 """One host buffer per batch: packed where the batch is made, placed in one
-transfer, split into the TrainBatch's arrays on the devices.
+transfer, split into the TrainBatch's arrays inside the train step.
 
 Placing a TrainBatch array by array costs the main process one transfer
 per array and device (labels, dense and four COO buffers per stack), each
@@ -11,10 +11,12 @@ array (its slice of the leading dimension), each part 64-byte aligned.
 are any (the copy is theirs), and the buffer reaches the main process as
 one array of one shared-memory block. `place_packed` puts it on the mesh
 as one global array sharded over the data axis (on CPU devices an aligned
-buffer is used in place, no copy) and one compiled program splits each
-device's row into its arrays (slices and bitcasts: the bits are
-unchanged). On CPU devices that split is the devices' work in the main
-process (benchmarks/loader.py, table (f)).
+buffer is used in place, no copy): a DevicePackedBatch. A trainer built
+from `abstract_packed_batch` splits it into its arrays in the step's own
+program (`split_on_devices`: slices and bitcasts, the bits unchanged), so
+the main process runs no program per batch but the step
+(benchmarks/loader.py, table (f)); `DevicePackedBatch.unpacked()` splits
+it in a program of its own, for anything else.
 """
 
 from __future__ import annotations
@@ -105,9 +107,30 @@ class PackForDevices(grain.transforms.Map):
     return element._replace(batch=pack_batch(element.batch, self.local_device_count))
 
 
-@functools.lru_cache(maxsize=16)
-def _splitter(layout: PackedLayout, mesh: Mesh):
-  """The compiled split of a placed buffer [G*W] into the batch's global arrays."""
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DevicePackedBatch:
+  """A packed batch on the mesh: `words` [G*W] int32 sharded over the data
+  axis (device d's row of the packed buffer on device d), laid out as
+  `layout` says (static: the pytree's aux data).
+
+  A trainer built from one (`abstract_packed_batch`) splits it inside its
+  own step (`split_on_devices`), so placing a batch is one transfer and no
+  program of its own; `unpacked()` splits it in a program of its own.
+  """
+
+  words: Any
+  layout: PackedLayout = dataclasses.field(metadata=dict(static=True))
+
+  def unpacked(self) -> Any:
+    """The batch's global arrays (e.g. a TrainBatch), split in a compiled program."""
+    return _splitter(self.layout, self.words.sharding.mesh)(self.words)
+
+
+def split_on_devices(batch: DevicePackedBatch, mesh: Mesh) -> Any:
+  """The batch's global arrays, each device splitting its own row (slices and
+  bitcasts: the bits are unchanged); traceable, e.g. inside a train step."""
+  layout = batch.layout
 
   def split(row: jax.Array) -> Any:
     leaves = []
@@ -119,19 +142,43 @@ def _splitter(layout: PackedLayout, mesh: Mesh):
     return jax.tree_util.tree_unflatten(layout.treedef, leaves)
 
   spec = PartitionSpec(mesh.axis_names[0])
+  return jax.shard_map(split, mesh=mesh, in_specs=spec, out_specs=spec)(batch.words)
+
+
+@functools.lru_cache(maxsize=16)
+def _splitter(layout: PackedLayout, mesh: Mesh):
+  """`split_on_devices` of this layout compiled as a program of its own."""
   # out_shardings too: left to the compiler, an empty array (e.g. dense [B, 0] of a
   # dataset without dense columns) came out replicated, a sharding the step refused.
   return jax.jit(
-    jax.shard_map(split, mesh=mesh, in_specs=spec, out_specs=spec),
+    lambda words: split_on_devices(DevicePackedBatch(words, layout), mesh),
     out_shardings=data_sharding(mesh),
   )
 
 
-def place_packed(packed: PackedBatch, mesh: Mesh) -> Any:
-  """The packed batch as the batch of global jax.Arrays sharded over the data axis:
-  one transfer of the buffer, one compiled split on the devices."""
+def place_packed(packed: PackedBatch, mesh: Mesh) -> DevicePackedBatch:
+  """The packed batch on the mesh, sharded over the data axis: one transfer."""
   flat = packed.data.reshape(-1)
   words = jax.make_array_from_process_local_data(
     data_sharding(mesh), flat, (mesh.size * packed.layout.words,)
   )
-  return _splitter(packed.layout, mesh)(words)
+  return DevicePackedBatch(words, packed.layout)
+
+
+def abstract_packed_batch(batch: Any, mesh: Mesh) -> DevicePackedBatch:
+  """`batch` (global arrays or ShapeDtypeStructs, sharded over the data axis)
+  as the DevicePackedBatch of ShapeDtypeStructs its placement makes: a
+  trainer built from it takes the placed batches of `make_train_input`."""
+  layout = layout_of(batch, mesh.size)
+  words = jax.ShapeDtypeStruct((mesh.size * layout.words,), _WORD, sharding=data_sharding(mesh))
+  return DevicePackedBatch(words, layout)
+
+
+def abstract_arrays(batch: DevicePackedBatch, mesh: Mesh) -> Any:
+  """The global arrays of a (abstract) DevicePackedBatch as ShapeDtypeStructs."""
+  sharding = data_sharding(mesh)
+  leaves = [
+    jax.ShapeDtypeStruct((mesh.size * shape[0], *shape[1:]), np.dtype(dtype), sharding=sharding)
+    for _, shape, dtype in batch.layout.parts
+  ]
+  return jax.tree_util.tree_unflatten(batch.layout.treedef, leaves)

@@ -64,7 +64,7 @@ def make_placement(
   """A function putting host elements on the mesh as global jax.Arrays.
 
   A PreprocessedBatch keeps its statistics and gets its TrainBatch placed
-  (a PackedBatch: in one transfer, split on the devices); a TrainBatch is
+  (a PackedBatch: in one transfer, as a DevicePackedBatch); a TrainBatch is
   placed; an EvalBatch stays an EvalBatch (its mask sharded like the
   labels). With `label_range`, every batch's labels are
   checked on the host first (LabelRangeError naming `where`).

@@ -1,7 +1,8 @@
 """The input of the train and eval steps: host input placed on the mesh.
 
-`make_train_input` is the checkpointable iterator of TrainBatch (global
-jax.Arrays sharded over the data axis) that the trainer reads;
+`make_train_input` is the checkpointable iterator of placed batches
+(DevicePackedBatch: one global jax.Array per batch, sharded over the data
+axis) that the trainer reads;
 `make_eval_input` is one pass over an eval set per iteration. Both run the
 host input of sparsepipe.transforms for this process's share of the mesh.
 """
@@ -42,7 +43,9 @@ def make_train_input(
   label_range: tuple[float, float] | None = None,
   last_retune: Callable[[int], int | None] | None = None,
 ) -> transforms.InputIterator:
-  """Iterator of TrainBatch of global jax.Arrays sharded over the mesh's data axis.
+  """Iterator of DevicePackedBatch (a TrainBatch packed into one global jax.Array,
+  sharded over the mesh's data axis; `.unpacked()` is the TrainBatch). A trainer
+  built from `abstract_packed_batch` takes them as they are.
 
   Args:
     config: InputConfig (or ConfigDict/mapping with its keys).

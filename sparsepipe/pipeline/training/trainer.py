@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from sparsepipe.pipeline.embedding import coo_relayout
+from sparsepipe.pipeline.input import device_buffer
 from sparsepipe.pipeline.pipelining import handover
 from sparsepipe.pipeline.pipelining import state as ps
 from sparsepipe.pipeline.training.tc_stage import DenseInputs
@@ -26,6 +27,7 @@ from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.core.batch import TrainBatch
+from sparsepipe.core.mesh import data_sharding
 
 
 def batch_to_pipeline_input(batch: TrainBatch) -> ps.CurrentStepInput:
@@ -50,7 +52,11 @@ def _sharding_of(tree: Any, what: str) -> Any:
 
 
 def _order(
-  pipeline_input: Any, train_state: Any, pipeline_state: ps.PipelineState
+  pipeline_input: Any,
+  train_state: Any,
+  pipeline_state: ps.PipelineState,
+  *,
+  packed: bool = False,
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
   """Splits the step's arguments into (donated, kept), ordered for aliasing.
 
@@ -68,20 +74,27 @@ def _order(
   The step i-2 sparse inputs and the step i-1 dense inputs have no output
   to go to, so they are kept (not donated) rather than donated unusably;
   so is the step i-2 TC aux (its new value is a copy of the train step,
-  and overwriting the old one in place made XLA copy it first).
+  and overwriting the old one in place made XLA copy it first). A packed
+  input (`packed`: one buffer the step splits) has no output of its shape
+  either: it is kept, and the split writes the step i-1 inputs anew.
   """
   last = pipeline_state.last_step_inputs
   before = pipeline_state.step_before_last_step_inputs
   donated = (
     train_state,
     pipeline_state.pipeline_step,
-    pipeline_input,
+    None if packed else pipeline_input,
     before.embedding_gradients,
     last.sparse_inputs,
     last.embedding_activations,
     last.sc_fwd_aux,
   )
-  kept = (before.sparse_inputs, last.dense_inputs, before.tc_aux)
+  kept = (
+    before.sparse_inputs,
+    last.dense_inputs,
+    before.tc_aux,
+    pipeline_input if packed else None,
+  )
   return donated, kept
 
 
@@ -96,7 +109,9 @@ def _unorder(donated: tuple[Any, ...], kept: tuple[Any, ...]) -> tuple[Any, Any,
     last_activations,
     last_sc_fwd_aux,
   ) = donated
-  before_sparse, last_dense, before_tc_aux = kept
+  before_sparse, last_dense, before_tc_aux, packed_input = kept
+  if pipeline_input is None:
+    pipeline_input = packed_input
   pipeline_state = ps.PipelineState(
     pipeline_step=pipeline_step,
     last_step_inputs=ps.LastStepInput(
@@ -130,6 +145,11 @@ class Trainer:
   dense step and the embedding update of the same batch: a run of n batches
   takes n steps, and the PipelineState's buffers stay unused (zeros), so
   checkpoints have the same layout in both modes.
+
+  With `packed_input` (built from `abstract_packed_batch`) the step takes
+  the DevicePackedBatch that `make_train_input` places and splits it in its
+  own program; otherwise it takes TrainBatches (a DevicePackedBatch is
+  split first, in a program of its own).
   """
 
   mesh: Mesh
@@ -146,6 +166,7 @@ class Trainer:
   gradient_multiplier: bool
   jitted_step: Any = dataclasses.field(repr=False)
   pipelining: bool = True
+  packed_input: bool = False
   feature_specs: Any = dataclasses.field(default=None, repr=False)  # the COO buffers' (hand_over)
   num_sc_per_device: int | None = None
   trace_log: list[bool] = dataclasses.field(default_factory=list, repr=False)
@@ -287,15 +308,25 @@ class Trainer:
         )
       if num_batches is None:
         raise ValueError("gradient-multiplier mode needs num_batches")
-    if batch is None:
-      pipeline_input = ps.get_dummy_input(self.abstract_input, self.input_sharding)
-    else:
-      pipeline_input = self.input_fn(batch)
     num = self._num_batches_array(-1 if num_batches is None else num_batches)
     train_state, pipeline_state, output = self.jitted_step(
-      pipeline_input, train_state, pipeline_state, num, bool(fake_tc_step)
+      self._step_input(batch), train_state, pipeline_state, num, bool(fake_tc_step)
     )
     return train_state, pipeline_state, output
+
+  def _step_input(self, batch: Any | None) -> Any:
+    """What the jitted step takes for `batch` (None: a drain step's zeros)."""
+    if batch is None:
+      return ps.get_dummy_input(self.abstract_input, self.input_sharding)
+    packed = isinstance(batch, device_buffer.DevicePackedBatch)
+    if self.packed_input:
+      if not packed:
+        raise TypeError(
+          "this trainer was built for packed batches (make_train_input's),"
+          f" got a {type(batch).__name__}"
+        )
+      return batch
+    return self.input_fn(batch.unpacked() if packed else batch)
 
 
 def _default_sc_stages(
@@ -335,6 +366,11 @@ class _Layout:
   state_sharding: Any
   input_sharding: Any
   output_sharding: Any
+  unpack: Callable[[Any], ps.CurrentStepInput]  # in the step: its input -> CurrentStepInput
+
+  @property
+  def packed(self) -> bool:
+    return isinstance(self.abstract_input, device_buffer.DevicePackedBatch)
 
 
 def _layout(
@@ -342,7 +378,9 @@ def _layout(
 ) -> _Layout:
   ts_sharding = _sharding_of(train_state, "train_state")
   abstract_ts = _with_shardings(train_state, ts_sharding)
-  abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(example_batch))
+  packed = isinstance(example_batch, device_buffer.DevicePackedBatch)
+  arrays = device_buffer.abstract_arrays(example_batch, mesh) if packed else example_batch
+  abstract_input = jax.tree.map(ps.abstract_leaf, input_fn(arrays))
   tc_state = abstract_ts.replace(embedding_variables=None)
   abstract_state = ps.get_abstract_pipeline_state(
     abstract_input,
@@ -361,13 +399,23 @@ def _layout(
     output_sharding = NamedSharding(mesh, PartitionSpec())
   if isinstance(output_sharding, jax.sharding.Sharding):
     output_sharding = jax.tree.map(lambda _: output_sharding, output_shapes)
+  input_sharding = ps.pipeline_input_sharding(state_sharding)
+  unpack = lambda pipeline_input: pipeline_input  # noqa: E731
+  if packed:
+    abstract_input = jax.tree.map(ps.abstract_leaf, example_batch)
+    input_sharding = jax.tree.map(lambda _: data_sharding(mesh), example_batch)
+
+    def unpack(pipeline_input):
+      return input_fn(device_buffer.split_on_devices(pipeline_input, mesh))
+
   return _Layout(
     train_state_sharding=ts_sharding,
     abstract_input=abstract_input,
     abstract_state=abstract_state,
     state_sharding=state_sharding,
-    input_sharding=ps.pipeline_input_sharding(state_sharding),
+    input_sharding=input_sharding,
     output_sharding=output_sharding,
+    unpack=unpack,
   )
 
 
@@ -416,6 +464,7 @@ def _jit_pipelined_step(
   def ordered_step(donated, kept, num_batches, fake_tc_step):
     trace_log.append(fake_tc_step)
     pipeline_input, train_state, pipeline_state = _unorder(donated, kept)
+    pipeline_input = layout.unpack(pipeline_input)
     output, _, tc_state, embedding_variables, pipeline_state = pipeline_step_fn(
       pipeline_input,
       train_state.replace(embedding_variables=None),
@@ -430,7 +479,8 @@ def _jit_pipelined_step(
     train_state = tc_state.replace(embedding_variables=embedding_variables)
     return train_state, pipeline_state, output
 
-  donated_sharding, kept_sharding = _order(
+  order = functools.partial(_order, packed=layout.packed)
+  donated_sharding, kept_sharding = order(
     layout.input_sharding, layout.train_state_sharding, layout.state_sharding
   )
   ordered = _Step(
@@ -439,7 +489,7 @@ def _jit_pipelined_step(
     donate_argnums=(0,),
     in_shardings=(donated_sharding, kept_sharding, NamedSharding(mesh, PartitionSpec())),
     out_shardings=(layout.train_state_sharding, layout.state_sharding, layout.output_sharding),
-    order=_order,
+    order=order,
   )
   return ordered
 
@@ -453,6 +503,7 @@ def _jit_sequential_step(
   def step(pipeline_input, train_state, pipeline_state, num_batches, fake_tc_step):
     del num_batches
     trace_log.append(fake_tc_step)
+    pipeline_input = layout.unpack(pipeline_input)
     sparse, embeddings = pipeline_input.sparse_inputs, train_state.embedding_variables
     activations, sc_fwd_aux = sc_fwd_function(sparse, embeddings)
     gradients, output, tc_state, tc_aux = tc_function(
@@ -502,7 +553,9 @@ def make_trainer(
     mesh: the device mesh (data axis).
     train_state: the TrainState, concrete or abstract with shardings (its
       shardings become the step's in/out shardings).
-    example_batch: one batch, concrete or ShapeDtypeStructs, giving shapes.
+    example_batch: one batch, concrete or ShapeDtypeStructs, giving shapes;
+      a DevicePackedBatch (`abstract_packed_batch`) makes a trainer of the
+      placed batches of `make_train_input`, split inside the step.
     tc_function: the TC stage (e.g. `make_tc_stage(model, optimizer, mesh, specs)`).
     feature_specs: prepared feature specs; needed for the default SC stages.
     num_sc_per_device: S; needed for the default SC stages.
@@ -532,7 +585,7 @@ def make_trainer(
     jitted = _jit_pipelined_step(layout, mesh, stages, gradient_multiplier, trace_log)
   else:
     jitted = _jit_sequential_step(layout, mesh, stages, trace_log)
-  labels = jax.tree.leaves(layout.abstract_input.dense_inputs)
+  labels = jax.tree.leaves(layout.abstract_state.last_step_inputs.dense_inputs)
   return Trainer(
     mesh=mesh,
     sc_fwd_function=sc_fwd_function,
@@ -549,6 +602,7 @@ def make_trainer(
     jitted_step=jitted,
     trace_log=trace_log,
     pipelining=pipelining,
+    packed_input=layout.packed,
     feature_specs=feature_specs if num_sc_per_device is not None else None,
     num_sc_per_device=num_sc_per_device,
   )

@@ -45,11 +45,22 @@ def bits(x) -> np.ndarray:
   return x.view(np.uint32) if x.dtype.itemsize == 4 else x
 
 
-def test_packed_placement_is_bitwise_the_per_array_placement():
+@pytest.mark.parametrize("where", ["own program", "inside a jitted step"])
+def test_packed_placement_is_bitwise_the_per_array_placement(where):
   mesh = core.make_mesh()
   assert mesh.size == DEVICES
   batch = host_batch()
-  got = device_buffer.place_packed(device_buffer.pack_batch(batch, DEVICES), mesh)
+  placed = device_buffer.place_packed(device_buffer.pack_batch(batch, DEVICES), mesh)
+  assert isinstance(placed, pipeline.DevicePackedBatch)
+  assert placed.words.shape == (DEVICES * placed.layout.words,)
+  assert placed.words.sharding == core.data_sharding(mesh)
+  if where == "own program":
+    got = placed.unpacked()
+  else:  # as a packed trainer's step splits it, its arrays an output of the step
+    step = jax.jit(
+      lambda p: device_buffer.split_on_devices(p, mesh), out_shardings=core.data_sharding(mesh)
+    )
+    got = step(placed)
   want = pipeline.to_global_batch(batch, mesh)
   got_leaves, got_tree = jax.tree_util.tree_flatten(got)
   want_leaves, want_tree = jax.tree_util.tree_flatten(want)
@@ -88,7 +99,8 @@ def test_the_batch_is_placed_in_one_transfer(monkeypatch):
   placed = place(transforms.PreprocessedBatch(packed, stats, 0))
   assert calls == [(DEVICES * packed.layout.words,)]
   assert placed.stats is stats
-  assert isinstance(placed.batch, core.TrainBatch)
+  assert isinstance(placed.batch, pipeline.DevicePackedBatch)
+  assert placed.batch.layout == packed.layout
 
 
 def test_labels_of_a_packed_batch_are_checked_on_the_host():
@@ -133,7 +145,7 @@ def test_the_train_input_places_each_batch_in_one_transfer(tmp_path, monkeypatch
     config, specs, local_device_count=DEVICES, global_device_count=DEVICES
   )
   for _ in range(3):
-    got, want = next(it), next(host).batch
+    got, want = next(it).unpacked(), next(host).batch
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
       np.testing.assert_array_equal(bits(g), bits(w))
   it.close()
@@ -163,6 +175,7 @@ def test_a_batch_without_dense_columns_is_placed_sharded_like_the_labels():
   mesh = core.make_mesh()
   batch = host_batch()._replace(dense=np.zeros((16, 0), np.float32))
   placed = device_buffer.place_packed(device_buffer.pack_batch(batch, DEVICES), mesh)
+  placed = placed.unpacked()
   want = pipeline.to_global_batch(batch, mesh)
   assert placed.dense.shape == (16, 0)
   for got, wanted in zip(jax.tree_util.tree_leaves(placed), jax.tree_util.tree_leaves(want)):
