@@ -402,6 +402,23 @@ def test_a_packed_trainer_splits_the_placed_batch_in_its_step_bit_for_bit(
     match=r"^this trainer was built for packed batches \(make_train_input's\), got a TrainBatch$",
   ):
     trainer.run_pipeline_step(state, pstate, setup.batch(0), False)
+  other = setup._host_batch(0, with_limits(setup.feature_specs, 3, 192))
+  other = device_buffer.place_packed(device_buffer.pack_batch(other, G), setup.mesh)
+  with pytest.raises(ValueError) as error:
+    trainer.run_pipeline_step(state, pstate, other, False)
+  other_arrays = "; ".join(
+    f"sparse.{field}.{stack} (192,) {dtype} where the trainer has (256,) {dtype}"
+    for field, dtype in (
+      ("lhs_embedding_ids", "int32"),
+      ("lhs_gains", "float32"),
+      ("lhs_sample_ids", "int32"),
+    )
+    for stack in ("t0", "t2")
+  )
+  assert str(error.value) == (
+    f"a batch of other arrays than this trainer's (per device: {other_arrays}): were its"
+    " COO buffers made for other limits than the trainer's feature specs?"
+  )
 
 
 def test_a_trainer_of_train_batches_takes_placed_batches_too(setup, full_run):

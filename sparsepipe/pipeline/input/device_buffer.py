@@ -52,6 +52,16 @@ class PackedLayout:
   parts: tuple[tuple[int, tuple[int, ...], str], ...]
   words: int
 
+  def arrays(self) -> dict[str, str]:
+    """Each array's shape and dtype on one device, by name: e.g.
+    {"labels": "(512,) float32", "sparse.lhs_gains.s0": "(8192,) float32", ...}."""
+    leaves = jax.tree_util.tree_unflatten(self.treedef, list(range(len(self.parts))))
+    paths = jax.tree_util.tree_flatten_with_path(leaves)[0]
+    return {
+      jax.tree_util.keystr(path, simple=True, separator="."): f"{shape} {np.dtype(dtype).name}"
+      for (path, _), (_, shape, dtype) in zip(paths, self.parts)
+    }
+
   def host_leaf(self, packed: np.ndarray, index: int) -> np.ndarray:
     """Leaf `index` as a view [L, *shape on one device] of the packed host buffer."""
     offset, shape, dtype = self.parts[index]

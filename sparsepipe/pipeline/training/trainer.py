@@ -325,8 +325,23 @@ class Trainer:
           "this trainer was built for packed batches (make_train_input's),"
           f" got a {type(batch).__name__}"
         )
+      if batch.layout != self.abstract_input.layout:
+        raise ValueError(_other_arrays(batch.layout.arrays(), self.abstract_input.layout.arrays()))
       return batch
     return self.input_fn(batch.unpacked() if packed else batch)
+
+
+def _other_arrays(got: dict[str, str], want: dict[str, str]) -> str:
+  """The error for a packed batch whose arrays are not the trainer's."""
+  other = [
+    f"{name} {got.get(name, 'missing')} where the trainer has {want.get(name, 'none')}"
+    for name in sorted(got.keys() | want.keys())
+    if got.get(name) != want.get(name)
+  ]
+  return (
+    f"a batch of other arrays than this trainer's (per device: {'; '.join(other)}):"
+    " were its COO buffers made for other limits than the trainer's feature specs?"
+  )
 
 
 def _default_sc_stages(
