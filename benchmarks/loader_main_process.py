@@ -41,6 +41,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config import specs as config_specs  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -106,7 +107,7 @@ def probe(data_dir: str, workers: list[int], seconds: float) -> list[dict]:
 
   config = criteo.get_config()
   devices = jax.device_count()
-  mesh = jax.make_mesh((devices,), ("data",))
+  mesh = core.make_mesh()
   specs = config_specs.build_feature_specs(
     config, global_batch_size=config.global_batch_size, global_device_count=devices
   )

@@ -7,6 +7,7 @@ from sparsepipe.core.coo_types import PreprocessedInput
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 from sparsepipe.core.coo_types import SparseDenseMatmulInputStats
 from sparsepipe.core.mesh import DATA_AXIS
+from sparsepipe.core.mesh import check_mesh
 from sparsepipe.core.mesh import data_sharding
 from sparsepipe.core.mesh import make_mesh
 from sparsepipe.core.mesh import replicated_sharding

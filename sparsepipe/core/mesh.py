@@ -22,6 +22,24 @@ def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
   )
 
 
+def check_mesh(mesh: Mesh) -> None:
+  """Raises ValueError, saying how to make one, unless `mesh` is one Auto axis 'data'
+  (`make_mesh`'s): jax.make_mesh's Explicit axes fail deep in the first jitted step."""
+  if tuple(mesh.axis_names) != (DATA_AXIS,):
+    raise ValueError(
+      f"the mesh has axes {tuple(mesh.axis_names)}: sparsepipe needs one axis '{DATA_AXIS}'"
+      " over every device (sparsepipe.core.make_mesh())"
+    )
+  types = tuple(getattr(mesh, "axis_types", ()) or ())
+  if any(t != jax.sharding.AxisType.Auto for t in types):
+    raise ValueError(
+      f"the mesh's axis '{DATA_AXIS}' is {types[0].name} (jax.make_mesh's default):"
+      " sparsepipe gives its shardings by NamedSharding and shard_map, on an Auto axis;"
+      " make the mesh with sparsepipe.core.make_mesh(), or jax.make_mesh(...,"
+      " axis_types=(jax.sharding.AxisType.Auto,))"
+    )
+
+
 def data_sharding(mesh: Mesh) -> NamedSharding:
   """Leading dimension split over the data axis."""
   return NamedSharding(mesh, PartitionSpec(DATA_AXIS))

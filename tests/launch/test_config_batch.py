@@ -75,3 +75,11 @@ def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
     "global_batch_size=127 is not a multiple of the 2 SparseCores of the mesh (1 device x"
     " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 2"
   )
+  # A job of batch 128 resumed on 3 devices cannot change its batch: the devices it fits.
+  with pytest.raises(ValueError) as refused:
+    config_specs.build_feature_specs(_config(128, 0), global_batch_size=128, global_device_count=3)
+  assert str(refused.value) == (
+    "global_batch_size=128 is not a multiple of the 6 SparseCores of the mesh (3 devices x"
+    " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 6,"
+    " or run on 1, 2, 4, 8, 16, 32, 64 devices (a resumed job keeps its batch size)"
+  )

@@ -2,6 +2,7 @@
 
 import io
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from sparsepipe import core
 from sparsepipe import transforms
 from sparsepipe.launch import distributed
 from sparsepipe.launch.job import fdo as fdo_retune
+from sparsepipe.launch.job.hooks import CheckpointHook
 from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.job.metrics import ProgressLine
 
@@ -141,3 +143,40 @@ def test_incomplete_multihost_flags_are_refused(args, message):
 
 def test_no_multihost_flags_means_one_process():
   assert distributed.initialize(None, None, None) is False
+
+
+def test_the_progress_line_names_a_checkpoint_once_it_is_written():
+  """A kill while an asynchronous save was written showed 'ckpt @15' on the line, and
+  the rerun resumed after batch 10: the line now says 'saving' until it is written."""
+  marks, writing = [], [True]
+  job = SimpleNamespace(
+    config=SimpleNamespace(checkpoint=SimpleNamespace(every_steps=5)),
+    resumed_from=10,
+    hooks={
+      "losses": SimpleNamespace(flush=lambda: None),
+      "progress": SimpleNamespace(disturbed=lambda: None),
+    },
+    checkpoints=SimpleNamespace(
+      save=lambda *args, **kwargs: True,
+      mngr=SimpleNamespace(saving_in_progress=lambda: writing[0]),
+    ),
+    output=SimpleNamespace(event=lambda *args: None, mark=marks.append),
+    position=SimpleNamespace(at_boundary=True),
+    preempted=False,
+    batch=15,
+    setup=None,
+    train_state=None,
+    pipeline_state=None,
+    job_id="j",
+  )
+  hook = CheckpointHook(job)
+  assert hook(None) is False
+  assert marks == ["ckpt @15 saving"]
+  job.batch, job.position.at_boundary = 16, False
+  hook(None)
+  assert marks == ["ckpt @15 saving"]  # still being written
+  writing[0] = False
+  hook(None)
+  assert marks == ["ckpt @15 saving", "ckpt @15"]
+  hook(None)
+  assert marks == ["ckpt @15 saving", "ckpt @15"]

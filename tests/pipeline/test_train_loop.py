@@ -399,7 +399,9 @@ def test_a_packed_trainer_splits_the_placed_batch_in_its_step_bit_for_bit(
   state, pstate = got[0], got[1]
   with pytest.raises(
     TypeError,
-    match=r"^this trainer was built for packed batches \(make_train_input's\), got a TrainBatch$",
+    match=r"^this trainer was built for packed batches \(make_train_input's\), got a"
+    r" TrainBatch: pass make_train_input's batches, or build the trainer from a TrainBatch"
+    r" \(e\.g\. abstract_train_batch\) to take TrainBatches$",
   ):
     trainer.run_pipeline_step(state, pstate, setup.batch(0), False)
   other = setup._host_batch(0, with_limits(setup.feature_specs, 3, 192))
@@ -525,3 +527,29 @@ def test_carried_in_needs_a_handed_over_state_of_its_shapes_and_the_pipelined_st
   multiplier = setup.make_trainer(gradient_multiplier=True)
   with pytest.raises(ValueError, match="carried_in and drain=False need the pipelined step"):
     pipeline.train(multiplier, setup.fresh_state(), setup.batches(), 2, drain=False)
+
+
+def test_a_mesh_of_explicit_axes_is_refused_with_how_to_make_one(setup):
+  """jax.make_mesh's default Explicit axes failed deep in ZeRO's first program
+  ("...can only refer to Auto axes of the mesh...")."""
+  explicit = jax.make_mesh((G,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+  message = (
+    "the mesh's axis 'data' is Explicit (jax.make_mesh's default): sparsepipe gives its"
+    " shardings by NamedSharding and shard_map, on an Auto axis; make the mesh with"
+    " sparsepipe.core.make_mesh(), or jax.make_mesh(...,"
+    " axis_types=(jax.sharding.AxisType.Auto,))"
+  )
+  state = setup.fresh_state()
+  with pytest.raises(ValueError) as refused:
+    pipeline.make_trainer(explicit, state, setup.batch(0), setup.tc)
+  assert str(refused.value) == message
+  with pytest.raises(ValueError) as refused:
+    pipeline.create_train_state(setup.optimizer, {}, explicit, {})
+  assert str(refused.value) == message
+  other = jax.make_mesh((G,), ("batch",), axis_types=(jax.sharding.AxisType.Auto,))
+  with pytest.raises(ValueError) as refused:
+    pipeline.make_trainer(other, state, setup.batch(0), setup.tc)
+  assert str(refused.value) == (
+    "the mesh has axes ('batch',): sparsepipe needs one axis 'data' over every device"
+    " (sparsepipe.core.make_mesh())"
+  )

@@ -124,11 +124,18 @@ def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_
   num_sc = int(config.num_sc_per_device)
   if global_batch_size % (global_device_count * num_sc):
     devices = f"{global_device_count} device{'s' if global_device_count > 1 else ''}"
+    fits = [
+      d for d in range(1, global_batch_size // num_sc + 1) if global_batch_size % (d * num_sc) == 0
+    ]
+    other_devices = ""
+    if fits:  # a resumed job cannot change its batch, only where it runs
+      counts = ", ".join(map(str, fits[:8])) + ("" if len(fits) <= 8 else ", ...")
+      other_devices = f", or run on {counts} devices (a resumed job keeps its batch size)"
     raise ValueError(
       f"global_batch_size={global_batch_size} is not a multiple of the"
       f" {global_device_count * num_sc} SparseCores of the mesh ({devices}"
       f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
-      f" multiple of {global_device_count * num_sc}"
+      f" multiple of {global_device_count * num_sc}{other_devices}"
     )
 
 

@@ -333,7 +333,9 @@ class CheckpointHook(JobHook):
         core.release_freed_heap()
       self.last_saved = job.batch
       job.output.event("checkpoint", job.batch, f"checkpoint after batch {job.batch} saving")
-      job.output.mark(f"ckpt @{job.batch}")
+      # The progress line names a checkpoint once it is written (a kill before then
+      # resumes from the one before).
+      job.output.mark(f"ckpt @{job.batch} saving" if self.writing else f"ckpt @{job.batch}")
 
   def __call__(self, result: pipeline.StepResult) -> bool:
     del result
@@ -341,6 +343,7 @@ class CheckpointHook(JobHook):
     if self.writing and not job.checkpoints.mngr.saving_in_progress():
       self.writing = False
       core.release_freed_heap()
+      job.output.mark(f"ckpt @{self.last_saved}")
     if not job.position.at_boundary:
       return False
     if job.preempted:

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from sparsepipe.core.mesh import check_mesh
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +149,7 @@ def create_train_state(
   Returns:
     The TrainState.
   """
+  check_mesh(mesh)
   replicated = _replicated(mesh)
   strong = lambda tree: jax.tree.map(lambda x: x.astype(x.dtype), tree)
   params = jax.jit(strong, out_shardings=replicated)(params)

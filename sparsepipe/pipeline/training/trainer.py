@@ -27,7 +27,7 @@ from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.core.batch import TrainBatch
-from sparsepipe.core.mesh import data_sharding
+from sparsepipe.core.mesh import check_mesh, data_sharding
 
 
 def batch_to_pipeline_input(batch: TrainBatch) -> ps.CurrentStepInput:
@@ -254,8 +254,9 @@ class Trainer:
     `.compile().memory_analysis()` tells what a step holds per device:
     `alias_size_in_bytes`, the outputs written into donated buffers, is the
     train and pipeline states' bytes but the TC aux scalar (a table or slot
-    not donated would be held twice), and `temp_size_in_bytes` the step's
-    scratch (benchmarks/memory.py).
+    not donated would be held twice) and, for a packed input, the step i-1
+    inputs (the split writes them anew), and `temp_size_in_bytes` the
+    step's scratch (benchmarks/memory.py).
     """
     return self.jitted_step.lower(*self._abstract_args(train_state, fake_tc_step))
 
@@ -290,8 +291,10 @@ class Trainer:
     Args:
       train_state: the TrainState (donated).
       pipeline_state: the PipelineState (donated; use the returned one).
-      batch: the batch of this step (a TrainBatch for the default input_fn),
-        or None for a drain step (zero dummies shaped by the state).
+      batch: the batch of this step (a DevicePackedBatch for a trainer built
+        from one; else a TrainBatch for the default input_fn, or a
+        DevicePackedBatch, split first), or None for a drain step (zero
+        dummies shaped by the state).
       fake_tc_step: `is_fake_tc_step(pipeline step, num_batches)`; must be
         False in gradient-multiplier mode.
       num_batches: batches of this pipeline run; required in
@@ -323,7 +326,8 @@ class Trainer:
       if not packed:
         raise TypeError(
           "this trainer was built for packed batches (make_train_input's),"
-          f" got a {type(batch).__name__}"
+          f" got a {type(batch).__name__}: pass make_train_input's batches, or build"
+          " the trainer from a TrainBatch (e.g. abstract_train_batch) to take TrainBatches"
         )
       if batch.layout != self.abstract_input.layout:
         raise ValueError(_other_arrays(batch.layout.arrays(), self.abstract_input.layout.arrays()))
@@ -586,6 +590,7 @@ def make_trainer(
   Returns:
     A Trainer.
   """
+  check_mesh(mesh)
   if gradient_multiplier and not pipelining:
     raise ValueError("gradient_multiplier is a pipelining mode: it needs pipelining=True")
   sc_fwd_function, sc_bwd_function = _default_sc_stages(
