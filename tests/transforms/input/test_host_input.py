@@ -431,7 +431,9 @@ def test_device_put_on_mesh_matches_host_batches(dataset):
   it = pipeline.make_train_input(config(dataset, 16), specs, mesh)
   host = host_input(dataset, specs, 16, local=8, global_=8)
   for _ in range(2):
-    got, want = next(it), next(host).batch
+    placed, want = next(it), next(host).batch
+    assert isinstance(placed, pipeline.DevicePackedBatch)  # one array; the step splits it
+    got = placed.unpacked()
     assert isinstance(got.labels, jax.Array) and got.labels.shape == (16,)
     assert got.sparse.lhs_gains["t_b"].sharding.spec == jax.sharding.PartitionSpec("data")
     assert_batch_equal(got, want)
@@ -441,7 +443,7 @@ def test_device_put_on_mesh_matches_host_batches(dataset):
       np.testing.assert_array_equal(shard.data, want.labels[2 * d : 2 * d + 2])
   assert it.get_state()["stats"]["batches"] == 2
   # Any batch made again from its index, placed like the ones handed out.
-  again = it.batch_at(1)
+  again = it.batch_at(1).unpacked()
   assert_batch_equal(again, want)
   assert again.labels.sharding == got.labels.sharding
   assert it.next_batch == 2
@@ -571,5 +573,5 @@ def test_labels_outside_the_range_are_an_error_naming_the_dataset(tmp_path):
   ):
     next(it)
   # Without a range (a regression model's pipeline) the same data passes.
-  batch = next(pipeline.make_train_input(config(path, 16), make_specs(16, 8), mesh))
+  batch = next(pipeline.make_train_input(config(path, 16), make_specs(16, 8), mesh)).unpacked()
   assert sorted(np.asarray(batch.labels)) == sorted(np.arange(16) % 5 + 1)
