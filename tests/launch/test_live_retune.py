@@ -1,5 +1,10 @@
 """An FDO retune changes the limits without stopping the input or the pipeline."""
 
+import os
+import signal
+import subprocess
+import sys
+
 import jax
 import pytest
 
@@ -8,6 +13,9 @@ from sparsepipe.launch import train_and_evaluate
 from sparsepipe.transforms.input import host_input
 
 import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+_DEADLINE_S = 480  # generous: the tests share two busy cores
 
 
 class _InputWatch:
@@ -60,3 +68,52 @@ def test_a_retune_changes_the_limits_without_restarting_the_input(
   train_and_evaluate(launch_testing.tiny_config(**{**common, "fdo__every_steps": 0}), off)
   assert launch_testing.events(off, "fdo") == []
   assert launch_testing.batch_losses(tuned) == launch_testing.batch_losses(off)
+
+
+@pytest.mark.parametrize("pipelining", [False, True])
+def test_a_job_resumed_with_other_fdo_fields_retunes_at_their_next_point(tmp_path, pipelining):
+  """FDO every 8, stopped after batch 10, resumed with fdo.every_steps=4 (a field a
+  resumed job may change): the segment of batches 9-16 is cut at 12, where the input's
+  workers switch limits. It kept its planned end 16 while the workers waited for the
+  limits of 12, and the job hung for good at batch 12 (SIGTERM did not end it): run as a
+  subprocess here, with a deadline."""
+  config = dict(
+    num_steps=16,
+    fdo__first_after=0,
+    pipelining=pipelining,
+    data__num_workers=2,
+    checkpoint__every_steps=2,
+    checkpoint__keep=10,
+  )
+  workdir = str(tmp_path / "job")
+  train_and_evaluate(launch_testing.tiny_config(fdo__every_steps=8, **config), workdir)
+  first = launch_testing.batch_losses(workdir)
+  launch_testing.remove_checkpoints_after(workdir, 10)  # as if stopped after batch 10
+  command = [
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={launch_testing.DEMO_CONFIG}",
+    *launch_testing.flag_overrides(fdo__every_steps=4, **config),
+  ]
+  proc = subprocess.Popen(
+    command,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    env=harness.cpu_env(8),
+    text=True,
+    start_new_session=True,
+  )
+  try:
+    output, _ = proc.communicate(timeout=_DEADLINE_S)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    output, _ = proc.communicate()
+    pytest.fail(f"the resumed job hung:\n{output[-3000:]}")
+  assert proc.returncode == 0, output[-3000:]
+  assert "resumed after batch 10" in output
+  assert [e["batch"] for e in launch_testing.events(workdir, "fdo")] == [8, 12]
+  resumed = launch_testing.batch_losses(workdir)
+  assert sorted(resumed) == list(range(1, 17))
+  assert [resumed[b] for b in range(1, 11)] == [first[b] for b in range(1, 11)]

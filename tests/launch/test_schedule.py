@@ -197,3 +197,52 @@ def test_the_retune_points_the_workers_receive_refer_to_nothing_of_the_job():
   data = pickle.dumps(last)
   assert b"sparsepipe.launch" not in data
   assert [pickle.loads(data)(k) for k in (1, 2, 5, 9)] == [None, 2, 4, 8]
+
+
+def _after_resume(schedule, saved):
+  """(the retune points whose limits the job publishes after resuming `saved`, those
+  the input's workers wait for: the last retune point at or before each batch index
+  from the restored input position on, if not before it)."""
+  position, published = schedule.resume(saved), set()
+  read = position.batches_read
+  while position is not None:
+    following = schedule.next_segment(position.at_step(position.steps))
+    if following is not None and schedule.retunes_after(position.end):
+      published.add(position.end)
+    position = following
+  points = schedule.retune_points
+  waits = {points.last_at_or_before(k) for k in range(read, schedule.num_steps)}
+  return published, {p for p in waits if p is not None and p >= read}
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_a_resumed_job_publishes_every_retune_its_input_waits_for(pipelined):
+  """A job resumed mid-segment with other fdo.every_steps or first_after kept its
+  segment's planned end while its input's workers waited for the limits of a retune
+  point inside it (e.g. every_steps 20 -> 10: after batch 30): it hung for good. The
+  position after every step of every segment of a 40-batch job, resumed with any of
+  these."""
+  fdo = [(0, 0), (4, 0), (6, 3), (10, 0), (10, 8), (20, 4), (30, 0), (22, 0)]
+  for old_every, old_first in fdo:
+    old = Schedule(40, old_every, pipelined, old_first)
+    position = old.first()
+    while position is not None:
+      for step in range(1, position.steps + 1):  # a checkpoint is after a step
+        saved = position.at_step(step)
+        for every, first in fdo:
+          new = Schedule(40, every, pipelined, first)
+          published, waits = _after_resume(new, saved)
+          assert waits <= published, (old_every, old_first, saved, every, first)
+      position = old.next_segment(position.at_step(position.steps))
+
+
+def test_changed_fdo_fields_cut_the_resumed_segment_at_their_first_retune_point_ahead():
+  saved = Position(1, 20, 20, False, pipeline_step=5, carried_in=True, drains=False)
+  # every_steps 20 -> 10 or 30: the segment (batches 21-40, 25 read) ends after 30.
+  assert Schedule(60, 10).resume(saved) == dataclasses.replace(saved, length=10)
+  assert Schedule(60, 30).resume(saved) == dataclasses.replace(saved, length=10)
+  # A retune point among the batches read (after 22) cannot be: the next one, 44, is
+  # past the planned end, which stays.
+  assert Schedule(60, 22).resume(saved) == saved
+  # first_after 8 while the job is past it changes nothing.
+  assert Schedule(60, 20, True, 8).resume(saved) == saved

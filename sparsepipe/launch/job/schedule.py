@@ -26,9 +26,10 @@ A checkpoint records its segment, so a resumed job continues the same run;
 raising or lowering num_steps, or changing the FDO fields, re-plans
 (`Schedule.resume`): a segment planned to the end follows the new
 num_steps (and, with FDO now on, ends at the first retune point at or past
-the batches it has read), any segment is cut at num_steps, and changed FDO
-fields apply to the segments after it. Batches already read always stay in
-their segment.
+the batches it has read), any segment is cut at num_steps, and at the
+first retune point of changed FDO fields past the batches it has read (the
+input's workers wait for the limits of that point: a segment that ran past
+it hung). Batches already read always stay in their segment.
 
 Segments follow one another without a drain: a pipelined segment that
 ends before num_steps (at a retune point) hands its last two batches, still
@@ -254,4 +255,7 @@ class Schedule:
       length, to_end = planned.length, planned.to_end
     else:
       length, to_end = min(saved.length, self.num_steps - saved.start), False
+      retune = self.next_retune(saved.start + max(step - 1, 0))  # past the batches read
+      if retune is not None:  # changed FDO fields may put one inside the segment
+        length = min(length, retune - saved.start)
     return self._with_drain(dataclasses.replace(saved, length=max(length, step), to_end=to_end))
