@@ -818,7 +818,9 @@ def test_a_save_writes_data_files_of_about_data_file_mb(tmp_path):
     with TrainingCheckpointManager(tmp_path / str(mb), run_info(), data_file_mb=mb) as m:
       save(m, job)
     sizes[mb] = _data_file_sizes(tmp_path / str(mb))
-  assert max(sizes[2048.0]) > 8 * 2**20  # Orbax's default: most of the table in one file
+  # Orbax's default: a file of most of the table (a few of several MiB when the writes
+  # of a loaded machine come apart: 5.4 MiB the largest once in CI).
+  assert max(sizes[2048.0]) > 4 * 2**20
   assert max(sizes[1.0]) <= 2 * 2**20  # a file ends once it holds 1 MiB of chunks
   with TrainingCheckpointManager(tmp_path / "1.0", run_info()) as m:
     restored = m.restore(job.targets())

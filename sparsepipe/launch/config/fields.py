@@ -89,10 +89,11 @@ FIELD_DOCS = {
   "fdo.every_steps": "FDO retunes the limits after every multiple of this batch number (0:"
   " never); a retune that changes them trains on with the step compiled for them (the"
   " batches in flight re-laid out, nothing drained). A resumed job may change it: it"
-  " then retunes after the new multiples (the segment in progress ends as planned).",
+  " then retunes after the new multiples past the batches it had read (the segment in"
+  " progress ends at the first of them, or as planned if that comes first).",
   "fdo.first_after": "With FDO on, the first retune comes after this batch when it is below"
   " every_steps (0: at every_steps); the later ones after every multiple of every_steps."
-  " A job may change it (from its next segment).",
+  " A resumed job may change it, as every_steps (from the batches it had not read).",
   "fdo.headroom": "New limits are the observed maxima times this (>= 1).",
   "fdo.steps_per_doubling": "New limits are then rounded up to one of this many values per"
   " doubling (8: ..., 256, 288, 320, ..., 480, 512, 576, ...; less than 1/8 more), so that a"
