@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from typing import Any
 
 import jax
@@ -67,6 +68,18 @@ def flag_overrides(**overrides: Any) -> list[str]:
       value = "(" + ",".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     out.append(f"--config.{key}={value}")
   return out
+
+
+def launch_command(workdir: Any, **overrides: Any) -> list[str]:
+  """`python -m sparsepipe.launch` of the tiny demo job in `workdir` (flag_overrides)."""
+  return [
+    sys.executable,
+    "-m",
+    "sparsepipe.launch",
+    f"--workdir={workdir}",
+    f"--config={DEMO_CONFIG}",
+    *flag_overrides(**overrides),
+  ]
 
 
 def batch_losses(workdir: str) -> dict[int, float]:

@@ -67,15 +67,9 @@ def _gone(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Proc
 
 def test_sigkilled_launch_leaves_no_data_worker_or_resource_tracker(tmp_path):
   data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
-  command = [
-    sys.executable,
-    "-m",
-    "sparsepipe.launch",
-    f"--workdir={tmp_path / 'job'}",
-    f"--config={launch_testing.DEMO_CONFIG}",
-    *launch_testing.flag_overrides(data__dir=data_dir, num_steps=100000),
-    "--config.data.num_workers=2",
-  ]
+  command = launch_testing.launch_command(
+    tmp_path / "job", data__dir=data_dir, num_steps=100000, data__num_workers=2
+  )
   proc = subprocess.Popen(
     command,
     stdout=subprocess.PIPE,

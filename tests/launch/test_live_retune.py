@@ -1,10 +1,5 @@
 """An FDO retune changes the limits without stopping the input or the pipeline."""
 
-import os
-import signal
-import subprocess
-import sys
-
 import jax
 import pytest
 
@@ -89,30 +84,11 @@ def test_a_job_resumed_with_other_fdo_fields_retunes_at_their_next_point(tmp_pat
   train_and_evaluate(launch_testing.tiny_config(fdo__every_steps=8, **config), workdir)
   first = launch_testing.batch_losses(workdir)
   launch_testing.remove_checkpoints_after(workdir, 10)  # as if stopped after batch 10
-  command = [
-    sys.executable,
-    "-m",
-    "sparsepipe.launch",
-    f"--workdir={workdir}",
-    f"--config={launch_testing.DEMO_CONFIG}",
-    *launch_testing.flag_overrides(fdo__every_steps=4, **config),
-  ]
-  proc = subprocess.Popen(
-    command,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    env=harness.cpu_env(8),
-    text=True,
-    start_new_session=True,
-  )
-  try:
-    output, _ = proc.communicate(timeout=_DEADLINE_S)
-  except subprocess.TimeoutExpired:
-    os.killpg(proc.pid, signal.SIGKILL)
-    output, _ = proc.communicate()
-    pytest.fail(f"the resumed job hung:\n{output[-3000:]}")
-  assert proc.returncode == 0, output[-3000:]
-  assert "resumed after batch 10" in output
+  command = launch_testing.launch_command(workdir, fdo__every_steps=4, **config)
+  # On the deadline its process group is killed and a TimeoutError names the hang.
+  result = harness.run(command, env=harness.cpu_env(8), timeout_s=_DEADLINE_S)
+  assert result.returncode == 0, result.describe()
+  assert any("resumed after batch 10" in line for line in result.lines), result.describe()
   assert [e["batch"] for e in launch_testing.events(workdir, "fdo")] == [8, 12]
   resumed = launch_testing.batch_losses(workdir)
   assert sorted(resumed) == list(range(1, 17))

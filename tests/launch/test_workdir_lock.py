@@ -50,14 +50,7 @@ def test_a_second_job_is_refused_before_it_touches_the_workdir(tmp_path):
 
 def test_the_launcher_reports_a_held_workdir_in_one_line(tmp_path):
   workdir = str(tmp_path / "job")
-  command = [
-    sys.executable,
-    "-m",
-    "sparsepipe.launch",
-    f"--workdir={workdir}",
-    f"--config={launch_testing.DEMO_CONFIG}",
-    *launch_testing.flag_overrides(),
-  ]
+  command = launch_testing.launch_command(workdir)
   with exclusive_workdir(workdir):
     out = subprocess.run(
       command, env=harness.cpu_env(8), capture_output=True, text=True, timeout=300

@@ -116,14 +116,9 @@ def chain(tmp_path_factory):
   keep = dict(checkpoint__keep=100)
   train_and_evaluate(_config(num_steps=4, **keep), workdir)
   export_checkpoint(workdir, str(root / "a"))
-  command = [
-    sys.executable,
-    "-m",
-    "sparsepipe.launch",
-    f"--workdir={workdir}",
-    f"--config={launch_testing.DEMO_CONFIG}",
-    *launch_testing.flag_overrides(synthetic__eval_examples=100, num_steps=6, **keep),
-  ]
+  command = launch_testing.launch_command(
+    workdir, synthetic__eval_examples=100, num_steps=6, **keep
+  )
   resized = harness.run(command, env=harness.cpu_env(4), timeout_s=300)
   assert resized.returncode == 0, resized.describe()
   assert any("re-laid out from 8 devices" in line for line in resized.lines), resized.lines
