@@ -76,7 +76,7 @@ def main(argv) -> int:
   absl_logger = std_logging.getLogger("absl")
   if not flags.FLAGS["verbosity"].present:
     absl_logger.addFilter(_SaveWaitNotice())
-  quiet = stopping.QuietAbandonedSaves()
+  quiet = stopping.QuietAfterTheStopLine()
   absl_logger.addFilter(quiet)
   import jax  # pylint: disable=g-import-not-at-top
 
@@ -100,6 +100,7 @@ def main(argv) -> int:
     return stopping.ABORTED_EXIT_CODE
   finally:
     distributed.shutdown(started)
+    stopping.launch_ended()
   # A stop while closing whose SystemExit Python swallowed (stopping.py) still says 42.
   stopped = result.preempted or stopping.stop_requested()
   return checkpointing.PREEMPTED_EXIT_CODE if stopped else 0

@@ -11,6 +11,7 @@ the standard library, and sparsepipe.launch loads its parts lazily): a
 stop signal there prints one line and exits STOPPED_EXIT_CODE at once.
 Nothing trained goes unsaved: before training there is nothing to save, and
 closing begins after the last save; running the same command again goes on.
+Once the launch has its exit status, both signals are ignored (launch_ended).
 Python may swallow the handler's SystemExit: a signal handled while a gc
 or weakref callback runs (jax's, among others) raises there, and Python
 only reports it as unraisable and goes on. The stop is kept: the launch
@@ -120,12 +121,19 @@ def interrupted(error: BaseException | None) -> bool:
   return False
 
 
-class QuietAbandonedSaves(logging.Filter):
-  """Drops the log records of a save abandoned by a second Ctrl-C.
+class QuietAfterTheStopLine(logging.Filter):
+  """Drops the log records that would come after the launcher's stop line.
 
-  Orbax's background threads log the abandoned save's failure (with its
-  traceback, some 100 lines) at ERROR; once the launcher has said the job
-  stopped without saving, they say nothing more.
+  Once the launcher has said how the job stopped, Orbax's background threads
+  may still log, at ERROR and with a traceback, the failure of work the stop
+  cut short:
+  - a save abandoned by a second Ctrl-C (some 100 lines);
+  - the clean-up of interrupted saves' temporary directories that a
+    CheckpointManager starts as it opens: a stop while starting can end the
+    process before that thread has listed the directory, and it then fails
+    with "cannot schedule new futures after interpreter shutdown".
+  Neither loses anything: the abandoned save was never complete, and the
+  next launch cleans up again. So once the line is printed, they say nothing.
   """
 
   def __init__(self) -> None:
@@ -136,7 +144,21 @@ class QuietAbandonedSaves(logging.Filter):
     error = record.exc_info[1] if record.exc_info else None
     if interrupted(error):
       self.aborted = True
-    return not self.aborted
+    return not (self.aborted or _HANDLER.stopping)
+
+
+def launch_ended() -> None:
+  """Ignores SIGTERM and Ctrl-C from here on: the launch has its exit status,
+  and only the interpreter's teardown is left.
+
+  There, the launcher's handler would print a stop line that the status
+  contradicts (0, for a job that finished), and late in the teardown Python
+  gives the signals back their default action, which ended a finished job
+  with SIGTERM's status (143) and no word. Ignored signals stay ignored
+  through the teardown, which then ends as it would have.
+  """
+  signal.signal(signal.SIGTERM, signal.SIG_IGN)
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def report_aborted() -> None:
