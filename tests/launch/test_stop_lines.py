@@ -143,14 +143,20 @@ future.CommitFuture = StoppedOnceStarted
 """
 
 
-def test_a_stop_as_the_checkpoints_open_is_the_last_line(tmp_path):
+def test_a_stop_as_the_checkpoints_open_is_the_last_line_and_leaves_no_workdir(tmp_path):
+  """Also: the workdir the launch made, with the data it generated there, is
+  removed (it was kept from the end of the data on, though no job was in it yet,
+  and a launch of other data settings then tripped over that data)."""
   (tmp_path / "site").mkdir()
   (tmp_path / "site" / "sitecustomize.py").write_text(_STOP_AS_THE_CHECKPOINTS_OPEN)
-  data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
-  flags = launch_testing.flag_overrides(data__dir=data_dir, num_steps=2)
-  launch = _Launch(tmp_path / "job", *flags, site_dir=tmp_path / "site")
+  launch = _Launch(
+    tmp_path / "job", *launch_testing.flag_overrides(num_steps=2), site_dir=tmp_path / "site"
+  )
   assert launch.finish() == stopping.STOPPED_EXIT_CODE, launch.err
-  assert launch.err == [_STARTING]
+  *before, last = launch.err
+  assert last == _STARTING, launch.err
+  assert all(line.startswith("synthetic train: ") for line in before), launch.err
+  assert sorted(os.listdir(tmp_path)) == ["site"]
 
 
 # SIGTERM at the very end of a launch that finished (an atexit callback runs

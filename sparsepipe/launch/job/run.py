@@ -43,6 +43,7 @@ from sparsepipe.launch.job.startup import StartupTimer
 from sparsepipe.launch import stopping
 from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
+from sparsepipe.launch.workdir.lock import WorkdirLease
 from sparsepipe.launch.workdir.placement import check_workdir
 
 # Config keys a resumed job may change (dotted, fnmatch patterns).
@@ -115,7 +116,8 @@ class _Job:
     )
     self.startup.mark("data")
 
-  def run(self) -> JobResult:
+  def run(self, lease: WorkdirLease) -> JobResult:
+    """Trains and evaluates; `lease` is kept once the job is the workdir's (_start)."""
     ckpt = self.config.checkpoint
     with checkpointing.TrainingCheckpointManager(
       os.path.join(self.workdir, checkpointing.CHECKPOINTS_DIRNAME),
@@ -133,7 +135,7 @@ class _Job:
         stopping.training_begins()  # the launcher's handler is back only to close
         try:
           try:
-            job = self._start(JobCheckpoints(mngr, self.model), watcher)
+            job = self._start(JobCheckpoints(mngr, self.model), watcher, lease)
           except checkpointing.ConfigMismatchError as e:
             raise owner.another_job_error(self.workdir, e) from e
           self.startup.mark("state")
@@ -167,8 +169,13 @@ class _Job:
       startup=self.startup,
     )
 
-  def _start(self, ckpts: JobCheckpoints, watcher: Any) -> JobContext:
-    """The newest checkpoint, or a fresh state at the start (announced either way)."""
+  def _start(self, ckpts: JobCheckpoints, watcher: Any, lease: WorkdirLease) -> JobContext:
+    """The newest checkpoint, or a fresh state at the start (announced either way).
+
+    The workdir is kept from the moment it holds the job (job.json written, or a
+    checkpoint restored): a launch that fails or is stopped before that leaves no
+    workdir it made, nor the data it generated there (WorkdirLease).
+    """
     restored = ckpts.restore()
     if restored is None:
       setup = self.model.setup(self.model.base_specs)
@@ -184,6 +191,7 @@ class _Job:
         owner.new_job_id(),
       )
       owner.write_job_record(self.workdir, owner.new_job_record(job.job_id, self.config_name))
+      lease.keep()
       self.output.resume_after(0)
       announce.fresh_start(job)
       return job
@@ -196,6 +204,7 @@ class _Job:
         " sparsepipe 0.2, or start it again in a new --workdir (launch.evaluate and"
         " launch.export read the old steps)"
       )
+    lease.keep()
     position = self.schedule.resume(restored.position)
     job = self._context(
       ckpts,
@@ -350,6 +359,5 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
   check_workdir(workdir)
   with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
-    job = _Job(config, workdir, config_name)  # a failure here leaves no workdir it made
-    lease.keep()
-    return job.run()
+    job = _Job(config, workdir, config_name)
+    return job.run(lease)
