@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Sequence
 
 
 class OutputPathError(ValueError):
@@ -136,7 +137,27 @@ def describe_entry(directory: str, name: str) -> str:
   return f"{found[0]} '{name}'" if found else f"'{name}'"
 
 
-def saved_work_inside(directory: str) -> list[str]:
-  """The entries of `directory` that are saved work, described ("dataset 'x'"), sorted."""
-  found = ((n, saved_work(os.path.join(directory, n))) for n in sorted(os.listdir(directory)))
+def saved_work_inside(directory: str, own: Sequence[str] = ()) -> list[str]:
+  """The entries of `directory` that are saved work, described ("dataset 'x'"), sorted;
+  entries named in `own` (what the writer itself keeps there) are left out."""
+  names = sorted(n for n in os.listdir(directory) if n not in own)
+  found = ((n, saved_work(os.path.join(directory, n))) for n in names)
   return [f"{kind[0]} '{n}'" for n, kind in found if kind]
+
+
+def refuse_holding_saved_work(
+  given: str, real: str, flag: str, what: str, own: Sequence[str] = ()
+) -> None:
+  """Raises OutputPathError if the folder `real` holds saved work (saved_work_inside).
+
+  `what` says what the command puts there, for the message ("a dataset
+  goes", "a job keeps its files"): in a folder of its own, since saved work
+  inside another's output is refused by every command that writes there.
+  """
+  inside = saved_work_inside(real, own) if os.path.isdir(real) else []
+  if inside:
+    more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""
+    raise OutputPathError(
+      f"{flag} '{given}' holds {inside[0]}{more}: {what} in a folder of its own;"
+      f" give another {flag}"
+    )

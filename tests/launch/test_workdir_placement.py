@@ -42,11 +42,13 @@ def test_a_dataset_an_export_and_what_is_inside_saved_work_are_refused(saved):
     check_workdir(os.path.join(saved["dataset"], "job"))
 
 
-def test_a_workdir_a_new_folder_and_a_folder_holding_data_are_workdirs(saved, tmp_path):
+def test_a_workdir_a_new_folder_and_a_folder_of_its_own_data_are_workdirs(saved, tmp_path):
   check_workdir(saved["workdir"])
   check_workdir(saved["old_workdir"])
   check_workdir(str(tmp_path / "new"))
-  check_workdir(os.path.dirname(saved["dataset"]))  # e.g. a workdir with its data/ inside
+  # The data a job generates there (e.g. left by a start killed before job.json).
+  generated = {"data/manifest.json": saved_work_trees.DATASET, "data_eval/manifest.json": ""}
+  check_workdir(saved_work_trees.tree(tmp_path / "k", generated), ("data", "data_eval"))
   # Another framework's checkpoints/ beside the jobs does not make their folder a workdir.
   project = saved_work_trees.tree(tmp_path / "project", {"checkpoints/epoch=0.ckpt": ""})
   check_workdir(os.path.join(project, "workdir", "demo"))
@@ -71,3 +73,23 @@ def test_the_launcher_names_the_dataset_in_one_line(tmp_path):
     " or writes into one; give another --workdir"
   )
   assert os.listdir(dataset) == ["manifest.json"]
+
+
+def test_a_new_job_is_refused_a_folder_holding_saved_work_and_writes_nothing(saved, tmp_path):
+  """`--workdir=workdir` (for workdir/demo) trained there with status 0, and its
+  job.json then put every job inside it inside a workdir, where none resumed."""
+  root = os.path.dirname(saved["dataset"])
+  before = saved_work_trees.digests(root)
+  with pytest.raises(ValueError) as refused:
+    launch.train_and_evaluate(launch_testing.tiny_config(num_steps=2), root)
+  assert str(refused.value) == (
+    f"--workdir '{root}' holds dataset 'd' and 3 more: a job keeps its files in a folder of"
+    " its own; give another --workdir"
+  )
+  assert saved_work_trees.digests(root) == before
+  assert sorted(os.listdir(root)) == ["d", "e", "notes.txt", "w", "w02"]
+  # Its own generated data does not count; anything else named so does.
+  project = saved_work_trees.tree(tmp_path / "p", {"data/manifest.json": saved_work_trees.DATASET})
+  check_workdir(project, ("data",))
+  with pytest.raises(ValueError, match=r"^--workdir '.*/p' holds dataset 'data': a job keeps"):
+    check_workdir(project)

@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import os
 
-from sparsepipe.core.saved_work import OutputPathError
+from sparsepipe.core.saved_work import refuse_holding_saved_work
 from sparsepipe.core.saved_work import refuse_inside_saved_work
 from sparsepipe.core.saved_work import refuse_other_saved_work
-from sparsepipe.core.saved_work import saved_work_inside
 
 
 def check_dataset_output(output: str, flag: str = "--output") -> None:
   """Raises OutputPathError unless a converter may write a dataset at `output`."""
   given, real = os.path.abspath(output), os.path.realpath(output)
   refuse_inside_saved_work(given, real, "dataset", flag)
-  found = refuse_other_saved_work(given, real, flag, "dataset", "a dataset")
-  inside = saved_work_inside(real) if os.path.isdir(real) and not found else []
-  if inside:
-    more = f" and {len(inside) - 1} more" if len(inside) > 1 else ""
-    raise OutputPathError(
-      f"{flag} '{given}' holds {inside[0]}{more}: a dataset goes in a folder of its own;"
-      f" give another {flag}"
-    )
+  if not refuse_other_saved_work(given, real, flag, "dataset", "a dataset"):
+    refuse_holding_saved_work(given, real, flag, "a dataset goes")

@@ -356,7 +356,7 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
     OutputPathError: `workdir` is a dataset or an export, or inside saved work
       (launch/workdir/placement.py).
   """
-  check_workdir(workdir)
+  check_workdir(workdir, dataset.GENERATED_DIRNAMES)
   with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
     job = _Job(config, workdir, config_name)
