@@ -3,7 +3,8 @@
 Scoring a dataset converted otherwise would give numbers without a word
 (data.conversion_rules): `check_dataset` compares its manifest with the
 export's (`converter`: the training data's manifest info and schema) and
-names the first differences: the converter, the features, their
+names the first differences: the converter (CSV and Parquet count as one:
+they convert a table by the same rules), the features, their
 vocabularies and weights, the dense width, and the conversion's rules.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from sparsepipe.data.conversion_rules import maker_difference
 from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema
@@ -21,10 +23,6 @@ _SHOWN = 3  # differences named in the message
 
 class DatasetMismatchError(ValueError):
   """A dataset converted otherwise than the export's training data; names both."""
-
-
-def _maker(info: Mapping[str, Any]) -> Any:
-  return info.get("converter") or info.get("generator")
 
 
 def _schema_differences(got: ExampleSchema, want: ExampleSchema) -> list[str]:
@@ -59,8 +57,9 @@ def dataset_differences(manifest: Manifest, converter: Mapping[str, Any]) -> lis
   """What differs between a dataset's conversion and the export's `converter` section."""
   info, want_info = manifest.info, converter["info"]
   want = ExampleSchema.from_dict(converter["schema"])
-  if _maker(info) != _maker(want_info):
-    return [f"made by {_maker(info)!r} there, by {_maker(want_info)!r} for the export"]
+  maker = maker_difference(info, want_info, there="there", here="for the export")
+  if maker:
+    return [maker]
   out = _schema_differences(manifest.schema, want)
   got_rules, want_rules = (info, manifest.schema), (want_info, want)
   return out + rule_differences(got_rules, want_rules, there="there", here="in the export")

@@ -21,6 +21,8 @@ from sparsepipe.data import decode_batch
 from sparsepipe.data import eval_mask
 from sparsepipe.data import manifest_source
 from sparsepipe.data import read_manifest
+from sparsepipe.launch.config.from_manifest import check_manifests_agree
+from sparsepipe.serving.dataset_check import dataset_differences
 
 HINT = r"; map such values to 0/1 with --label_threshold T \(label_threshold=T: 1 if value >= T\)"
 STRINGS = pa.list_(pa.string())
@@ -238,7 +240,7 @@ def test_the_same_table_gives_the_same_datasets_as_csv(tmp_path, transform):
     eval_fraction=0.2,
     split_seed=3,
   )
-  out = {}
+  out, manifests = {}, {}
   for kind, convert, extra in [
     ("csv", convert_csv, dict(multivalent_columns=["genres", "tags"])),
     ("pq", convert_parquet, dict(batch_rows=32)),
@@ -250,9 +252,20 @@ def test_the_same_table_gives_the_same_datasets_as_csv(tmp_path, transform):
       **columns,
       **extra,
     )
-    out[kind] = (_read_all(train), _read_all(read_manifest(str(tmp_path / f"{kind}_eval"))))
+    manifests[kind] = (train, read_manifest(str(tmp_path / f"{kind}_eval")))
+    out[kind] = tuple(_read_all(m) for m in manifests[kind])
   for part in (0, 1):
     _assert_same(out["pq"][part], out["csv"][part])
+  # Their manifests say so: a job evaluates either's eval split beside the other's
+  # train split, and serving scores either with an export trained on the other
+  # (the Parquet manifest named no multivalent columns, and serving compared the
+  # converters' names: each refused the pair).
+  assert manifests["pq"][0].info["multivalent_columns"] == ["genres", "tags"]
+  for train_kind, eval_kind in (("csv", "pq"), ("pq", "csv")):
+    train, evaluation = manifests[train_kind][0], manifests[eval_kind][1]
+    check_manifests_agree(train, evaluation)
+    export = {"info": train.info, "schema": train.schema.to_dict()}
+    assert dataset_differences(evaluation, export) == []
   # The split is by the example's index in the input, as sparsepipe.data.split defines.
   assert out["pq"][1].num_examples == int(eval_mask(0, 300, 0.2, 3).sum()) > 0
   assert out["pq"][0].sparse["genres"].values.size > 300

@@ -162,3 +162,17 @@ def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
   # The Parquet converter records "no weight columns" as {}, the CSV one not at all.
   parquet = {**rules, "converter": "sparsepipe.data.parquet", "weight_columns": {}}
   dataset_config.check_manifests_agree(train, write(tmp_path / "pq", {"a": 10}, info=parquet))
+  # A Parquet dataset of 0.3 did not record its list (multivalent) columns: not compared.
+  listed = write(tmp_path / "mv", {"a": 10}, info={**rules, "multivalent_columns": ["a"]})
+  dataset_config.check_manifests_agree(listed, write(tmp_path / "pq03", {"a": 10}, info=parquet))
+  with pytest.raises(ValueError, match=r"multivalent_columns \[\] in the eval data, \['a'\]"):
+    dataset_config.check_manifests_agree(listed, train)
+  # Another converter's rules, which serving refuses by name, are refused alike.
+  criteo = write(tmp_path / "c", {"a": 10}, info={**rules, "converter": "sparsepipe.data.criteo"})
+  with pytest.raises(ValueError) as e:
+    dataset_config.check_manifests_agree(train, criteo)
+  assert str(e.value) == (
+    f"train data '{train.directory}' and eval data '{criteo.directory}' disagree: made by"
+    " 'sparsepipe.data.criteo' in the eval data, by 'sparsepipe.data.csv' in the train data;"
+    " dense_transform 'none' in the eval data, {} in the train data"  # Criteo's own default
+  )

@@ -123,6 +123,9 @@ class ParquetColumns:
     self._log1p = [self.dense_transforms[c] == "log1p" for c in dense_columns]
     self.dense_stats = DenseStats(dense_columns)
     self._threshold = label_threshold
+    # The sparse columns of list type, one id per item: what the CSV converter's
+    # multivalent_columns are (set by check_file; every input has the same types).
+    self.multivalent: list[str] = []
 
   def check_file(self, schema: pa.Schema, path: str) -> dict[str, pa.DataType]:
     """{column: Arrow type} of the used columns of a file; ValueError naming the file if a
@@ -140,6 +143,7 @@ class ParquetColumns:
     types = {name: schema.field(name).type for name in self.names}
     for name, role in self.roles:
       self._check_type(name, role, types, path)
+    self.multivalent = [f.name for f in self.schema.sparse if arrays.is_list(types[f.name])]
     return types
 
   def _check_type(self, name: str, role: str, types: Mapping[str, pa.DataType], path: str) -> None:

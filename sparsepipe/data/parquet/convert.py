@@ -207,7 +207,7 @@ def convert_parquet(
   return write_converted(
     "parquet",
     files,
-    {**columns, "vocab_sizing": sizing},
+    {**columns, "vocab_sizing": sizing, "multivalent_columns": wanted.multivalent},
     output_dir,
     wanted.schema,
     batches,

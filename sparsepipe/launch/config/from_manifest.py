@@ -11,7 +11,7 @@ sparse feature of the train manifest:
                 manifest.info["ids_per_example"][name]["max"]  (converter stats),
                 manifest.info["features"][i]["max_ids"]  (sparsepipe.data.synthetic),
                 MULTIVALENT_MAX_IDS if name is in manifest.info["multivalent_columns"]
-                  (sparsepipe.data.csv), else 1;
+                  (sparsepipe.data.csv; .parquet: its list columns), else 1;
               it seeds the automatic COO limits (config.limits 0) and sizes
               the COO buffers: a wrong guess is caught by them (an error
               naming the feature or the stack, or counted drops with
@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import ml_collections
 
+from sparsepipe.data.conversion_rules import maker_difference
 from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
@@ -127,10 +128,14 @@ def check_vocab_sizes(config: Any, manifest: Manifest) -> None:
 
 
 def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
-  """Raises ValueError listing every difference of names, vocab sizes, weights, dense
-  width and the conversion's rules (data.conversion_rules: dense columns and their
-  order and transform, hashing, integer ids, ...)."""
-  problems = []
+  """Raises ValueError listing every difference of converter (CSV and Parquet are
+  one), names, vocab sizes, weights, dense width and the conversion's rules
+  (data.conversion_rules: dense columns and their order and transform, hashing,
+  integer ids, ...)."""
+  maker = maker_difference(
+    evaluation.info, train.info, there="in the eval data", here="in the train data"
+  )
+  problems = [maker] if maker else []
   t_names, e_names = train.schema.feature_names, evaluation.schema.feature_names
   missing = [n for n in t_names if n not in e_names]
   extra = [n for n in e_names if n not in t_names]
