@@ -113,6 +113,14 @@ def test_scale_warnings_name_the_column_and_the_flag(tmp_path):
   ]
   # Datasets of 0.3 record no statistics: no warning, no error.
   assert scale_warnings({"dense_transform": "none"}) == []
+  # A column past 100 after log1p (raw values past e^100, e.g. a 1e60 sentinel) was
+  # told to convert with log1p, the transform it had.
+  logged = {"transform": "log1p", "min": 0.6931, "max": 138.2, "mean": 69.42, "std": 68.73}
+  assert scale_warnings({"dense_stats": {"a": logged}}) == [
+    "dense column 'a' is stored with values up to 138.2 in magnitude (mean 69.42, std 68.73,"
+    " transform log1p): inputs past 100 swamp the model; log1p is applied already, so its raw"
+    " values reach e^138.2: clip or drop such values before converting"
+  ]
 
 
 def test_the_command_warns_on_stderr(tmp_path):

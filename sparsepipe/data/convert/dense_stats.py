@@ -117,12 +117,18 @@ def scale_warnings(info: Mapping[str, Any]) -> list[str]:
     peak = max(abs(float(s["min"])), abs(float(s["max"])))
     if peak <= SWAMP_MAGNITUDE:
       continue
-    fix = (
-      "convert with --dense_transform log1p (or auto) to store log(1 + x)"
-      if float(s["min"]) >= 0.0
-      else "scale the column to about [-10, 10] before converting (log1p would clamp its"
-      " negative values to 0)"
-    )
+    if s.get("transform") == "log1p":  # raw values past e^100: sentinels or garbled fields
+      fix = (
+        f"log1p is applied already, so its raw values reach e^{peak:.4g}: clip or drop such"
+        " values before converting"
+      )
+    elif float(s["min"]) >= 0.0:
+      fix = "convert with --dense_transform log1p (or auto) to store log(1 + x)"
+    else:
+      fix = (
+        "scale the column to about [-10, 10] before converting (log1p would clamp its"
+        " negative values to 0)"
+      )
     out.append(
       f"dense column '{name}' is stored with values up to {peak:.4g} in magnitude (mean"
       f" {float(s['mean']):.4g}, std {float(s['std']):.4g}, transform"

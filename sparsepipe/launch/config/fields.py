@@ -137,8 +137,13 @@ FIELD_DOCS = {
 }
 
 
+# Fields with no default: config_fields fills them in to build a config.
+REQUIRED = ("features.NAME.vocab_size",)
+
+
 def config_fields() -> dict[str, Any]:
-  """{dotted field: default} of base_config(), one feature's entry as features.NAME.*."""
+  """{dotted field: default} of base_config(), one feature's entry as features.NAME.*
+  (its REQUIRED vocab_size, which feature() has no default for, given as 1000)."""
   config = base_config([("NAME", feature(1000))]).to_dict()
   out: dict[str, Any] = {}
 
@@ -169,7 +174,8 @@ def render_reference() -> str:
   ]
   for name, default in config_fields().items():
     value = json.dumps(list(default) if isinstance(default, tuple) else default)
-    lines.append(f"| `{name}` | `{value}` | {FIELD_DOCS[name]} |")
+    value = "none (required)" if name in REQUIRED else f"`{value}`"
+    lines.append(f"| `{name}` | {value} | {FIELD_DOCS[name]} |")
   return "\n".join(lines + MEMORY_SECTION) + "\n"
 
 
