@@ -16,6 +16,7 @@ from sparsepipe.core.rounding import round_up
 from sparsepipe.core.rounding import round_up_to_steps
 from sparsepipe.core.signals import exit_with_parent
 from sparsepipe.core.signals import ignore_stop_signals_in_worker
+from sparsepipe.core.signals import stop_signals_blocked
 from sparsepipe.core.initializers import ConstantInitializer
 from sparsepipe.core.initializers import TruncatedNormalInitializer
 from sparsepipe.core.initializers import UniformInitializer

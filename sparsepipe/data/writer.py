@@ -20,11 +20,10 @@ The dataset is written into a temporary directory beside the output
 (`.NAME.tmp-HOST-PID`) and moved into place only when complete, so a failed
 conversion leaves the output as it was: with `overwrite`, the old dataset
 stays intact until the new one is finished (then the directories are
-swapped by renames). A writer killed outright (SIGKILL, out of memory)
-leaves its temporary directory; the next writer of the same output
-removes it if its writer was on this host and its process is gone (a
-concurrent writer's, or one of another host's on a shared file system,
-stays). The manifest records, per sparse feature, the most and
+swapped by renames). What a writer killed outright (SIGKILL, out of
+memory) leaves, its temporary directory or, between the renames, the old
+dataset under its .old name, the next writer of the same output removes or
+puts back (core.work_directories). The manifest records, per sparse feature, the most and
 the mean ids per example (`info["ids_per_example"]`), which seed the COO
 buffer limits of a training config.
 """
@@ -35,11 +34,13 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import socket
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from sparsepipe.core.work_directories import clean_up_after_killed_writers
+from sparsepipe.core.work_directories import move_into_place
+from sparsepipe.core.work_directories import work_directory
 from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
@@ -54,43 +55,6 @@ DEFAULT_EXAMPLES_PER_RECORD = 128
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 _ENCODE_EXAMPLES = 1 << 16  # examples encoded together (at least one record)
 SMALL_RECORD_EXAMPLES = 8  # records of at most this many examples: snappy chunks
-
-
-def _work_prefix(base: str) -> str:
-  """How the temporary directories of writers of output `base` begin."""
-  return f".{base}.tmp-"
-
-
-def _process_gone(pid: int) -> bool:
-  """Whether no process `pid` exists on this host (one of another user's exists)."""
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return True
-  except PermissionError:
-    return False
-  return False
-
-
-def remove_stale_work_directories(directory: str) -> list[str]:
-  """Removes the temporary directories that killed writers of `directory` left.
-
-  Only `.NAME.tmp-HOST-PID` directories of this host whose process is gone:
-  a live writer's (or another host's, on a shared file system) stays.
-  Returns the paths removed.
-  """
-  parent, base = os.path.split(os.path.abspath(directory))
-  prefix, host = _work_prefix(base), socket.gethostname()
-  removed = []
-  for name in os.listdir(parent) if os.path.isdir(parent) else []:
-    writer_host, _, pid = name[len(prefix) :].rpartition("-")
-    if not name.startswith(prefix) or writer_host != host or not pid.isdigit():
-      continue
-    path = os.path.join(parent, name)
-    if int(pid) != os.getpid() and _process_gone(int(pid)) and os.path.isdir(path):
-      shutil.rmtree(path, ignore_errors=True)
-      removed.append(path)
-  return removed
 
 
 def array_record_options(examples_per_record: int) -> str:
@@ -123,8 +87,6 @@ class ShardedRecordWriter:
     if max_records_per_shard < 1:
       raise ValueError(f"max_records_per_shard={max_records_per_shard} must be >= 1")
     self.directory = os.path.abspath(directory)
-    parent, base = os.path.split(self.directory)
-    self._work = os.path.join(parent, f"{_work_prefix(base)}{socket.gethostname()}-{os.getpid()}")
     self.schema = schema
     self.examples_per_record = examples_per_record
     self.max_records_per_shard = max_records_per_shard
@@ -165,10 +127,8 @@ class ShardedRecordWriter:
         " replaces the whole directory, so move those files or choose another output"
       )
     self._replace_old = bool(ours)
-    remove_stale_work_directories(self.directory)
-    if os.path.exists(self._work):
-      shutil.rmtree(self._work)  # left by a crashed run of a process with our pid
-    os.makedirs(self._work)
+    clean_up_after_killed_writers(self.directory)
+    self._work = work_directory(self.directory)
 
   def _is_dataset_file(self, name: str) -> bool:
     """A file a writer with this shard prefix makes (finished or temporary)."""
@@ -182,14 +142,8 @@ class ShardedRecordWriter:
 
   def _publish(self) -> None:
     """Moves the finished dataset from the temporary directory to the output."""
-    if not os.path.isdir(self.directory) or not os.listdir(self.directory):
-      os.replace(self._work, self.directory)  # atomic; replaces an empty directory
-    elif self._replace_old:
-      parent, base = os.path.split(self.directory)
-      old = os.path.join(parent, f".{base}.old-{os.getpid()}")
-      os.rename(self.directory, old)
-      os.rename(self._work, self.directory)
-      shutil.rmtree(old)
+    if not os.path.isdir(self.directory) or not os.listdir(self.directory) or self._replace_old:
+      move_into_place(self._work, self.directory)
     else:  # a directory with unrelated files only: move ours in, the manifest last
       for name in [s.path for s in self._shards] + [MANIFEST_NAME]:
         os.replace(os.path.join(self._work, name), os.path.join(self.directory, name))

@@ -7,7 +7,8 @@ on CPU), checkpoints, evaluates, prints a summary. Rerunning resumes from the ne
 Exit status: 0 done (or already done); 1 an error, named in one line on
 stderr (`--verbose` for the traceback); 42 stopped by SIGTERM or Ctrl-C
 with everything it trained saved (a checkpoint saved at the next batch,
-or stopped while starting or closing, with nothing to save): run the same
+or stopped while starting or closing, with nothing to save; while closing
+it first finishes closing, and a second signal ends it at once): run the same
 command again to continue; 130 a second Ctrl-C stopped the training
 without saving: run it again to train on from the newest checkpoint.
 

@@ -8,15 +8,17 @@ launch with status 143 and no word (SIGTERM) or a KeyboardInterrupt
 traceback (Ctrl-C). `python -m sparsepipe.launch` installs
 `stop_outside_training` before anything else (this module imports only
 the standard library, and sparsepipe.launch loads its parts lazily): a
-stop signal there prints one line and exits STOPPED_EXIT_CODE at once.
+stop signal there prints one line and exits STOPPED_EXIT_CODE, at once
+while starting; while closing, once the launch has closed (a moment: the
+data workers stop, the files close), and a second signal ends it at once.
 Nothing trained goes unsaved: before training there is nothing to save, and
 closing begins after the last save; running the same command again goes on.
 Once the launch has its exit status, both signals are ignored (launch_ended).
 Python may swallow the handler's SystemExit: a signal handled while a gc
 or weakref callback runs (jax's, among others) raises there, and Python
 only reports it as unraisable and goes on. The stop is kept: the launch
-ends at `training_begins` (before any batch is trained) or, while
-closing, with status 42 all the same; the unraisable report is dropped.
+ends at `training_begins`, before any batch is trained; the unraisable
+report is dropped.
 
 A second Ctrl-C while training aborts without saving (the watcher's
 KeyboardInterrupt); the launcher prints one line and exits
@@ -68,7 +70,11 @@ class _StopOutsideTraining:
       f" {_NOTHING_TO_SAVE[self.phase]}; run the same command again to go on\n"
     )
     os.write(2, line.encode())
-    raise SystemExit(STOPPED_EXIT_CODE)
+    if self.phase == "starting":
+      raise SystemExit(STOPPED_EXIT_CODE)
+    # Closing (saved and written): it finishes, a moment, and the launch exits 42.
+    # Raised here, the exit cut the data workers' close short, and their threads and
+    # exit handlers failed with tracebacks after this line.
 
 
 _HANDLER = _StopOutsideTraining()

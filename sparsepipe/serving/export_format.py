@@ -39,6 +39,9 @@ from sparsepipe.checkpointing.integrity.digests import seal
 from sparsepipe.core.saved_work import EXPORT_FORMAT
 from sparsepipe.core.saved_work import EXPORT_INFO_FILENAME
 from sparsepipe.core.specs import check_combiner
+from sparsepipe.core.work_directories import clean_up_after_killed_writers
+from sparsepipe.core.work_directories import move_into_place
+from sparsepipe.core.work_directories import work_directory
 
 # 2: export.json carries the sha256 of its own canonical JSON; 1 (sparsepipe 0.3): it does not.
 EXPORT_VERSION = 2
@@ -181,9 +184,10 @@ def write_export(
   only once the new export is complete.
   """
   output = os.path.abspath(output)
+  clean_up_after_killed_writers(output)  # also puts back one a killed --overwrite moved
   if os.path.exists(output) and not overwrite:
     raise FileExistsError(f"'{output}' exists: give --overwrite to replace it, or another --output")
-  tmp = f"{output}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  tmp = work_directory(output)
   os.makedirs(os.path.join(tmp, "tables"))
   try:
     np.savez(os.path.join(tmp, PARAMS_FILENAME), **{f"p{i}": p for i, p in enumerate(params)})
@@ -201,21 +205,11 @@ def write_export(
     body = seal(dataclasses.replace(info, files=dict(sorted(files.items()))).to_json())
     with open(os.path.join(tmp, INFO_FILENAME), "w") as f:
       json.dump(body, f, indent=1, sort_keys=True)
-    _move_into_place(tmp, output)
+    move_into_place(tmp, output)
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise
   return output
-
-
-def _move_into_place(tmp: str, output: str) -> None:
-  if not os.path.exists(output):
-    os.rename(tmp, output)
-    return
-  old = f"{output}.old-{uuid.uuid4().hex[:8]}"
-  os.rename(output, old)
-  os.rename(tmp, output)
-  shutil.rmtree(old)
 
 
 def read_info(directory: str, *, verify: bool = True) -> ExportInfo:

@@ -1,5 +1,6 @@
 """Per-host work on numpy: COO preprocessing, stacking, FDO statistics, Grain transforms."""
 
+from sparsepipe.transforms.errors import DataWorkerExitedError
 from sparsepipe.transforms.errors import FDOStatsError
 from sparsepipe.transforms.errors import LimitExceededError
 from sparsepipe.transforms.errors import PreprocessingError

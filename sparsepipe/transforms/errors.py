@@ -23,3 +23,7 @@ class LimitExceededError(PreprocessingError):
 
 class FDOStatsError(ValueError):
   """An FDO statistics file or state that cannot be read or merged."""
+
+
+class DataWorkerExitedError(ChildProcessError):
+  """A data worker process ended while the input needed it (killed, or crashed)."""

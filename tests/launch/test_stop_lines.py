@@ -229,6 +229,29 @@ def test_a_second_ctrl_c_is_one_line_and_status_130(tmp_path):
   assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in launch.err)
 
 
+def test_a_second_ctrl_c_after_the_save_while_the_workers_close_is_the_closing_stop(tmp_path):
+  """Once the stop's checkpoint is saved, a second Ctrl-C (while the data workers
+  close) ended the launch with 130 and "without saving", and two tracebacks of
+  Grain's closing threads."""
+  data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
+  flags = launch_testing.flag_overrides(data__dir=data_dir, num_steps=100000, data__num_workers=2)
+  launch = _Launch(tmp_path / "job", *flags)
+  launch.wait_for(launch.out, r"batch 2/")
+  launch.signal(signal.SIGINT)
+  launch.wait_for(launch.out, r"sparsepipe: preempted; checkpoint after batch \d+ saved, exiting")
+  launch.signal(signal.SIGINT)
+  assert launch.finish() == stopping.STOPPED_EXIT_CODE, launch.err
+  saving, said = launch.err[:2]
+  assert saving.startswith("sparsepipe: Ctrl-C: saving at the next pipeline step boundary")
+  assert re.search(r"\] Received signal 2: saving step \d+ and exiting$", said), launch.err
+  # The closing stop's line, unless the signal came after the launch had its status.
+  closing = (
+    "sparsepipe: stopped by Ctrl-C while closing, after the last save: nothing is lost; run"
+    " the same command again to go on"
+  )
+  assert launch.err[2:] in ([closing], []), launch.err
+
+
 # What the second Ctrl-C interrupted, in loaded runs of the test above: an object
 # half made (an asyncio event loop of a save's threads) that fails in its teardown
 # at exit, and a save's coroutine never awaited.

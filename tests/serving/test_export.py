@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -226,6 +227,24 @@ def test_an_existing_export_is_kept_unless_overwrite(chain):
   ):
     export_checkpoint(workdir, str(root / "a"))
   assert json.loads((root / "a" / "export.json").read_text()) == before
+
+
+def test_what_a_killed_export_left_is_removed_or_put_back_by_the_next(chain):
+  """A killed export (SIGKILL, or SIGTERM's default action) left its temporary
+  folder for good, and one killed between the renames of --overwrite left no
+  export (the old one hidden)."""
+  root, workdir = chain
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  left = f"{socket.gethostname()}-{dead.pid}"
+  shutil.copytree(root / "a", root / f".k.old-{left}")  # the export --overwrite moved aside
+  (root / f".k.tmp-{left}" / "tables").mkdir(parents=True)  # the new one, half written
+  with pytest.raises(FileExistsError, match=r"'.*/k' exists: give --overwrite to replace it"):
+    export_checkpoint(workdir, str(root / "k"))
+  assert (root / "k" / "export.json").read_bytes() == (root / "a" / "export.json").read_bytes()
+  export_checkpoint(workdir, str(root / "k"), overwrite=True)
+  assert serving.read_info(str(root / "k")).checkpoint_step == 8
+  assert not [n for n in os.listdir(root) if n.startswith(".k.")]
 
 
 def _snapshot(root):

@@ -353,12 +353,18 @@ class CheckpointHook(JobHook):
     return False
 
   def stop_here(self, during: str = "") -> bool:
-    """The job stops at this boundary: saved (if not yet), written, and said; True."""
+    """The job stops at this boundary: saved (if not yet), written, and said; True.
+
+    Once written, the watcher gives the signals back to the launcher: a second
+    Ctrl-C then has nothing left to abort (it said "without saving", and raised
+    its KeyboardInterrupt where Python could only report it).
+    """
     job = self.job
     job.preempted = True
     if self.last_saved != job.batch:
       self.save()
     job.checkpoints.mngr.wait_until_finished()
+    job.watcher.uninstall()
     job.output.event(
       "preempted",
       job.batch,

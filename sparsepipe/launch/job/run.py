@@ -131,9 +131,10 @@ class _Job:
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
       added_config_keys=ADDED_CONFIG_KEYS,
     ) as mngr:
-      with checkpointing.PreemptionWatcher(mngr) as watcher:
-        stopping.training_begins()  # the launcher's handler is back only to close
-        try:
+      job = None
+      try:
+        with checkpointing.PreemptionWatcher(mngr) as watcher:
+          stopping.training_begins()  # the launcher's handler is back only to close
           try:
             job = self._start(JobCheckpoints(mngr, self.model), watcher, lease)
           except checkpointing.ConfigMismatchError as e:
@@ -144,11 +145,13 @@ class _Job:
             return self._train(job)
           except transforms.LimitExceededError as e:
             raise transforms.LimitExceededError(f"{e}; {LIMIT_HINT}") from e
-          finally:
-            job.setup.close()
-        finally:
-          self.startup.close()
-          self.output.close()
+      finally:
+        # Saved and written by now: a stop while the workers close is the launcher's
+        # "while closing" one (under the watcher, a second Ctrl-C said "without saving").
+        if job is not None:
+          job.setup.close()
+        self.startup.close()
+        self.output.close()
 
   def _context(self, ckpts, watcher, setup, train_state, pipeline_state, position, resumed, job_id):
     return JobContext(
@@ -174,29 +177,40 @@ class _Job:
 
     The workdir is kept from the moment it holds the job (job.json written, or a
     checkpoint restored): a launch that fails or is stopped before that leaves no
-    workdir it made, nor the data it generated there (WorkdirLease).
+    workdir it made, nor the data it generated there (WorkdirLease). A start that
+    fails closes its input: its data workers stop now, not at exit, where
+    closing them hung.
     """
     restored = ckpts.restore()
-    if restored is None:
-      setup = self.model.setup(self.model.base_specs)
-      setup.iterator.start_prefetch()  # the workers start while the state is made
-      job = self._context(
-        ckpts,
-        watcher,
-        setup,
-        self.model.fresh_train_state(),
-        None,
-        self.schedule.first(),
-        None,
-        owner.new_job_id(),
-      )
-      owner.write_job_record(self.workdir, owner.new_job_record(job.job_id, self.config_name))
-      lease.keep()
-      self.output.resume_after(0)
-      announce.fresh_start(job)
-      return job
+    setup = self.model.setup(self.model.base_specs) if restored is None else restored.setup
+    try:
+      if restored is None:
+        return self._fresh(ckpts, watcher, setup, lease)
+      return self._resumed(ckpts, watcher, restored, lease)
+    except BaseException:
+      setup.close()
+      raise
+
+  def _fresh(self, ckpts: JobCheckpoints, watcher: Any, setup: Setup, lease: WorkdirLease):
+    setup.iterator.start_prefetch()  # the workers start while the state is made
+    job = self._context(
+      ckpts,
+      watcher,
+      setup,
+      self.model.fresh_train_state(),
+      None,
+      self.schedule.first(),
+      None,
+      owner.new_job_id(),
+    )
+    owner.write_job_record(self.workdir, owner.new_job_record(job.job_id, self.config_name))
+    lease.keep()
+    self.output.resume_after(0)
+    announce.fresh_start(job)
+    return job
+
+  def _resumed(self, ckpts: JobCheckpoints, watcher: Any, restored: Any, lease: WorkdirLease):
     if restored.format_version < BATCH_STEPS_FORMAT:
-      restored.setup.close()
       raise checkpointing.IncompatibleCheckpointError(
         f"{ckpts.mngr.where(restored.checkpoint_step)} was written by sparsepipe 0.2 (checkpoint"
         f" format {restored.format_version}), whose checkpoint steps count pipeline steps; this"

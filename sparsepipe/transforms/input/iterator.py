@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Mapping
 
 import grain
@@ -120,6 +121,10 @@ class InputIterator(grain.DatasetIterator):
     self._flowing.set()
     # Times the workers and read-ahead threads were started (tests, benchmarks).
     self.pipeline_starts = 0
+    # An input still open when the program exits is closed before the interpreter
+    # tears its modules down: Grain's iterators closed then (by their __del__)
+    # failed with tracebacks, and the workers' close hung.
+    weakref.finalize(self, _close_if_alive, weakref.ref(self))
 
   # -- iteration ---------------------------------------------------------------
 
@@ -263,3 +268,10 @@ class InputIterator(grain.DatasetIterator):
 
   def __str__(self) -> str:
     return f"InputIterator(next_batch={self._next}, {self.metadata})"
+
+
+def _close_if_alive(iterator: weakref.ref) -> None:
+  """At exit: closes the InputIterator if it is still alive (weakref.finalize)."""
+  alive = iterator()
+  if alive is not None:
+    alive.close()
