@@ -40,7 +40,7 @@ def move_into_place(work: str, output: str) -> None:
   """Renames the complete `work` to `output`, replacing an existing `output` (via
   its .old name, removed last)."""
   if not os.path.exists(output):
-    os.replace(work, output)  # also over an empty directory
+    os.rename(work, output)
     return
   old = _name(output, "old")
   os.rename(output, old)

@@ -102,7 +102,7 @@ def main(argv) -> int:
   finally:
     distributed.shutdown(started)
     stopping.launch_ended()
-  # A stop while closing whose SystemExit Python swallowed (stopping.py) still says 42.
+  # A stop while closing (stopping.py) lets the launch close, then says 42.
   stopped = result.preempted or stopping.stop_requested()
   return checkpointing.PREEMPTED_EXIT_CODE if stopped else 0
 
