@@ -21,9 +21,10 @@ import shutil
 import socket
 
 
-def _name(output: str, kind: str, pid: int | None = None) -> str:
+def _name(output: str, kind: str) -> str:
+  """This process's `.NAME.{kind}-HOST-PID` beside `output`."""
   parent, base = os.path.split(os.path.abspath(output))
-  return os.path.join(parent, f".{base}.{kind}-{socket.gethostname()}-{pid or os.getpid()}")
+  return os.path.join(parent, f".{base}.{kind}-{socket.gethostname()}-{os.getpid()}")
 
 
 def work_directory(output: str) -> str:
