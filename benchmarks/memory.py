@@ -122,9 +122,13 @@ def _status() -> dict[str, int]:
   return out
 
 
-def _children_rss() -> int:
-  """Summed VmRSS of this process's children (the data workers), bytes."""
-  me, total = str(os.getpid()), 0
+def _children_rss() -> list[int]:
+  """VmRSS of each of this process's children (the data workers), bytes.
+
+  Sampled from /proc: a child's ru_maxrss (RUSAGE_CHILDREN) starts from its
+  parent's resident set at the fork, so it reports the main process's size.
+  """
+  me, sizes = str(os.getpid()), []
   for pid in os.listdir("/proc"):
     if not pid.isdigit():
       continue
@@ -133,10 +137,10 @@ def _children_rss() -> int:
         if f.read().rsplit(")", 1)[1].split()[1] != me:
           continue
       with open(f"/proc/{pid}/statm") as f:
-        total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        sizes.append(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
     except (OSError, IndexError):
       continue
-  return total
+  return sizes
 
 
 def _max_rss() -> int:
@@ -164,7 +168,8 @@ class Sampler:
   def sample(self, phase: str, workers: bool = False) -> None:
     now = _status()
     if workers:
-      now["workers"] = _children_rss()
+      sizes = _children_rss()
+      now["workers"], now["worker_max"] = sum(sizes), max(sizes, default=0)
     peak = self.peak.setdefault(phase, {})
     for k, v in now.items():
       peak[k] = max(peak.get(k, 0), v)
@@ -326,7 +331,6 @@ def _child_job(workdir: str, out: str, variant: str) -> None:
     peak=sampler.peak,
     last=sampler.last,
     max_rss=_max_rss(),
-    children_max_rss=resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
   )
   with open(out, "w") as f:
     json.dump(figures, f)
@@ -454,7 +458,7 @@ def _child_step(data_dir: str, out: str) -> None:
 
 def _run_child(name: str, root: str, tag: str = "", **args: Any) -> dict[str, Any]:
   """Runs this script as `--child=name` in a fresh process; its JSON figures."""
-  out = os.path.join(root, f"{name}{tag}.json")
+  out = os.path.join(root, f"figures_{name}{tag}.json")  # not job.json: that marks a workdir
   command = [sys.executable, os.path.abspath(__file__), f"--child={name}", f"--out={out}"]
   command += [f"--{k}={v}" for k, v in args.items()]
   command += [f"--batches={_BATCHES.value}", f"--examples={_EXAMPLES.value}"]
@@ -495,7 +499,7 @@ def _summary(jobs: dict[str, dict[str, Any]], parts: dict[str, Any]) -> dict[str
     "imports_rss": job["imports_rss"],
     "jobs": {name: _peaks(j) for name, j in jobs.items()},
     "phases": {p: {"end": job["last"][p], "peak": job["peak"][p]} for p in job["phases"]},
-    "data_workers_max_rss_of_one": job["children_max_rss"],
+    "data_workers_max_rss_of_one": max(p.get("worker_max", 0) for p in job["peak"].values()),
     "data_workers_sampled_rss_sum": max(p.get("workers", 0) for p in job["peak"].values()),
     "batch_bytes": job["batch_bytes"],
     "input_shared_memory_peak": max(p.get("RssShmem", 0) for p in job["peak"].values()),
@@ -562,7 +566,7 @@ def _report(figures: dict[str, Any]) -> None:
     ("  heap kept by glibc after 4 steps", _mb(figures["steps_heap_kept"])),
     ("  input: worker blocks mapped (shmem peak)", _mb(figures["input_shared_memory_peak"])),
     ("  input: one placed batch", _mb(figures["batch_bytes"])),
-    ("  data workers: RSS of one (max)", _mb(figures["data_workers_max_rss_of_one"])),
+    ("  data workers: RSS of one (sampled peak)", _mb(figures["data_workers_max_rss_of_one"])),
     ("  data workers: RSS summed (sampled peak)", _mb(figures["data_workers_sampled_rss_sum"])),
     ("  save: host copy (replica 0 shards)", _mb(figures["host_copy_bytes"])),
     ("  save: peak over the peak before it", _mb(jobs["job"]["save_peak_over_peak_before"])),

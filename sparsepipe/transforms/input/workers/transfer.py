@@ -26,13 +26,16 @@ so nothing is left in /dev/shm.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import threading
+from multiprocessing import resource_tracker
 from multiprocessing import shared_memory
 from multiprocessing import util as mp_util
 from typing import Any, NamedTuple
 import weakref
 
+import _posixshmem  # what SharedMemory maps blocks with (the package is POSIX-only)
 import grain
 import jax
 import numpy as np
@@ -165,25 +168,32 @@ def _unlink_unclaimed(blocks: list[shared_memory.SharedMemory]) -> None:
         pass
 
 
-class _AttachedBlock(shared_memory.SharedMemory):
-  """A block mapped in the main process, its name unlinked and its file
-  descriptor closed at once (the mapping stays). Never closed explicitly:
-  the mapping ends when the last view of it is gone (closing with views
-  alive would fail)."""
+class _AttachedBlock:
+  """A worker's block mapped in the main process, claimed, its name unlinked at once.
+
+  Mapped with shm_open and mmap, not SharedMemory(name=...): that registers
+  the block with multiprocessing's resource tracker (which the workers
+  share) once more, and when the worker, stopping, unlinked the block first,
+  the second registration outlived both unlinks and the tracker warned of a
+  leaked block at exit. The worker's creation registers the block once;
+  whichever process's unlink succeeds unregisters it. The mapping ends when
+  the last view of it is gone (`buf` holds it), its descriptor is closed now.
+  """
 
   def __init__(self, name: str):
-    super().__init__(name=name)
+    self.name = name
+    path = "/" + name
+    fd = _posixshmem.shm_open(path, os.O_RDWR, mode=0o600)
+    try:
+      self.buf = memoryview(mmap.mmap(fd, os.fstat(fd).st_size))
+    finally:
+      os.close(fd)
     self.buf[_CLAIMED] = 1
     try:
-      self.unlink()
-    except FileNotFoundError:  # its worker, stopping, unlinked it first (still mapped here)
-      pass
-    if getattr(self, "_fd", -1) >= 0:  # POSIX: the fd is not needed once mapped
-      os.close(self._fd)
-      self._fd = -1
-
-  def __del__(self):
-    pass
+      _posixshmem.shm_unlink(path)
+    except FileNotFoundError:  # its worker, stopping, unlinked (and unregistered) it first
+      return
+    resource_tracker.unregister(path, "shared_memory")
 
 
 def _release(header: memoryview) -> None:
