@@ -20,7 +20,8 @@ The dataset is written into a temporary directory beside the output
 (`.NAME.tmp-HOST-PID`) and moved into place only when complete, so a failed
 conversion leaves the output as it was: with `overwrite`, the old dataset
 stays intact until the new one is finished (then the directories are
-swapped by renames). What a writer killed outright (SIGKILL, out of
+swapped by renames); a train and an eval split (`written_together`) are
+both finished before either is moved into place. What a writer killed outright (SIGKILL, out of
 memory) leaves, its temporary directory or, between the renames, the old
 dataset under its .old name, the next writer of the same output removes or
 puts back (core.work_directories). The manifest records, per sparse feature, the most and
@@ -34,7 +35,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -100,6 +101,7 @@ class ShardedRecordWriter:
     self._shard_records = 0
     self._shard_examples = 0
     self._closed = False
+    self._published = False
     self._max_ids = {f.name: 0 for f in schema.sparse}
     self._num_ids = {f.name: 0 for f in schema.sparse}
     self.manifest: Manifest | None = None
@@ -174,7 +176,16 @@ class ShardedRecordWriter:
     self._info.update(info)
 
   def close(self) -> Manifest:
-    """Writes the last (possibly partial) record, closes the shard, writes the manifest."""
+    """Finishes the dataset (`finish`) if not yet, then moves it into place."""
+    manifest = self.finish()
+    if manifest is not None and not self._published:
+      self._publish()
+      self._published = True
+    return manifest
+
+  def finish(self) -> Manifest:
+    """Writes the last (possibly partial) record, closes the shard, writes the
+    manifest: all in the temporary directory, the output unchanged until `close`."""
     if self._closed:
       return self.manifest
     self._flush(final=True)
@@ -191,16 +202,19 @@ class ShardedRecordWriter:
       info={**self._info, "ids_per_example": self._ids_per_example()},
     )
     write_manifest(manifest)
-    self._publish()
     self.manifest = dataclasses.replace(manifest, directory=self.directory)
     return self.manifest
 
   def abort(self) -> None:
-    """Closes the open shard and removes the unfinished dataset; the output is untouched."""
+    """Closes the open shard and removes the dataset not yet moved into place (also a
+    finished one); the output is untouched."""
+    if self._published:
+      return
     if self._writer is not None:
       self._writer.close()
       self._writer = None
     self._closed = True
+    self.manifest = None
     shutil.rmtree(self._work, ignore_errors=True)
 
   def _ids_per_example(self) -> dict[str, dict[str, float]]:
@@ -276,6 +290,28 @@ class ShardedRecordWriter:
     self._shard_examples = 0
 
 
+@contextlib.contextmanager
+def written_together(
+  directories: Mapping[str, Mapping[str, Any] | None], schema: ExampleSchema, **options: Any
+) -> Iterator[list[ShardedRecordWriter]]:
+  """Writers of datasets (directory -> manifest info) that are moved into place together.
+
+  All are finished (their last shard and manifest written, in their
+  temporary directories) before any is moved into place, so a failure (a
+  full disk, an error or a stop while writing) leaves every output as it
+  was, never a new split beside an old one; an exception aborts all.
+  `options` are ShardedRecordWriter's.
+  """
+  with contextlib.ExitStack() as stack:
+    writers = [
+      stack.enter_context(ShardedRecordWriter(directory, schema, info=info, **options))
+      for directory, info in directories.items()
+    ]
+    yield writers
+    for writer in writers:
+      writer.finish()
+
+
 def write_batches(
   output_dir: str,
   schema: ExampleSchema,
@@ -312,22 +348,15 @@ def write_batches(
     max_records_per_shard=max_records_per_shard,
     overwrite=overwrite,
   )
-  with contextlib.ExitStack() as stack:
-    if eval_output is None:
-      train = stack.enter_context(ShardedRecordWriter(output_dir, schema, info=info, **options))
-      evals = None
-    else:
-      train, evals = (
-        stack.enter_context(
-          ShardedRecordWriter(
-            out,
-            schema,
-            **options,
-            info={**(info or {}), "split": split_info(part, eval_fraction, split_seed)},
-          )
-        )
-        for part, out in (("train", output_dir), ("eval", eval_output))
-      )
+  if eval_output is None:
+    directories = {output_dir: info}
+  else:
+    directories = {
+      out: {**(info or {}), "split": split_info(part, eval_fraction, split_seed)}
+      for part, out in (("train", output_dir), ("eval", eval_output))
+    }
+  with written_together(directories, schema, **options) as writers:
+    train, evals = writers if eval_output is not None else (writers[0], None)
     seen = 0
     for batch in batches:
       if evals is None:
@@ -346,9 +375,8 @@ def write_batches(
         )
     if final_info is not None:
       extra = final_info()
-      for writer in (train, evals):
-        if writer is not None:
-          writer.add_info(extra)
+      for writer in writers:
+        writer.add_info(extra)
   if progress:
     progress.close()
   return train.manifest

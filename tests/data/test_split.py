@@ -1,5 +1,8 @@
 """Eval splits in the converters and the statistics the manifest records for a config."""
 
+import errno
+import os
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from sparsepipe.data import manifest_source
 from sparsepipe.data import read_manifest
 from sparsepipe.data import select_examples
 from sparsepipe.data import stable_hash64
+from sparsepipe.data import writer
 from sparsepipe.data.split import eval_mask
 
 N = 200
@@ -176,3 +180,30 @@ def test_select_examples_keeps_ids_and_weights_of_the_chosen_rows():
   out = select_examples(batch, np.array([False, True, True]))
   np.testing.assert_array_equal(out.sparse["a"].values, [3, 4, 5])
   np.testing.assert_array_equal(out.sparse["a"].weights, np.float32([0.3, 0.4, 0.5]))
+
+
+def test_a_failed_split_leaves_both_old_splits_as_they_were(tmp_path, monkeypatch):
+  """--overwrite of a train/eval pair: the eval split used to be moved into place
+  before the train split's manifest was written, so a failure there (a full disk)
+  left a new eval split beside the old train split."""
+  path = tmp_path / "in.csv"
+  path.write_text(_rows(N))
+  args = dict(eval_output=str(tmp_path / "eval"), eval_fraction=0.25, examples_per_record=8)
+  convert_csv([str(path)], str(tmp_path / "train"), **args, **CSV_ARGS)
+  old = {part: _read(tmp_path / part) for part in ("train", "eval")}
+  files = {part: sorted(p.name for p in (tmp_path / part).iterdir()) for part in old}
+  write_manifest = writer.write_manifest
+
+  def disk_full_at_the_train_manifest(manifest):
+    if os.path.basename(manifest.directory).startswith(".train.tmp-"):
+      raise OSError(errno.ENOSPC, "No space left on device")
+    write_manifest(manifest)
+
+  monkeypatch.setattr(writer, "write_manifest", disk_full_at_the_train_manifest)
+  path.write_text(_rows(N, start=N))
+  with pytest.raises(OSError, match="No space left on device"):
+    convert_csv([str(path)], str(tmp_path / "train"), overwrite=True, **args, **CSV_ARGS)
+  assert sorted(os.listdir(tmp_path)) == ["eval", "in.csv", "train"]
+  for part, batch in old.items():
+    assert sorted(p.name for p in (tmp_path / part).iterdir()) == files[part]
+    np.testing.assert_array_equal(_read(tmp_path / part).dense, batch.dense)

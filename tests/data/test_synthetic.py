@@ -276,3 +276,34 @@ def test_command_writes_the_eval_split(tmp_path):
     _all_examples(read_manifest(str(tmp_path / "e"))),
     _stream(20, 9, split="eval", features=features),
   )
+
+
+def test_a_stop_while_generating_the_eval_split_leaves_both_old_splits(tmp_path, monkeypatch):
+  """--overwrite of a pair: the train split used to be moved into place before the
+  eval split was generated, so a stop (Ctrl-C) meanwhile left a new train split
+  beside the old eval split."""
+  args = dict(eval_output=str(tmp_path / "e"), eval_examples=40, overwrite=True)
+  old = {
+    part: _all_examples(m)
+    for part, m in zip(
+      ("t", "e"),
+      (
+        write_synthetic(str(tmp_path / "t"), FEATURES, num_examples=100, **args),
+        read_manifest(str(tmp_path / "e")),
+      ),
+    )
+  }
+  generate = synthetic_gen.generate_batches
+
+  def stopped_in_the_eval_split(*a, split, **kw):
+    for batch in generate(*a, split=split, **kw):
+      if split == "eval":
+        raise KeyboardInterrupt
+      yield batch
+
+  monkeypatch.setattr(synthetic_gen, "generate_batches", stopped_in_the_eval_split)
+  with pytest.raises(KeyboardInterrupt):
+    write_synthetic(str(tmp_path / "t"), FEATURES, num_examples=100, seed=1, **args)
+  assert sorted(os.listdir(tmp_path)) == ["e", "t"]
+  for part, examples in old.items():
+    _assert_same(_all_examples(read_manifest(str(tmp_path / part))), examples)

@@ -35,7 +35,7 @@ from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.synthetic.click_model import MODEL_VERSION, click_probabilities
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import write_batches
+from sparsepipe.data.writer import written_together
 
 _CHUNK = 4096  # examples generated per step (fixed: part of the stream definition)
 _FLOAT32_VOCAB = 1 << 20  # Zipf inverse CDF in float32 up to this vocabulary size
@@ -215,21 +215,23 @@ def write_synthetic(
   splits = [("train", output_dir, num_train)]
   if num_eval:
     splits.append(("eval", eval_output, num_eval))
-  manifests = []
-  for split, directory, count in splits:
-    manifests.append(
-      write_batches(
-        directory,
-        synthetic_schema(features, num_dense),
-        generate_batches(features, num_dense, count, seed, split=split),
-        examples_per_record=examples_per_record,
-        max_records_per_shard=max_records_per_shard,
-        overwrite=overwrite,
-        info=_info(features, seed, split),
-        progress=Progress(f"synthetic {split}", count) if show_progress else None,
-      )
-    )
-  return manifests[0]
+  options = dict(
+    examples_per_record=examples_per_record,
+    max_records_per_shard=max_records_per_shard,
+    overwrite=overwrite,
+  )
+  schema = synthetic_schema(features, num_dense)
+  directories = {directory: _info(features, seed, split) for split, directory, _ in splits}
+  with written_together(directories, schema, **options) as writers:  # train and eval at once
+    for writer, (split, _, count) in zip(writers, splits):
+      progress = Progress(f"synthetic {split}", count) if show_progress else None
+      for batch in generate_batches(features, num_dense, count, seed, split=split):
+        writer.write_batch(batch)
+        if progress:
+          progress.update(batch.num_examples)
+      if progress:
+        progress.close()
+  return writers[0].manifest
 
 
 def _num_eval_examples(
