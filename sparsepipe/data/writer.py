@@ -21,12 +21,13 @@ The dataset is written into a temporary directory beside the output
 conversion leaves the output as it was: with `overwrite`, the old dataset
 stays intact until the new one is finished (then the directories are
 swapped by renames); a train and an eval split (`written_together`) are
-both finished before either is moved into place. What a writer killed outright (SIGKILL, out of
-memory) leaves, its temporary directory or, between the renames, the old
-dataset under its .old name, the next writer of the same output removes or
-puts back (core.work_directories). The manifest records, per sparse feature, the most and
-the mean ids per example (`info["ids_per_example"]`), which seed the COO
-buffer limits of a training config.
+both finished before either is moved into place. What a writer killed
+outright (SIGKILL, out of memory) leaves, its temporary directory or,
+between the renames, the old dataset under its .old name, the next writer
+of the same output removes or puts back (core.work_directories). The
+manifest records, per sparse feature, the most and the mean ids per example
+(`info["ids_per_example"]`), which seed the COO buffer limits of a training
+config.
 """
 
 from __future__ import annotations
