@@ -248,9 +248,10 @@ def main(argv) -> None:
     rows.append(_record_reads(one, 4096, "records of 1, 4096 per call"))
     table = _parquet_against_csv(tmp, _TABLE_ROWS.value)
     rows.append(("parquet conversion (baseline: csv)", table["csv_s"], table["parquet_s"]))
-  print(f"{'measure':40s} {'baseline s':>11s} {'ours s':>9s} {'ours/base':>10s}")
+  width = max(len(name) for name, _, _ in rows)  # the labels' column, as wide as the longest
+  print(f"{'measure':{width}s} {'baseline s':>11s} {'ours s':>9s} {'ours/base':>10s}")
   for name, base, ours in rows:
-    print(f"{name:40s} {base:11.3f} {ours:9.3f} {ours / base:10.3f}")
+    print(f"{name:{width}s} {base:11.3f} {ours:9.3f} {ours / base:10.3f}")
   table_rows = table["rows"]
   csv_rate, parquet_rate = table_rows / table["csv_s"], table_rows / table["parquet_s"]
   print(

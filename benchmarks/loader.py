@@ -32,7 +32,8 @@ cores the wall speed-up of workers is at most C / that figure.
       the same records rewritten as zstd chunks, as 0.2 wrote them.
   (e) the example shuffle (data.shuffle_window) at the criteo config's
       shape (26 features of one id, its vocabularies and batch): (c)'s
-      CPU-microseconds per example, at 0 and 2 workers, for records of 1
+      CPU-microseconds per example, at 0 and 2 workers (none and the
+      shipped config's, whatever --workers says), for records of 1
       (what the criteo config generated up to 0.3), records of 128 shuffled
       as whole records (shuffle_window 0) and records of 128 with the
       example shuffle over windows of --shuffle_window records (a new job's
@@ -42,7 +43,8 @@ cores the wall speed-up of workers is at most C / that figure.
       lane of the window rows has decoded its first window.
   (f) the main process's CPU time per batch of the shipped criteo config
       (batch 4096, 26 features of one id, 13 dense) on 1 and 8 CPU devices
-      (--main_process_devices, each in a subprocess), with 0 and 2 workers:
+      (--main_process_devices, each in a subprocess), with 0 and 2 workers
+      (as (e), whatever --workers says):
       receiving the batch, placing it on the devices, the iterator's
       bookkeeping (benchmarks/loader_main_process.py, which runs it alone).
 """
@@ -82,7 +84,9 @@ _DEVICES = flags.DEFINE_integer(
   "devices", 8, "Local (= global) devices the COO buffers are made for."
 )
 _SC = flags.DEFINE_integer("num_sc_per_device", 2, "SparseCores per device.")
-_WORKERS = flags.DEFINE_list("workers", ["0", "2"], "Worker counts to measure.")
+_WORKERS = flags.DEFINE_list(
+  "workers", ["0", "2"], "Worker counts of (a), (b), (c) ((e) and (f) run 0 and 2)."
+)
 _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per stage.")
 _PACKING = flags.DEFINE_list(
   "packing", ["1", "128"], "Examples per record compared in (d) (generated data only)."
@@ -423,9 +427,9 @@ def main(argv):
   seconds = _SECONDS.value
   rows = _worker_rows(manifest, specs, seconds)
   _print_worker_rows(manifest, rows)
-  main_process = _main_process_rows(tmp.name, seconds)
   packing = [] if _DATA_DIR.value else _packing_rows(manifest, specs, tmp.name, seconds)
   shuffle = [] if _DATA_DIR.value else _shuffle_rows(tmp.name, seconds)
+  main_process = _main_process_rows(tmp.name, seconds)
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   print(
     f"load average at the end: {load:.1f} (a shared machine makes wall figures noisy;"

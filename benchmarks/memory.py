@@ -264,9 +264,11 @@ def _instrument(sampler: Sampler, figures: dict[str, Any]) -> None:
 
   _wrap(model.JobModel, "fresh_train_state", init)
 
-  def restore(original, *args, **kwargs):
+  def restore(original, self, *args, **kwargs):
+    if self.mngr.latest_step() is None:  # a fresh job: nothing to restore, no phase of its own
+      return original(self, *args, **kwargs)
     sampler.enter("restore (a resumed job)")
-    restored = original(*args, **kwargs)
+    restored = original(self, *args, **kwargs)
     if restored is not None:
       jax.block_until_ready(restored.train_state)
       figures["state"] = _state_bytes(restored.train_state)

@@ -1,4 +1,4 @@
-"""Model quality: does the job learn? Held-out AUC against known bounds.
+r"""Model quality: does the job learn? Held-out AUC against known bounds.
 
     pip download recbole==1.2.1 --no-deps -d /tmp/recbole   # ships MovieLens ml-100k
     python benchmarks/quality.py [--json out.json] \
@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -216,18 +217,39 @@ def ratings(root: str, wheel: str) -> dict[str, float]:
   }
 
 
+def _check_flags() -> None:
+  """Refuses unknown --parts, and figure (c) without the wheel, before any run."""
+  unknown = sorted(set(_PARTS.value) - {"planted", "demo", "ratings"})
+  if unknown or not _PARTS.value:
+    raise app.UsageError(f"--parts={','.join(_PARTS.value)}: one or more of planted, demo, ratings")
+  wheel = _RATINGS.value
+  if "ratings" in _PARTS.value and not (wheel and os.path.isfile(wheel)):
+    what = f"--ratings_wheel={wheel} is no file" if wheel else "not given"
+    raise app.UsageError(
+      f"--parts ratings (figure (c)) needs --ratings_wheel, the recbole wheel ({what}):"
+      " pip download recbole==1.2.1 --no-deps -d /tmp/recbole, then"
+      " --ratings_wheel /tmp/recbole/recbole-1.2.1-py3-none-any.whl; or leave (c) out with"
+      " --parts planted,demo"
+    )
+
+
 def main(argv):
   del argv
+  _check_flags()
   root = _WORKDIR.value or tempfile.mkdtemp(prefix="sparsepipe_quality_")
   os.makedirs(root, exist_ok=True)
   logging.set_verbosity(logging.WARNING)
   figures = {}
-  if "planted" in _PARTS.value:
-    figures.update(planted(root))
-  if "demo" in _PARTS.value:
-    figures.update(demo(root))
-  if "ratings" in _PARTS.value and _RATINGS.value:
-    figures.update(ratings(root, _RATINGS.value))
+  try:
+    if "planted" in _PARTS.value:
+      figures.update(planted(root))
+    if "demo" in _PARTS.value:
+      figures.update(demo(root))
+    if "ratings" in _PARTS.value:
+      figures.update(ratings(root, _RATINGS.value))
+  finally:
+    if not _WORKDIR.value:  # our temp dir; a --workdir is the user's to keep
+      shutil.rmtree(root, ignore_errors=True)
   rows = [(k, f"{v:.4f}" if isinstance(v, float) else str(v)) for k, v in figures.items()]
   width = max(len(k) for k, _ in rows)
   for k, v in rows:

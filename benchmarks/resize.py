@@ -24,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -85,13 +87,17 @@ def _results(workdir: str) -> tuple[dict[int, float], dict[str, float]]:
 
 def _arrays(workdir: str, step: int) -> dict[str, np.ndarray]:
   """Every array of a step's train state and tables, by path (read as numpy)."""
-  path = os.path.join(workdir, "checkpoints", str(step), "arrays")
-  with ocp.PyTreeCheckpointer() as checkpointer:
-    metadata = checkpointer.metadata(path)
-    metadata = getattr(metadata, "item_metadata", metadata)
+  path = epath.Path(workdir, "checkpoints", str(step), "arrays")
+  # The item's handler, not a Checkpointer: Checkpointer.metadata also reads the step's
+  # _CHECKPOINT_METADATA, which lies one level up (the step directory), and warns.
+  handler = ocp.PyTreeCheckpointHandler()
+  try:
+    metadata = handler.metadata(path)
     metadata = getattr(metadata, "tree", metadata)
     args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-    tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=args))
+    tree = handler.restore(path, args=ocp.args.PyTreeRestore(restore_args=args))
+  finally:
+    handler.close()
   leaves = jax.tree_util.tree_flatten_with_path({k: tree[k] for k in ("train_state", "embeddings")})
   return {jax.tree_util.keystr(p): np.asarray(v) for p, v in leaves[0] if v is not None}
 
@@ -153,37 +159,41 @@ def main() -> None:
   devices = [int(d) for d in args.devices.split(",")]
   assert len(devices) == len(stops) + 1, "--devices needs one count more than --stops"
   root = args.workdir or tempfile.mkdtemp(prefix="resize_")
-  _data(root)
-  runs = {}
-  for name, counts in (
-    ("reference", [devices[0]]),
-    ("control", [devices[0]] * len(devices)),
-    ("resized", devices),
-  ):
-    workdir = os.path.join(root, name)
-    ends = [args.num_steps] if len(counts) == 1 else [*stops, args.num_steps]
-    for end, count in zip(ends, counts):
-      _train(workdir, end, count, root)
-    runs[name] = _results(workdir)
-  (ref, ref_eval), (ctl, ctl_eval), (res, res_eval) = (
-    runs["reference"],
-    runs["control"],
-    runs["resized"],
-  )
-  rows, past = _drift(res, ref, stops, args.num_steps)
-  figures = {
-    "num_steps": args.num_steps,
-    "stops": stops,
-    "devices": devices,
-    "control_bitwise": ctl == ref and ctl_eval == ref_eval,
-    "relative_loss_difference": rows,
-    "first_batch_past_1e-4": past,
-    "last_loss": {"reference": ref[args.num_steps], "resized": res[args.num_steps]},
-    "final_eval": {"reference": ref_eval, "resized": res_eval},
-    "final_arrays": _parameter_drift(
-      os.path.join(root, "resized"), os.path.join(root, "reference"), args.num_steps
-    ),
-  }
+  try:
+    _data(root)
+    runs = {}
+    for name, counts in (
+      ("reference", [devices[0]]),
+      ("control", [devices[0]] * len(devices)),
+      ("resized", devices),
+    ):
+      workdir = os.path.join(root, name)
+      ends = [args.num_steps] if len(counts) == 1 else [*stops, args.num_steps]
+      for end, count in zip(ends, counts):
+        _train(workdir, end, count, root)
+      runs[name] = _results(workdir)
+    (ref, ref_eval), (ctl, ctl_eval), (res, res_eval) = (
+      runs["reference"],
+      runs["control"],
+      runs["resized"],
+    )
+    rows, past = _drift(res, ref, stops, args.num_steps)
+    figures = {
+      "num_steps": args.num_steps,
+      "stops": stops,
+      "devices": devices,
+      "control_bitwise": ctl == ref and ctl_eval == ref_eval,
+      "relative_loss_difference": rows,
+      "first_batch_past_1e-4": past,
+      "last_loss": {"reference": ref[args.num_steps], "resized": res[args.num_steps]},
+      "final_eval": {"reference": ref_eval, "resized": res_eval},
+      "final_arrays": _parameter_drift(
+        os.path.join(root, "resized"), os.path.join(root, "reference"), args.num_steps
+      ),
+    }
+  finally:
+    if not args.workdir:  # our temp dir; a --workdir is the user's to keep
+      shutil.rmtree(root, ignore_errors=True)
   legs = " -> ".join(str(d) for d in devices)
   print(f"demo, {args.num_steps} batches; resized {legs} devices after batches {args.stops}")
   same = figures["control_bitwise"]

@@ -21,6 +21,9 @@ Per batch, each part timed alone on the same inputs:
   update and the pipelined step;
 - end to end: `pipeline.train` over the job's input with --heavy_workers
   data workers: examples/s and the data wait per batch.
+
+A module of step.py, with no main: run `python benchmarks/step.py --sections
+sparse_heavy` (run directly, this file says so and exits with status 2).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -417,3 +421,11 @@ def temporary_root() -> str:
 
 def remove_root(root: str) -> None:
   shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+  print(
+    "sparse_heavy.py is a module of step.py: run python benchmarks/step.py --sections sparse_heavy",
+    file=sys.stderr,
+  )
+  sys.exit(2)

@@ -36,7 +36,8 @@ device that retunes FDO after batches 12 and 24 (per variant, one start),
 and prints each retune's stall from the job's `retune_stall` records: the
 gap between the last batch before the retune and the first after it (each
 trained), less one steady batch time (the segment's batches after its first
-two over their time); goal: <= 1 steady batch time. It runs once per
+two over their time; printed as 0 when the gap is shorter, the JSON keeps
+the difference); goal: <= 1 steady batch time. It runs once per
 `--compile_ahead` value (fdo.compile_ahead; 0: the retune's step compiles
 only at the retune).
 """
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -66,6 +68,9 @@ _COMPILE_AHEAD = flags.DEFINE_list(
 )
 _CRITEO_STEPS = 3
 _RETUNE_EVERY = 12
+# A retune's `compiled_ahead` (AheadCompiles.foreseen): its step compiled ahead, one
+# compiled for other limits, none compiled.
+_AHEAD = {True: "yes", False: "no (one for other limits)", None: "none"}
 
 _CRITEO_START = [
   "--config=criteo",
@@ -193,11 +198,12 @@ def _retunes(name: str, root: str) -> list[dict]:
           "job_s": round(job_seconds, 1),
         }
       )
+      stall = max(r["seconds"], 0.0)  # a gap shorter than a steady batch: no stall
       print(
         f"{name}: cache {variant}, compile_ahead {ahead}, retune after batch {r['batch']}:"
-        f" stall {r['seconds']:.2f} s, step compiled ahead: {r.get('compiled_ahead')}"
+        f" stall {stall:.2f} s, step compiled ahead: {_AHEAD[r.get('compiled_ahead')]}"
         f" (gap {r['gap_s']:.2f} s, steady batch {r['steady_batch_s']:.3f} s,"
-        f" {rows[-1]['stall_in_batches']} batches; the job's process {job_seconds:.0f} s)",
+        f" {stall / r['steady_batch_s']:.2f} batches; the job's process {job_seconds:.0f} s)",
         flush=True,
       )
   return rows
@@ -270,13 +276,17 @@ def main(argv: list[str]) -> None:
   root = _DATA_ROOT.value or tempfile.mkdtemp(prefix="sparsepipe_startup_")
   os.makedirs(root, exist_ok=True)
   rows, retunes = [], []
-  for name in _CONFIGS.value:
-    if name.endswith("_retune"):
-      retunes += _retunes(name, root)
-    else:
-      if not rows:
-        print(HEADER, flush=True)
-      rows += _starts(name, root)
+  try:
+    for name in _CONFIGS.value:
+      if name.endswith("_retune"):
+        retunes += _retunes(name, root)
+      else:
+        if not rows:
+          print(HEADER, flush=True)
+        rows += _starts(name, root)
+  finally:
+    if not _DATA_ROOT.value:  # our temp dir; a --data_root is the user's, reused
+      shutil.rmtree(root, ignore_errors=True)
   ratios = _ratios(rows)
   for key, value in ratios.items():
     print(f"{key}: {value}")

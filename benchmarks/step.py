@@ -1,4 +1,4 @@
-"""Train-step speed: pipelining, the embedding kernels, ZeRO (8 CPU devices).
+r"""Train-step speed: pipelining, the embedding kernels, ZeRO (8 CPU devices).
 
     python benchmarks/step.py [--json out.json] [--rounds 11] [--steps 10]
         [--sections dlrm,kernels,sparse_heavy]
@@ -490,6 +490,13 @@ def main(argv):
       f"{context['g']} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
       f" {_VOCAB.value} x {_DIM.value}, {figures['dense_params']} dense params"
     )
+  elif "modes" in sections:
+    print(
+      f"{context['g']} devices, batch {_BATCH.value}, {_TABLES.value} tables x"
+      f" {_VOCAB.value} x {_DIM.value}, {_IDS.value} ids per sample, the criteo config's MLPs"
+    )
+  else:
+    print(f"{context['g']} devices")
   print(f"median of {_ROUNDS.value} rounds x {_STEPS.value} steps")
   width = max(len(r[0]) for r in rows)
   for name, value in rows:

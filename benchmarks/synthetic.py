@@ -47,6 +47,9 @@ import sys
 import tempfile
 import time
 
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before jax: no probing for a TPU backend
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import flags
 import jax
@@ -54,7 +57,6 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# pylint: disable=g-import-not-at-top,wrong-import-position
 from array_record.python import array_record_module
 from sparsepipe import data
 from sparsepipe.data.bulk_encode import encode_records

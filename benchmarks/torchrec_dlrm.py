@@ -98,25 +98,32 @@ import time
 from typing import Any, Iterator
 
 import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-import torchrec
-from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-  SplitTableBatchedEmbeddingBagsCodegen,
-)
-from torch.utils.data import DataLoader, IterableDataset
-from torchrec.datasets.utils import Batch
-from torchrec.distributed.model_parallel import DistributedModelParallel
-from torchrec.distributed.planner import EmbeddingShardingPlanner
-from torchrec.distributed.planner import ParameterConstraints
-from torchrec.distributed.planner import Topology
-from torchrec.distributed.sharding_plan import get_default_sharders
-from torchrec.models.dlrm import DLRM
-from torchrec.modules.embedding_configs import EmbeddingBagConfig
-from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
-from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+# Not sparsepipe dependencies: main() names a missing one after the flags (--help needs none).
+_MISSING: ImportError | None = None
+try:
+  import torch
+  import torch.distributed as dist
+  import torch.nn.functional as F
+  import torchrec
+  from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+    SplitTableBatchedEmbeddingBagsCodegen,
+  )
+  from torch.utils.data import DataLoader, IterableDataset
+  from torchrec.datasets.utils import Batch
+  from torchrec.distributed.model_parallel import DistributedModelParallel
+  from torchrec.distributed.planner import EmbeddingShardingPlanner
+  from torchrec.distributed.planner import ParameterConstraints
+  from torchrec.distributed.planner import Topology
+  from torchrec.distributed.sharding_plan import get_default_sharders
+  from torchrec.models.dlrm import DLRM
+  from torchrec.modules.embedding_configs import EmbeddingBagConfig
+  from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+  from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+  from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+except ImportError as e:
+  _MISSING = e
+  IterableDataset = object  # so that this module loads; main() stops before any use
 
 # Per-feature vocabulary sizes of C1..C26: VOCAB_SIZES of
 # sparsepipe/launch/config/shipped/criteo.py (the Kaggle cardinalities capped at 2**20).
@@ -492,6 +499,13 @@ def main() -> None:
   args = parser.parse_args()
   if args.batches < 1 or args.warmup < 1 or args.workers < 0:
     parser.error("need --batches >= 1, --warmup >= 1 and --workers >= 0")
+  if _MISSING is not None:
+    raise SystemExit(
+      "torchrec_dlrm.py needs torch, torchrec and fbgemm_gpu (CPU build), and"
+      f" {_MISSING.name or 'one of them'} does not import ({_MISSING}): install them as the"
+      " docstring at the top of benchmarks/torchrec_dlrm.py says (pip install torchrec"
+      " fbgemm-gpu-cpu, then swap the CUDA fbgemm-gpu it brings for fbgemm-gpu-cpu)"
+    )
   result = run(args)
   _print(result)
   if args.json:

@@ -12,7 +12,10 @@ Each round runs, one after the other on the same machine:
       retuning every --fdo_batches. The figure is the launcher's
       steady-state examples/s of the extension (its progress intervals with
       nothing but training: no compilation, save or FDO pass), so it is
-      the job after FDO, as issue 22 measured it.
+      the job after FDO, as issue 22 measured it. Its progress interval
+      (log_every_steps, at most 10 batches) is chosen so that at least two
+      such intervals fall in the extension; a schedule too short for that
+      is refused before anything runs, with the least --batches it needs.
   TorchRec: benchmarks/torchrec_dlrm.py under --torch_python (an
       environment with torch, torchrec and fbgemm_gpu; that script says how
       to make one, and how its model and input match and differ), 2 data
@@ -24,6 +27,7 @@ sparsepipe run. The machine may be shared: compare figures of one run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -47,6 +51,58 @@ _JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file."
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _STEADY = re.compile(r"\(([\d,]+) in steady state\)")
+_MAX_LOG_EVERY = 10  # batches per progress interval (the default schedule's)
+
+
+def _log_every(fdo_batches: int, batches: int) -> int | None:
+  """The longest progress interval (<= 10 batches) leaving two steady ones in the extension.
+
+  The launcher's steady-state rate is over the progress intervals of
+  training alone (launch/job/hooks.py ProgressHook): not the first after the
+  start (it compiles), nor one beside a retune (every fdo_batches: its FDO
+  pass and compilation fall just before or just after that batch, as the job
+  is pipelined or not). None: no interval length leaves two.
+  """
+  end = fdo_batches + batches
+  retunes = range(2 * fdo_batches, end, fdo_batches)
+  for every in range(_MAX_LOG_EVERY, 0, -1):
+    logged = range((fdo_batches // every + 1) * every, end + 1, every)
+    steady = [b for b in logged[1:] if not any(b - every <= r <= b for r in retunes)]
+    if len(steady) >= 2:
+      return every
+  return None
+
+
+def _check_flags() -> None:
+  """Refuses, before anything runs, a schedule without a steady-state figure or a
+  --torch_python that cannot import TorchRec (used only after the sparsepipe run)."""
+  fdo, batches = _FDO_BATCHES.value, _BATCHES.value
+  if fdo < 3:  # a retune every batch or two leaves no interval of training alone
+    raise app.UsageError(f"--fdo_batches={fdo}: need >= 3 (a retune every batch or two)")
+  if batches < 1:
+    raise app.UsageError(f"--batches={batches}: need >= 1")
+  if _log_every(fdo, batches) is None:
+    least = next(b for b in itertools.count(batches) if _log_every(fdo, b) is not None)
+    raise app.UsageError(
+      f"--batches={batches} with --fdo_batches={fdo} leaves fewer than two progress intervals"
+      f" of training alone (no compilation or FDO retune) to measure: use --batches >= {least}"
+    )
+  python = _TORCH_PYTHON.value
+  try:
+    done = subprocess.run(
+      [python, "-c", "import torch, torchrec, fbgemm_gpu"],
+      capture_output=True,
+      text=True,
+      check=False,
+    )
+  except OSError as e:  # no such file, not executable
+    raise SystemExit(f"--torch_python={python} does not run: {e}") from None
+  if done.returncode != 0:
+    error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    raise SystemExit(
+      f"--torch_python={python} cannot `import torch, torchrec, fbgemm_gpu`: {error}"
+      " (benchmarks/torchrec_dlrm.py's docstring says how to make such an environment)"
+    )
 
 
 def _launch(workdir: str, num_steps: int, data_dir: str | None) -> str:
@@ -59,7 +115,7 @@ def _launch(workdir: str, num_steps: int, data_dir: str | None) -> str:
     f"--workdir={workdir}",
     f"--config.num_steps={num_steps}",
     f"--config.fdo.every_steps={_FDO_BATCHES.value}",
-    "--config.log_every_steps=10",
+    f"--config.log_every_steps={_log_every(_FDO_BATCHES.value, _BATCHES.value)}",
     "--config.checkpoint.every_steps=100000",
   ]
   if data_dir is not None:
@@ -101,6 +157,7 @@ def _torchrec(root: str, round_index: int) -> dict:
 
 def main(argv: list[str]) -> None:
   del argv
+  _check_flags()
   root = tempfile.mkdtemp(prefix="sparsepipe_vs_torchrec_")
   rows, data_dir = [], None
   try:
