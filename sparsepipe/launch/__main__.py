@@ -20,6 +20,7 @@ managed clusters).
 import logging as std_logging
 import os
 import sys
+import traceback
 
 from sparsepipe.launch import stopping
 
@@ -72,6 +73,25 @@ def workdir() -> str:
   return _WORKDIR.value or os.path.join("workdir", name)
 
 
+def _report_the_end(error: BaseException, quiet: stopping.QuietAfterTheStopLine) -> tuple[int, str]:
+  """Says how a process of a multi-process job ends abnormally, as the launch would
+  (peer_ends: it exits before the launch could); its exit status and line."""
+  if stopping.interrupted(error):
+    quiet.aborted = True
+    stopping.report_aborted()
+    return stopping.ABORTED_EXIT_CODE, stopping.aborted_line()
+  if isinstance(error, SystemExit):  # a stop while starting said so (stopping.py)
+    status = error.code if isinstance(error.code, int) else 1
+    return status, stopping.stop_line() or f"exited with status {status}"
+  if isinstance(error, cli.USER_ERRORS) and not _VERBOSE.value:
+    line = cli.error_line(error)
+  else:
+    traceback.print_exception(error)
+    line = cli.error_line(error).replace("error: ", f"error: {type(error).__name__}: ", 1)
+  print(line, file=sys.stderr, flush=True)
+  return 1, line
+
+
 def main(argv) -> int:
   cli.start_command(argv)
   absl_logger = std_logging.getLogger("absl")
@@ -85,22 +105,31 @@ def main(argv) -> int:
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import distributed  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch import peer_ends  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
-  started = distributed.initialize(
-    _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
-  )
+  started, peers = False, None
   try:
+    started = distributed.initialize(
+      _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
+    )
+    if started:
+      peers = peer_ends.PeerEnds()
     name = config_name(flags.FLAGS["config"].config_filename)
     result = train_and_evaluate(flags.FLAGS.config, workdir(), config_name=name)
   except BaseException as error:  # pylint: disable=broad-exception-caught
+    if peer_ends.connected():  # the others must not wait for this process: it exits here
+      peer_ends.follow_an_ended_peer(peers)  # another process's end broke this one
+      peer_ends.end_abnormally(*_report_the_end(error, quiet), peers)
     if not stopping.interrupted(error):  # a second Ctrl-C while training (stopping.py)
       raise
     quiet.aborted = True
     stopping.report_aborted()
     return stopping.ABORTED_EXIT_CODE
   finally:
-    distributed.shutdown(started)
+    distributed.shutdown(started)  # watched: a process that fails meanwhile ends this one
+    if peers is not None:
+      peers.stop()
     stopping.launch_ended()
   # A stop while closing (stopping.py) lets the launch close, then says 42.
   stopped = result.preempted or stopping.stop_requested()

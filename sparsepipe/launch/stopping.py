@@ -58,6 +58,7 @@ class _StopOutsideTraining:
   def __init__(self) -> None:
     self.phase = "starting"
     self.stopping = False
+    self.line = ""  # the stop line printed
 
   def __call__(self, signum: int, frame: Any) -> None:
     del frame
@@ -65,11 +66,11 @@ class _StopOutsideTraining:
       os._exit(STOPPED_EXIT_CODE)  # pylint: disable=protected-access
     self.stopping = True
     # os.write, not print: the main thread may be inside a print to stderr.
-    line = (
+    self.line = (
       f"sparsepipe: stopped by {_SIGNAL_NAMES.get(signum, signum)}"
-      f" {_NOTHING_TO_SAVE[self.phase]}; run the same command again to go on\n"
+      f" {_NOTHING_TO_SAVE[self.phase]}; run the same command again to go on"
     )
-    os.write(2, line.encode())
+    os.write(2, (self.line + "\n").encode())
     if self.phase == "starting":
       raise SystemExit(STOPPED_EXIT_CODE)
     # Closing (saved and written): it finishes, a moment, and the launch exits 42.
@@ -99,6 +100,11 @@ def stop_outside_training() -> None:
 def stop_requested() -> bool:
   """Whether a stop signal came outside training (its SystemExit may have been swallowed)."""
   return _HANDLER.stopping
+
+
+def stop_line() -> str:
+  """The stop line printed for a signal outside training ("" if none came)."""
+  return _HANDLER.line
 
 
 def training_begins() -> None:

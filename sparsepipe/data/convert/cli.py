@@ -188,8 +188,12 @@ def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[s
 
 def exit_with_error(error: BaseException) -> None:
   """Prints `error: <message>` as one line on stderr and exits with status 1."""
+  print(error_line(error), file=sys.stderr, flush=True)
+  sys.exit(1)
+
+
+def error_line(error: BaseException) -> str:
+  """`error: <message>`, on one line: what a command prints for a user error."""
   # Grain appends a note on its traceback filtering to errors it re-raises.
   message = str(error).split("\n--------------------\n")[0]
-  message = " ".join(message.split()) or type(error).__name__
-  print(f"error: {message}", file=sys.stderr, flush=True)
-  sys.exit(1)
+  return "error: " + (" ".join(message.split()) or type(error).__name__)

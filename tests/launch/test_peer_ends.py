@@ -1,0 +1,116 @@
+"""A 2-process job ends together, each process saying why, when one fails or is
+stopped while starting.
+
+The failed process used to wait at jax.distributed.shutdown's barrier, and
+the other in a collective, until JAX aborted both with a fatal-error dump
+300 s later; the failed process's own error line was never printed.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import launch_testing  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
+
+_TIMEOUT_S = 150  # JAX's own ends come after 100 s (heartbeats) to 300 s (barriers)
+
+_FAIL_AS_TRAINING_BEGINS = """
+from sparsepipe.launch import stopping
+
+def training_begins():
+  raise ValueError("dataset shard 3 is unreadable (injected in process 1)")
+
+stopping.training_begins = training_begins
+"""
+
+_CTRL_C_ONCE_JOINED = """
+import signal
+from sparsepipe.launch import distributed
+
+_initialize = distributed.initialize
+
+def initialize(*args, **kwargs):
+  started = _initialize(*args, **kwargs)
+  signal.raise_signal(signal.SIGINT)  # Ctrl-C to this process once it has joined the job
+  return started
+
+distributed.initialize = initialize
+"""
+
+
+def _run_two(tmp_path, site_code_of_process_1: str) -> list[tuple[int, float, list[str]]]:
+  """Both processes of one job, process 1 with `site_code` run first; per process
+  (exit status, seconds, stderr lines but absl's logs and the data generation's)."""
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text(site_code_of_process_1)
+  port = harness.free_port()
+  procs, start = [], time.monotonic()
+  for i in range(2):
+    env = harness.cpu_env(2, compilation_cache_dir=harness.SESSION_JAX_CACHE)
+    if i == 1:
+      env["PYTHONPATH"] = os.pathsep.join((str(site), env["PYTHONPATH"]))
+    command = [
+      sys.executable,
+      "-m",
+      "sparsepipe.launch",
+      f"--workdir={tmp_path / 'job'}",
+      f"--config={launch_testing.DEMO_CONFIG}",
+      *launch_testing.flag_overrides(num_steps=4),
+      f"--coordinator_address=127.0.0.1:{port}",
+      "--num_processes=2",
+      f"--process_id={i}",
+    ]
+    procs.append(
+      subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True
+      )
+    )
+  results = []
+  for proc in procs:
+    try:
+      _, err = proc.communicate(timeout=max(1.0, _TIMEOUT_S - (time.monotonic() - start)))
+    except subprocess.TimeoutExpired:
+      for p in procs:
+        p.kill()
+      raise AssertionError(f"the job did not end within {_TIMEOUT_S} s") from None
+    lines = [
+      line
+      for line in err.splitlines()
+      if line and line[0] not in "IWE[" and not line.startswith("synthetic ")
+    ]
+    results.append((proc.returncode, time.monotonic() - start, lines))
+  return results
+
+
+def test_an_error_in_one_process_ends_both_at_once_each_saying_why(tmp_path):
+  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, _FAIL_AS_TRAINING_BEGINS)
+  error = "error: dataset shard 3 is unreadable (injected in process 1)"
+  assert (p1, said1) == (1, [error])
+  assert (p0, said0) == (
+    1,
+    [
+      f"sparsepipe: process 1 of the job ended ({error}), so process 0 ends too, without"
+      " saving: run the same commands again on every process to go on from the newest"
+      " checkpoint"
+    ],
+  )
+
+
+def test_ctrl_c_to_one_process_while_starting_stops_both(tmp_path):
+  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, _CTRL_C_ONCE_JOINED)
+  stop = (
+    "stopped by Ctrl-C while starting, before training: nothing to save; run the same command"
+    " again to go on"
+  )
+  assert (p1, said1) == (42, [f"sparsepipe: {stop}"])
+  assert (p0, said0) == (
+    42,
+    [
+      f"sparsepipe: process 1 of the job ended ({stop}), so process 0 ends too, without"
+      " saving: run the same commands again on every process to go on from the newest"
+      " checkpoint"
+    ],
+  )
