@@ -118,7 +118,8 @@ def main(argv) -> int:
     name = config_name(flags.FLAGS["config"].config_filename)
     result = train_and_evaluate(flags.FLAGS.config, workdir(), config_name=name)
   except BaseException as error:  # pylint: disable=broad-exception-caught
-    if peer_ends.connected():  # the others must not wait for this process: it exits here
+    ended = not (isinstance(error, SystemExit) and error.code in (0, None))
+    if ended and peer_ends.connected():  # the others must not wait for this process: it exits
       peer_ends.follow_an_ended_peer(peers)  # another process's end broke this one
       peer_ends.end_abnormally(*_report_the_end(error, quiet), peers)
     if not stopping.interrupted(error):  # a second Ctrl-C while training (stopping.py)

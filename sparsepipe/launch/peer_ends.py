@@ -28,11 +28,12 @@ import threading
 import time
 from typing import NoReturn
 
+from sparsepipe.launch.stopping import STOPPED_EXIT_CODE
+
 _ENDED = "sparsepipe/ended/"  # + process index: {"status": int, "line": str}
 _SEEN = "sparsepipe/seen/"  # + process index: it has read an end, or ended itself
 POLL_S = 1.0
 WAIT_FOR_PEERS_S = 10.0
-_STOPPED = 42  # launch.stopping.STOPPED_EXIT_CODE (this module imports no sparsepipe)
 
 
 def _client():
@@ -92,7 +93,7 @@ def end_abnormally(status: int, line: str, watch: PeerEnds | None) -> None:
     return
   if watch is not None:
     watch.stop()
-  me, _ = process_index_and_count()
+  me, _ = _process_index_and_count()
   try:
     _client().key_value_set(f"{_ENDED}{me}", json.dumps({"status": status, "line": line}))
   except Exception:  # pylint: disable=broad-exception-caught
@@ -100,7 +101,7 @@ def end_abnormally(status: int, line: str, watch: PeerEnds | None) -> None:
   _leave(status)
 
 
-def process_index_and_count() -> tuple[int, int]:
+def _process_index_and_count() -> tuple[int, int]:
   """This process's index and the job's process count, from jax.distributed's state."""
   from jax._src import distributed  # pylint: disable=g-import-not-at-top
 
@@ -110,7 +111,7 @@ def process_index_and_count() -> tuple[int, int]:
 
 def _ended_peer() -> tuple[int, dict] | None:
   """The lowest other process that recorded an abnormal end, and its record."""
-  me, _ = process_index_and_count()
+  me, _ = _process_index_and_count()
   ended = [(int(k.rsplit("/", 1)[1]), v) for k, v in _client().key_value_dir_get(_ENDED)]
   others = sorted((k, json.loads(v)) for k, v in ended if k != me)
   return others[0] if others else None
@@ -118,7 +119,7 @@ def _ended_peer() -> tuple[int, dict] | None:
 
 def _follow(process: int, end: dict) -> NoReturn:
   """Says that `process` ended (its record `end`) and ends this one too."""
-  me, _ = process_index_and_count()
+  me, _ = _process_index_and_count()
   line = end["line"].removeprefix("sparsepipe: ")
   print(
     f"sparsepipe: process {process} of the job ended ({line}), so process {me} ends"
@@ -127,13 +128,13 @@ def _follow(process: int, end: dict) -> NoReturn:
     file=sys.stderr,
     flush=True,
   )
-  _leave(_STOPPED if end["status"] == _STOPPED else 1)
+  _leave(STOPPED_EXIT_CODE if end["status"] == STOPPED_EXIT_CODE else 1)
 
 
 def _leave(status: int) -> NoReturn:
   """Marks this process as gone; process 0, which holds the store, first waits
   (at most WAIT_FOR_PEERS_S) for the others to have read it. Then exits."""
-  me, count = process_index_and_count()
+  me, count = _process_index_and_count()
   try:
     client = _client()
     client.key_value_set(f"{_SEEN}{me}", "", allow_overwrite=True)
