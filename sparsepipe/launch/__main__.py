@@ -120,7 +120,8 @@ def main(argv) -> int:
   except BaseException as error:  # pylint: disable=broad-exception-caught
     ended = not (isinstance(error, SystemExit) and error.code in (0, None))
     if ended and peer_ends.connected():  # the others must not wait for this process: it exits
-      peer_ends.follow_an_ended_peer(peers)  # another process's end broke this one
+      if not (stopping.stop_requested() or stopping.interrupted(error)):  # not its own stop
+        peer_ends.follow_an_ended_peer(peers)  # another process's end broke this one
       peer_ends.end_abnormally(*_report_the_end(error, quiet), peers)
     if not stopping.interrupted(error):  # a second Ctrl-C while training (stopping.py)
       raise

@@ -40,17 +40,17 @@ distributed.initialize = initialize
 """
 
 
-def _run_two(tmp_path, site_code_of_process_1: str) -> list[tuple[int, float, list[str]]]:
-  """Both processes of one job, process 1 with `site_code` run first; per process
-  (exit status, seconds, stderr lines but absl's logs and the data generation's)."""
-  site = tmp_path / "site"
-  site.mkdir()
-  (site / "sitecustomize.py").write_text(site_code_of_process_1)
+def _run_two(tmp_path, site_code: dict[int, str]) -> list[tuple[int, float, list[str]]]:
+  """Both processes of one job, each with its `site_code` (if any) run first; per
+  process (exit status, seconds, stderr lines but absl's logs and the data generation's)."""
   port = harness.free_port()
   procs, start = [], time.monotonic()
   for i in range(2):
     env = harness.cpu_env(2, compilation_cache_dir=harness.SESSION_JAX_CACHE)
-    if i == 1:
+    if i in site_code:
+      site = tmp_path / f"site{i}"
+      site.mkdir()
+      (site / "sitecustomize.py").write_text(site_code[i])
       env["PYTHONPATH"] = os.pathsep.join((str(site), env["PYTHONPATH"]))
     command = [
       sys.executable,
@@ -86,7 +86,7 @@ def _run_two(tmp_path, site_code_of_process_1: str) -> list[tuple[int, float, li
 
 
 def test_an_error_in_one_process_ends_both_at_once_each_saying_why(tmp_path):
-  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, _FAIL_AS_TRAINING_BEGINS)
+  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, {1: _FAIL_AS_TRAINING_BEGINS})
   error = "error: dataset shard 3 is unreadable (injected in process 1)"
   assert (p1, said1) == (1, [error])
   assert (p0, said0) == (
@@ -99,12 +99,20 @@ def test_an_error_in_one_process_ends_both_at_once_each_saying_why(tmp_path):
   )
 
 
+_STOP = (
+  "stopped by Ctrl-C while starting, before training: nothing to save; run the same command"
+  " again to go on"
+)
+
+
+def test_ctrl_c_to_both_processes_while_starting_each_says_only_its_own_stop(tmp_path):
+  results = _run_two(tmp_path, {0: _CTRL_C_ONCE_JOINED, 1: _CTRL_C_ONCE_JOINED})
+  assert [(status, said) for status, _, said in results] == [(42, [f"sparsepipe: {_STOP}"])] * 2
+
+
 def test_ctrl_c_to_one_process_while_starting_stops_both(tmp_path):
-  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, _CTRL_C_ONCE_JOINED)
-  stop = (
-    "stopped by Ctrl-C while starting, before training: nothing to save; run the same command"
-    " again to go on"
-  )
+  (p0, _, said0), (p1, _, said1) = _run_two(tmp_path, {1: _CTRL_C_ONCE_JOINED})
+  stop = _STOP
   assert (p1, said1) == (42, [f"sparsepipe: {stop}"])
   assert (p0, said0) == (
     42,
