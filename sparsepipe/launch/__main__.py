@@ -14,7 +14,9 @@ without saving: run it again to train on from the newest checkpoint.
 
 Multi-host: run one process per host with --coordinator_address,
 --num_processes and --process_id (or --distributed_auto on TPU pods and
-managed clusters).
+managed clusters). When one process ends abnormally (an error, a stop while
+starting, a second Ctrl-C), the others end within seconds, each saying so in
+one line, with 42 if it was stopped, else 1 (peer_ends.py).
 """
 
 import logging as std_logging
