@@ -7,7 +7,8 @@ can keep what they compiled on disk and load it at the next start instead:
 
     <root>/jax/     JAX's persistent compilation cache (every program, however
                     small or quick to compile: both thresholds are off)
-    <root>/numba/   numba's cache of the compiled passes (NUMBA_CACHE_DIR)
+    <root>/numba-v2/  numba's cache of the compiled passes (NUMBA_CACHE_DIR;
+                    its saves take turns, see _save_under_a_lock)
 
 `root` is the config's `compilation_cache_dir`: "auto" (the default) is
 $XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe; "" turns the cache
@@ -26,12 +27,18 @@ too.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Any, Callable
 
 AUTO = "auto"
 JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 NUMBA_DIR_ENV = "NUMBA_CACHE_DIR"
+
+# numba's entries under the root: "numba" held entries that concurrent saves
+# could have mismatched (_save_under_a_lock), never loaded again.
+NUMBA_SUBDIR = "numba-v2"
+_SAVE_LOCK = ".sparsepipe-save.lock"
 
 _dispatchers: list[Any] = []
 
@@ -74,7 +81,40 @@ def _cache_on_disk(dispatcher: Any) -> None:
   try:
     dispatcher.enable_caching()
   except RuntimeError:  # "cannot cache function ...: no locator available"
-    pass
+    return
+  _save_under_a_lock(dispatcher._cache._cache_file)  # pylint: disable=protected-access
+
+
+def _save_under_a_lock(cache_file: Any) -> None:
+  """Makes numba's cache saves of one directory take turns (an exclusive flock).
+
+  numba names a new entry's file after the index it has read: two processes
+  (data workers, jobs) saving different specializations of one function at
+  once could both take the same number, and the index could then name that
+  file for one specialization while it held the other's machine code. A
+  later load ran code compiled for other types: garbage COO buffers and NaN
+  losses (seen when processes with a cold cache compiled together). Taking
+  turns, each save reads the index the previous one wrote. Where flock is
+  not supported, saves go on unlocked.
+  """
+  save = cache_file.save
+  lock_path = os.path.join(cache_file._cache_path, _SAVE_LOCK)  # pylint: disable=protected-access
+
+  def save_in_turn(key: Any, data: Any) -> None:
+    try:
+      fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:
+      return save(key, data)
+    try:
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+      except OSError:
+        pass
+      return save(key, data)
+    finally:
+      os.close(fd)  # releases the lock
+
+  cache_file.save = save_in_turn
 
 
 def _enable_jax(directory: str) -> None:
@@ -115,5 +155,5 @@ def enable(setting: str) -> str | None:
   if root is None:
     return None
   _enable_jax(os.environ.get(JAX_DIR_ENV) or os.path.join(root, "jax"))
-  _enable_numba(os.path.join(root, "numba"))
+  _enable_numba(os.path.join(root, NUMBA_SUBDIR))
   return root

@@ -53,9 +53,9 @@ def test_a_second_start_compiles_nothing_new(tmp_path):
     parts = sum(record[f"{p}_s"] for p in ("data", "state", "input", "compile"))
     assert abs(parts - record["first_batch_s"]) < 0.01
   # The COO passes' numba cache is under the same root.
-  numba_files = [f for _, _, files in os.walk(cache / "numba") for f in files]
+  numba_files = [f for _, _, files in os.walk(cache / "numba-v2") for f in files]
   assert any(f.startswith("passes.key_pass") and f.endswith(".nbi") for f in numba_files)
-  assert sorted(os.listdir(cache)) == ["jax", "numba"]
+  assert sorted(os.listdir(cache)) == ["jax", "numba-v2"]
 
 
 def test_the_startup_line_names_every_phase(tmp_path, capsys):

@@ -110,7 +110,7 @@ FIELD_DOCS = {
   " device (README, The train step).",
   "features_from_manifest": "Take `features` from data.dir's manifest (--config=dataset).",
   "compilation_cache_dir": "Where compiled programs are kept for the next start of any job,"
-  " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba): auto is"
+  " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba-v2): auto is"
   " $XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe; empty: off. A"
   " JAX_COMPILATION_CACHE_DIR in the environment wins for JAX's programs. A job may change it.",
   "eval.data_dir": "A held-out dataset with the train set's features (empty: the generated"
