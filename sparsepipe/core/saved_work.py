@@ -114,6 +114,19 @@ def refuse_inside_saved_work(given: str, real: str, what: str, flag: str = "--ou
     )
 
 
+def refuse_symbolic_link(given: str, flag: str = "--output") -> None:
+  """Raises OutputPathError if the output `given` is a symbolic link.
+
+  An output is built beside its place and renamed into it (core.work_directories):
+  a link would be replaced by the new folder, its target left as it was.
+  """
+  if os.path.islink(given):
+    raise OutputPathError(
+      f"{flag} '{given}' is a symbolic link (to '{os.path.realpath(given)}'): give the folder"
+      " itself"
+    )
+
+
 def refuse_other_saved_work(
   given: str, real: str, flag: str, own_kind: str, writer: str
 ) -> tuple[str, str] | None:

@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from sparsepipe.core.saved_work import refuse_symbolic_link
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
@@ -110,6 +111,7 @@ class ShardedRecordWriter:
 
   def _prepare_directory(self, overwrite: bool) -> None:
     """Checks the output directory; creates the temporary one the shards go to."""
+    refuse_symbolic_link(self.directory, "the output")
     if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
       raise FileExistsError(
         f"'{self.directory}' is a file, not a directory: a dataset is a directory of its"
@@ -313,6 +315,21 @@ def written_together(
       writer.finish()
 
 
+def check_apart(output_dir: str, eval_output: str) -> None:
+  """ValueError unless the train and eval outputs are two folders, neither inside the other
+  (compared as resolved paths)."""
+  train = ("train", output_dir, os.path.realpath(output_dir))
+  held = ("eval", eval_output, os.path.realpath(eval_output))
+  if train[2] == held[2]:
+    raise ValueError(f"the eval output '{eval_output}' is the train output '{output_dir}'")
+  for inner, outer in ((held, train), (train, held)):
+    if os.path.commonpath([inner[2], outer[2]]) == outer[2]:
+      raise ValueError(
+        f"the {inner[0]} output '{inner[1]}' is inside the {outer[0]} output '{outer[1]}':"
+        " give two folders, neither inside the other"
+      )
+
+
 def write_batches(
   output_dir: str,
   schema: ExampleSchema,
@@ -342,8 +359,7 @@ def write_batches(
   if eval_output is not None:
     if not 0.0 < eval_fraction < 1.0:
       raise ValueError(f"eval_fraction={eval_fraction} must lie in (0, 1) with an eval output")
-    if os.path.abspath(eval_output) == os.path.abspath(output_dir):
-      raise ValueError(f"the eval output '{eval_output}' is the train output")
+    check_apart(output_dir, eval_output)
   options = dict(
     examples_per_record=examples_per_record,
     max_records_per_shard=max_records_per_shard,

@@ -22,6 +22,7 @@ from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import describe_entry
 from sparsepipe.core.saved_work import refuse_inside_saved_work
 from sparsepipe.core.saved_work import refuse_other_saved_work
+from sparsepipe.core.saved_work import refuse_symbolic_link
 from sparsepipe.core.saved_work import saved_work
 from sparsepipe.serving.export_format import INFO_FILENAME
 from sparsepipe.serving.export_format import PARAMS_FILENAME
@@ -82,10 +83,7 @@ def check_export_output(
   given, real = os.path.abspath(output), os.path.realpath(output)
   _check_inputs(given, real, inputs)
   refuse_inside_saved_work(given, real, "export")
-  if os.path.islink(given):
-    raise OutputPathError(
-      f"--output '{given}' is a symbolic link (to '{real}'): give the folder itself"
-    )
+  refuse_symbolic_link(given)
   if not os.path.lexists(given):
     return
   if not os.path.isdir(given):

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = paths.REPO_ROOT
@@ -149,3 +150,56 @@ def test_the_usage_in_help_keeps_one_flag_group_per_line(name):
     doc = ast.get_docstring(ast.parse(f.read()), clean=False)
   usage = [line for line in doc.splitlines() if line.startswith("    python -m")]
   assert len(usage) == 1 and usage[0].endswith(" \\"), doc
+
+
+def test_a_held_out_file_converted_like_the_train_data_agrees_with_it(tmp_path):
+  """With --dense_transform auto, a held-out file whose column stays below 100 got "none"
+  where the train data got "log1p": the job refused the pair and no flag converted it
+  alike. --like takes the train data's vocabulary sizes and dense transforms."""
+  from sparsepipe.data import read_manifest  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.config.from_manifest import check_manifests_agree  # pylint: disable=g-import-not-at-top
+
+  header = "label,price,item\n"
+  (tmp_path / "train.csv").write_text(header + "1,500,a\n0,3,b\n1,40,c\n0,7,a\n")
+  (tmp_path / "held.csv").write_text(header + "0,5,c\n1,60,d\n")
+  columns = ["--label_column", "label", "--dense_columns", "price", "--sparse_columns", "item"]
+
+  def convert(name, *more, source="held"):
+    out = _run("sparsepipe.data.csv", "--input", str(tmp_path / f"{source}.csv"), *columns,
+               "--output", str(tmp_path / name), *more)  # fmt: skip
+    return out, str(tmp_path / name)
+
+  train = read_manifest(convert("train", source="train")[1])
+  alone = read_manifest(convert("held")[1])
+  assert (train.info["dense_transform"], alone.info["dense_transform"]) == (
+    {"price": "log1p"},
+    {"price": "none"},
+  )
+  with pytest.raises(ValueError) as refused:
+    check_manifests_agree(train, alone)
+  assert str(refused.value).endswith(
+    f" (convert the eval data with --like={train.directory} to take the train data's"
+    " vocabulary sizes and dense transforms)"
+  )
+  out, like_dir = convert("like", "--like", train.directory)
+  assert out.returncode == 0, out.stderr
+  like = read_manifest(like_dir)
+  assert like.info["dense_transform"] == {"price": "log1p"}
+  assert like.info["vocab_sizes"] == train.info["vocab_sizes"] == {"item": 16}
+  check_manifests_agree(train, like)
+  assert like.info["dense_stats"]["price"]["max"] == pytest.approx(np.log1p(60.0))
+
+  out, _ = convert("other", "--like", train.directory, "--dense_transform", "none")
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --like takes --dense_transform from '{train.directory}': give one of them, not both\n",
+  )
+  del columns[3]  # --dense_columns '' (the train data has price)
+  columns[3:3] = [""]
+  out, _ = convert("other", "--like", train.directory)
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --like '{train.directory}' was converted with --dense_columns=['price'], this"
+    " command gives []: give the same columns\n",
+  )
+  assert not os.path.exists(tmp_path / "other")

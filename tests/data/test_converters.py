@@ -266,6 +266,29 @@ def test_csv_avazu_all_categorical(tmp_path):
       ValueError,
       r"vocab size given for 'title', which is not a sparse column",
     ),
+    (  # Criteo's per-column list form: the last size once won for every column
+      MOVIELENS,
+      dict(
+        label_column="rating",
+        label_threshold=4,
+        sparse_columns=["gender", "zip"],
+        vocab_sizes=["8", "4096"],
+      ),
+      ValueError,
+      r"^vocab_sizes \(--vocab_sizes\) gives two sizes for every column \(8 and '4096'\):"
+      r" give one N, and column=N for the others$",
+    ),
+    (
+      MOVIELENS,
+      dict(
+        label_column="rating",
+        label_threshold=4,
+        sparse_columns=["gender", "zip"],
+        vocab_sizes=["100", "gender=8", "gender=64"],
+      ),
+      ValueError,
+      r"^vocab_sizes \(--vocab_sizes\) gives 'gender' twice: 'gender=64'$",
+    ),
   ],
 )
 def test_csv_errors(tmp_path, content, kwargs, error, message):

@@ -15,6 +15,7 @@ import paths
 import saved_work_trees  # pylint: disable=g-bad-import-order
 
 CSV = "user,item,age,label\nu1,i1,30,1\nu2,i2,40,0\nu3,i1,50,1\n"
+MANY_ROWS = CSV + "".join(f"u{i},i{i % 3},{i},{i % 2}\n" for i in range(60))
 CSV_ARGS = dict(label_column="label", dense_columns=["age"], sparse_columns=["user", "item"])
 
 
@@ -94,3 +95,76 @@ def test_the_converter_command_refuses_a_workdir_and_leaves_it_as_it_was(saved, 
     " replaces or writes into one; give another --output\n"
   )
   assert saved_work_trees.digests(tmp_path / "saved") == before
+
+
+def _convert(tmp_path, *args):
+  return subprocess.run(
+    [sys.executable, "-m", "sparsepipe.data.csv", "--input", str(tmp_path / "in.csv")]
+    + ["--label_column", "label", "--sparse_columns", "user,item", "--dense_columns", "age"]
+    + list(args),
+    capture_output=True,
+    text=True,
+    check=False,
+    timeout=120,
+    cwd=paths.REPO_ROOT,
+  )
+
+
+def test_an_overwrite_through_a_symbolic_link_is_refused_and_both_splits_stay(tmp_path):
+  """--overwrite onto a link to an eval split once published the new eval split in place
+  of the link and then failed ('Cannot call rmtree on a symbolic link'): a new eval split
+  beside the old train split, sharing examples with it."""
+  (tmp_path / "in.csv").write_text(MANY_ROWS)
+  tr, real_ev, ev = (str(tmp_path / n) for n in ("tr", "real_ev", "ev"))
+  first = _convert(tmp_path, "--output", tr, "--eval_output", real_ev, "--eval_fraction", "0.2")
+  assert first.returncode == 0, first.stderr
+  os.symlink(real_ev, ev)
+  before = saved_work_trees.digests(tmp_path)
+  again = [tmp_path, "--output", tr, "--eval_output", ev, "--eval_fraction", "0.5", "--overwrite"]
+  out = _convert(*again)
+  assert (out.returncode, out.stdout) == (1, "")
+  assert out.stderr == (
+    f"error: --eval_output '{ev}' is a symbolic link (to '{real_ev}'): give the folder itself\n"
+  )
+  assert saved_work_trees.digests(tmp_path) == before
+  assert os.path.islink(ev) and sorted(os.listdir(tmp_path)) == ["ev", "in.csv", "real_ev", "tr"]
+
+
+def test_two_outputs_one_inside_the_other_are_refused_before_anything_is_written(tmp_path):
+  (tmp_path / "in.csv").write_text(MANY_ROWS)
+  for output, eval_output, message in (
+    ("tr", "tr/ev", "the eval output '{1}' is inside the train output '{0}'"),
+    ("ev2/tr", "ev2", "the train output '{0}' is inside the eval output '{1}'"),
+  ):
+    output, eval_output = str(tmp_path / output), str(tmp_path / eval_output)
+    out = _convert(tmp_path, "--output", output, "--eval_output", eval_output)
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == (
+      f"error: {message.format(output, eval_output)}: give two folders, neither inside the other\n"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["in.csv"]
+  os.symlink(str(tmp_path), str(tmp_path / "here"))
+  with pytest.raises(ValueError) as refused:
+    convert_csv(
+      [str(tmp_path / "in.csv")],
+      str(tmp_path / "a"),
+      eval_output=str(tmp_path / "here" / "a"),
+      eval_fraction=0.5,
+      **CSV_ARGS,
+    )
+  assert str(refused.value) == (
+    f"the eval output '{tmp_path / 'here' / 'a'}' is the train output '{tmp_path / 'a'}'"
+  )
+
+
+def test_a_library_writer_refuses_a_symbolic_link(tmp_path):
+  (tmp_path / "in.csv").write_text(CSV)
+  os.mkdir(tmp_path / "target")
+  os.symlink(str(tmp_path / "target"), str(tmp_path / "link"))
+  with pytest.raises(ValueError) as refused:
+    convert_csv([str(tmp_path / "in.csv")], str(tmp_path / "link"), **CSV_ARGS)
+  assert str(refused.value) == (
+    f"the output '{tmp_path / 'link'}' is a symbolic link (to '{tmp_path / 'target'}'):"
+    " give the folder itself"
+  )
+  assert os.listdir(tmp_path / "target") == []

@@ -203,12 +203,17 @@ def test_eval_split_is_disjoint_deterministic_and_from_its_own_stream(tmp_path):
     ),
     ({"eval_output": "E", "eval_fraction": 1.0}, r"eval_fraction=1.0 must be in \(0, 1\)"),
     ({"eval_output": "E", "eval_examples": 0}, r"eval_examples=0 must be >= 1"),
-    ({"eval_output": "T", "eval_examples": 1}, r"eval_output 'T' must differ from the train"),
+    ({"eval_output": "T", "eval_examples": 1}, r"^the eval output 'T' is the train output 'T'$"),
+    (
+      {"eval_output": "T/E", "eval_examples": 1},
+      r"^the eval output 'T/E' is inside the train output 'T': give two folders, neither inside"
+      r" the other$",
+    ),
   ],
 )
 def test_eval_split_arguments_are_checked(tmp_path, kwargs, message):
   kwargs = {k: str(tmp_path / v) if k == "eval_output" else v for k, v in kwargs.items()}
-  message = message.replace("'T'", f"'{tmp_path / 'T'}'")
+  message = message.replace("'T", f"'{tmp_path / 'T'}")
   with pytest.raises(ValueError, match=message):
     write_synthetic(str(tmp_path / "T"), FEATURES, num_examples=10, **kwargs)
 

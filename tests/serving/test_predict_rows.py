@@ -96,6 +96,27 @@ def test_a_bad_raw_row_names_the_row_and_column(exported):
     predictor.predict_rows([good, "3,Heat (1995),Action,30"])
 
 
+def test_a_float_for_a_hashed_column_is_refused_not_hashed_as_other_text(exported):
+  """A float (a pandas column of ints with a NaN) was hashed as its str(): title 1995.0 is
+  "1995.0", another id than the file's "1995", and scored silently."""
+  root, _ = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  good = {"userId": "3", "title": "1995", "genres": "Action", "age": "30"}
+  for bad, shown in (({"title": 1995.0}, "1995.0"), ({"genres": ["Drama", np.float32(2)]}, "2.0")):
+    with pytest.raises(data.InputFormatError) as refused:
+      predictor.predict_rows([good, {**good, **bad}])
+    column, value = next(iter(bad.items()))
+    value = value if column == "title" else value[1]
+    assert str(refused.value) == (
+      f"'rows' line 2: column {column} value {value!r} is a float, but the column is hashed"
+      f" from its text ({shown!r} is not the id of the training file's text, e.g. '4' for"
+      " 4.0): give the text as the file has it, or an int"
+    )
+  # Dense values are numbers, integer ids and ints are their decimal text: unchanged.
+  numbers = {"userId": np.int64(3), "title": 1995, "genres": "Action", "age": 30.0}
+  np.testing.assert_array_equal(predictor.predict_rows([numbers]), predictor.predict_rows([good]))
+
+
 def test_the_predict_command_writes_the_scores_in_the_dataset_order(exported, tmp_path):
   root, _ = exported
   out = subprocess.run(

@@ -24,6 +24,7 @@ from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE, scale_warnings
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS
 from sparsepipe.data.convert.vocab_sizing import HEADROOM, VOCAB_CAP, sizing_lines
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.writer import check_apart
 
 # The flags defined below belong to the command that asks for them, so its
 # `--help` lists them with its own (absl's mechanism for helper modules).
@@ -61,14 +62,48 @@ def define_column_flags(sparse_help: str) -> None:
     "Default N and/or column=N entries; a column without one is sized from its distinct"
     f" values ({HEADROOM}x, a power of two, at most {VOCAB_CAP:,}).",
   )
+  flags.DEFINE_string(
+    "like",
+    None,
+    "A dataset converted before with the same columns (e.g. the train data): take its"
+    " vocabulary sizes and dense transforms, so that this input (a held-out file) gets the"
+    " same ids and dense values. Not with --vocab_sizes or --dense_transform.",
+  )
+
+
+# The column flags a --like dataset must have been converted with.
+_LIKE_COLUMNS = ("label_column", "dense_columns", "sparse_columns", "integer_id_columns")
 
 
 def column_kwargs() -> dict[str, Any]:
-  """The column converters' arguments from define_column_flags' flags."""
+  """The column converters' arguments from define_column_flags' flags (and --like's
+  dataset)."""
   f = flags.FLAGS
   names = ("label_column", "label_threshold", "dense_columns", "dense_transform")
   names += ("sparse_columns", "integer_id_columns", "vocab_sizes")
-  return {name: f[name].value for name in names}
+  kwargs = {name: f[name].value for name in names}
+  if f.like is not None:
+    kwargs.update(_like(f.like, kwargs))
+  return kwargs
+
+
+def _like(directory: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+  """vocab_sizes and dense_transform as the dataset in `directory` was converted with."""
+  given = [name for name in ("vocab_sizes", "dense_transform") if flags.FLAGS[name].present]
+  if given:
+    raise ValueError(f"--like takes --{given[0]} from '{directory}': give one of them, not both")
+  info = read_manifest(directory).info
+  for name in _LIKE_COLUMNS:
+    theirs, ours = info.get(name), kwargs[name]
+    if (list(theirs or ()) if isinstance(ours, list) else theirs) != ours:
+      raise ValueError(
+        f"--like '{directory}' was converted with --{name}={theirs!r}, this command gives"
+        f" {ours!r}: give the same columns"
+      )
+  return {
+    "vocab_sizes": [f"{column}={size}" for column, size in info["vocab_sizes"].items()],
+    "dense_transform": info.get("dense_transform", "none"),
+  }
 
 
 def define_writer_flags() -> None:
@@ -119,6 +154,7 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
     check_dataset_output(f.output)
     if kwargs.get("eval_output"):
       check_dataset_output(kwargs["eval_output"], "--eval_output")
+      check_apart(f.output, kwargs["eval_output"])
     manifest = write(
       *args,
       output_dir=f.output,

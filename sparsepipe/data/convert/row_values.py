@@ -11,7 +11,10 @@ have read, or an InputFormatError naming the row and column:
   is a list for any other column;
 - str as it is; an int, float or numpy number as str() writes it
   (1 -> "1", as in a CSV file); anything else (bytes, a dict, a set) is
-  refused rather than hashed as its repr.
+  refused rather than hashed as its repr. A float for a hashed column
+  (a category, not a dense value or an integer id) is refused too: its
+  text need not be the file's (4.0 is "4.0", the file's "4" another id),
+  as when a column of ints came out of pandas as floats.
 """
 
 from __future__ import annotations
@@ -42,8 +45,11 @@ def check_columns(
     )
 
 
-def field_text(value: Any, column: str, separator: str | None, line: int) -> str:
-  """The field text of `value` (see the module); `separator` None: not a multivalent column."""
+def field_text(
+  value: Any, column: str, separator: str | None, line: int, hashed: bool = False
+) -> str:
+  """The field text of `value` (see the module); `separator` None: not a multivalent column;
+  `hashed`: the column's text is hashed into ids."""
   if value is None:
     return ""
   if isinstance(value, (list, tuple, np.ndarray)):
@@ -54,11 +60,11 @@ def field_text(value: Any, column: str, separator: str | None, line: int) -> str
         f"column {column} takes one value, not a {type(value).__name__}"
         " (only multivalent columns take lists)",
       )
-    return separator.join(_items(value, column, separator, line))
-  return _scalar_text(value, column, line)
+    return separator.join(_items(value, column, separator, line, hashed))
+  return _scalar_text(value, column, line, hashed)
 
 
-def _items(values: Any, column: str, separator: str, line: int) -> Iterable[str]:
+def _items(values: Any, column: str, separator: str, line: int, hashed: bool) -> Iterable[str]:
   if isinstance(values, np.ndarray) and values.ndim != 1:
     raise InputFormatError(
       ROWS, line, f"column {column} is an array of shape {values.shape}, not a list of values"
@@ -66,7 +72,7 @@ def _items(values: Any, column: str, separator: str, line: int) -> Iterable[str]
   for value in values:
     if value is None:
       continue
-    text = _scalar_text(value, column, line)
+    text = _scalar_text(value, column, line, hashed)
     if separator in text:
       raise InputFormatError(
         ROWS,
@@ -77,9 +83,17 @@ def _items(values: Any, column: str, separator: str, line: int) -> Iterable[str]
     yield text
 
 
-def _scalar_text(value: Any, column: str, line: int) -> str:
+def _scalar_text(value: Any, column: str, line: int, hashed: bool) -> str:
   if isinstance(value, str):
     return value
+  if hashed and isinstance(value, (float, np.floating)):
+    raise InputFormatError(
+      ROWS,
+      line,
+      f"column {column} value {value!r} is a float, but the column is hashed from its text"
+      f" ({str(value)!r} is not the id of the training file's text, e.g. '4' for 4.0): give"
+      " the text as the file has it, or an int",
+    )
   if isinstance(value, (int, float, np.integer, np.floating)):
     return str(value)
   raise InputFormatError(

@@ -50,8 +50,12 @@ def _csv_examples(info: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
   parser = csv.CsvParser(header, **columns)
   multivalent = set(columns.get("multivalent_columns", ()))
   separators = [columns.get("separator", "|") if c in multivalent else None for c in header]
+  hashed = set(columns.get("sparse_columns", ())) - set(columns.get("integer_id_columns", ()))
   for i, row in enumerate(rows):
-    fields = [field_text(row.get(c), c, sep, i + 1) for c, sep in zip(header, separators)]
+    fields = [
+      field_text(row.get(c), c, sep, i + 1, hashed=c in hashed)
+      for c, sep in zip(header, separators)
+    ]
     fields[0] = fields[0] or "0"  # the label
     parser.add_row(fields, ROWS, i + 1)
   return parser.take()
@@ -61,7 +65,7 @@ def _criteo_examples(info: Mapping[str, Any], schema: ExampleSchema, rows) -> Ex
   parser = criteo.CriteoParser(schema, empty_category=info.get("empty_category", "drop"))
   names = _CRITEO_COLUMNS
   for i, row in enumerate(rows):
-    fields = [field_text(row.get(n), n, None, i + 1) for n in names]
+    fields = [field_text(row.get(n), n, None, i + 1, n in _CRITEO_HASHED) for n in names]
     fields[0] = fields[0] or "0"  # the label
     for name, text in zip(names, fields):
       if any(c in text for c in "\t\r\n"):
@@ -73,6 +77,7 @@ def _criteo_examples(info: Mapping[str, Any], schema: ExampleSchema, rows) -> Ex
 
 
 _CRITEO_COLUMNS = ("label", *criteo.DENSE_NAMES, *criteo.SPARSE_NAMES)
+_CRITEO_HASHED = frozenset(criteo.SPARSE_NAMES)
 
 
 def row_columns(info: Mapping[str, Any]) -> tuple[str, ...]:

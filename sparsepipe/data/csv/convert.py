@@ -75,7 +75,14 @@ def parse_vocab_sizes(
         raise ValueError(
           f"vocab size given for '{name}', which is not a sparse column {list(columns)}"
         )
+      if name in sizes:
+        raise ValueError(f"vocab_sizes (--vocab_sizes) gives '{name}' twice: '{entry}'")
       sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
+    elif default is not None:
+      raise ValueError(
+        f"vocab_sizes (--vocab_sizes) gives two sizes for every column ({default} and"
+        f" '{entry}'): give one N, and column=N for the others"
+      )
     else:
       default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
   for name in columns:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import os
 import threading
 from typing import Iterator, Sequence
 
@@ -35,7 +34,7 @@ from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.synthetic.click_model import MODEL_VERSION, click_probabilities
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.writer import written_together
+from sparsepipe.data.writer import check_apart, written_together
 
 _CHUNK = 4096  # examples generated per step (fixed: part of the stream definition)
 _FLOAT32_VOCAB = 1 << 20  # Zipf inverse CDF in float32 up to this vocabulary size
@@ -207,8 +206,8 @@ def write_synthetic(
   split and click model version (`synthetic_click_probabilities` needs the seed).
   """
   num_eval = _num_eval_examples(num_examples, eval_output, eval_fraction, eval_examples)
-  if eval_output is not None and os.path.abspath(eval_output) == os.path.abspath(output_dir):
-    raise ValueError(f"eval_output '{eval_output}' must differ from the train output directory")
+  if eval_output is not None:
+    check_apart(output_dir, eval_output)
   num_train = num_examples - num_eval if eval_fraction is not None else num_examples
   if num_train < 1:
     raise ValueError(f"num_examples={num_examples} leaves {num_train} train examples (need >= 1)")

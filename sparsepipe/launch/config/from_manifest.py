@@ -33,10 +33,13 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from sparsepipe.data.conversion_rules import maker_difference
+from sparsepipe.data.conversion_rules import maker, maker_difference
 from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
+
+# The converters with --like (their held-out data is converted as the train data).
+_COLUMN_CONVERTERS = {"sparsepipe.data.csv", "sparsepipe.data.parquet"}
 
 # ids per example assumed for a multivalent feature without recorded statistics.
 MULTIVALENT_MAX_IDS = 16
@@ -132,10 +135,10 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
   one), names, vocab sizes, weights, dense width and the conversion's rules
   (data.conversion_rules: dense columns and their order and transform, hashing,
   integer ids, ...)."""
-  maker = maker_difference(
+  other_maker = maker_difference(
     evaluation.info, train.info, there="in the eval data", here="in the train data"
   )
-  problems = [maker] if maker else []
+  problems = [other_maker] if other_maker else []
   t_names, e_names = train.schema.feature_names, evaluation.schema.feature_names
   missing = [n for n in t_names if n not in e_names]
   extra = [n for n in e_names if n not in t_names]
@@ -164,9 +167,17 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
     here="in the train data",
   )
   if problems:
+    hint = ""
+    like_fixes = any(p.startswith("dense_transform") or " has vocab_size " in p for p in problems)
+    if like_fixes and {maker(train.info), maker(evaluation.info)} <= _COLUMN_CONVERTERS:
+      hint = (
+        f" (convert the eval data with --like={train.directory} to take the train data's"
+        " vocabulary sizes and dense transforms)"
+      )
     raise ValueError(
       f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "
       + "; ".join(problems)
+      + hint
     )
 
 
