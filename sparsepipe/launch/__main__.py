@@ -52,7 +52,7 @@ _VERBOSE = flags.DEFINE_bool(
 )
 _AUTO = flags.DEFINE_bool("distributed_auto", False, "Let JAX detect the cluster (TPU pods).")
 _CPU_DEVICES = flags.DEFINE_integer(
-  "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices)."
+  "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices).", lower_bound=0
 )
 
 

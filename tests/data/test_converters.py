@@ -232,7 +232,7 @@ def test_csv_avazu_all_categorical(tmp_path):
       MOVIELENS,
       dict(label_column="stars"),
       ValueError,
-      r"columns \['stars'\] are not in the header",
+      r"^columns \['stars'\] are not in the header of '.*/in.csv' \['user_id', ",
     ),
     (
       MOVIELENS.replace("3299,235", "3299,99999"),

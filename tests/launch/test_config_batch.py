@@ -79,7 +79,65 @@ def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
   with pytest.raises(ValueError) as refused:
     config_specs.build_feature_specs(_config(128, 0), global_batch_size=128, global_device_count=3)
   assert str(refused.value) == (
-    "global_batch_size=128 is not a multiple of the 6 SparseCores of the mesh (3 devices x"
-    " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 6,"
-    " or run on 1, 2, 4, 8, 16, 32, 64 devices (a resumed job keeps its batch size)"
+    "the mesh (3 devices x num_sc_per_device=2) has 6 SparseCores, not a power of two: ids are"
+    " sharded over them by MOD, so the device count times num_sc_per_device must be 1, 2, 4,"
+    " 8, ...: run on 1, 2, 4, 8, 16, 32, 64 devices (a resumed job keeps its batch size)"
   )
+  # The device counts named are those that run: 3 and 6 divide 12 but were refused then.
+  with pytest.raises(ValueError) as refused:
+    config_specs.build_feature_specs(_config(12, 0), global_batch_size=12, global_device_count=4)
+  assert str(refused.value) == (
+    "global_batch_size=12 is not a multiple of the 8 SparseCores of the mesh (4 devices x"
+    " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 8,"
+    " or run on 1, 2 devices (a resumed job keeps its batch size)"
+  )
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("num_sc_per_device", 0, "config.num_sc_per_device=0 must be >= 1"),
+    (
+      "limits.for_devices",
+      3,
+      "config.limits.for_devices=3: 3 devices x num_sc_per_device=2 is not a power of two of"
+      " SparseCores, so no mesh has it (0: any)",
+    ),
+    ("limits.for_devices", -1, "config.limits.for_devices=-1 must be >= 0 (0: any)"),
+    ("seed", -1, "config.seed=-1 must be >= 0"),
+    ("fdo.compile_ahead", 2.0, "config.fdo.compile_ahead=2 must be <= 1 (a fraction of a segment)"),
+    ("fdo.compile_ahead", float("nan"), "config.fdo.compile_ahead=nan must be a finite number"),
+    (
+      "fdo.steps_per_doubling",
+      -1,
+      "config.fdo.steps_per_doubling=-1 must be >= 0 (0: exact limits)",
+    ),
+    ("log_every_steps", 0, "config.log_every_steps=0 must be >= 1 (batches)"),
+    (
+      "synthetic.eval_examples",
+      -1,
+      "config.synthetic.eval_examples=-1 must be >= 0 (0: no eval split)",
+    ),
+    ("synthetic.records_per_shard", 0, "config.synthetic.records_per_shard=0 must be >= 1"),
+  ],
+)
+def test_values_the_job_would_refuse_late_are_named_before_anything_is_made(field, value, message):
+  """Each of these once failed after the data and job.json were made (num_sc_per_device=0:
+  a ZeroDivisionError traceback; steps_per_doubling=-1: at the first retune, after 4
+  batches), or named no field (seed=-1: numpy's 'expected non-negative integer')."""
+  config = _config(128, 0)
+  with config.unlocked():
+    node, _, key = field.rpartition(".")
+    (config[node] if node else config)[key] = value
+  with pytest.raises(ValueError) as refused:
+    check_config(config, jax.make_mesh((1,), ("data",)))
+  assert str(refused.value) == message
+
+
+def test_a_nan_zipf_exponent_is_named():
+  config = _config(128, 0)
+  name = sorted(config.features)[0]
+  config.features[name].zipf_exponent = float("nan")
+  with pytest.raises(ValueError) as refused:
+    check_config(config, jax.make_mesh((1,), ("data",)))
+  assert str(refused.value) == f"config.features.{name}.zipf_exponent=nan must be a finite number"

@@ -278,6 +278,17 @@ def test_a_rerun_without_the_raised_epochs_names_what_the_job_has(first_run, tmp
       " above 0.375"
     )
   )
+  # By fewer epochs than the job trained: the hint once named this run's 0.25, which
+  # trains nothing either.
+  train_and_evaluate(launch_testing.tiny_config(num_epochs=0.25), workdir)
+  assert (
+    capsys.readouterr()
+    .out.splitlines()[-1]
+    .endswith(
+      "this run's num_steps is 8: nothing to train. To train more, raise --config.num_epochs"
+      " above 0.375"
+    )
+  )
 
 
 def test_non_finite_training_stops_before_saving_it(tmp_path):

@@ -40,9 +40,12 @@ distributed.initialize = initialize
 """
 
 
-def _run_two(tmp_path, site_code: dict[int, str]) -> list[tuple[int, float, list[str]]]:
-  """Both processes of one job, each with its `site_code` (if any) run first; per
-  process (exit status, seconds, stderr lines but absl's logs and the data generation's)."""
+def _run_two(
+  tmp_path, site_code: dict[int, str], flags: dict[int, list[str]] | None = None
+) -> list[tuple[int, float, list[str]]]:
+  """Both processes of one job, each with its `site_code` (if any) run first and its
+  `flags` added; per process (exit status, seconds, stderr lines but absl's logs and the
+  data generation's)."""
   port = harness.free_port()
   procs, start = [], time.monotonic()
   for i in range(2):
@@ -62,6 +65,7 @@ def _run_two(tmp_path, site_code: dict[int, str]) -> list[tuple[int, float, list
       f"--coordinator_address=127.0.0.1:{port}",
       "--num_processes=2",
       f"--process_id={i}",
+      *(flags or {}).get(i, []),
     ]
     procs.append(
       subprocess.Popen(
@@ -122,3 +126,29 @@ def test_ctrl_c_to_one_process_while_starting_stops_both(tmp_path):
       " checkpoint"
     ],
   )
+
+
+def test_processes_started_with_other_configs_are_refused_naming_the_fields(tmp_path):
+  """A learning rate given to process 1 alone trained (status 0; the checkpoint recorded
+  process 0's); another batch size ended both in Gloo's all-to-all with an abort."""
+  flags = {1: ["--config.embedding_optimizer.learning_rate=5", "--config.data.num_workers=1"]}
+  results = _run_two(tmp_path, {}, flags)
+  said = [
+    "error: the processes of this job were started with other configs:"
+    f" config.embedding_optimizer.learning_rate is {theirs} on process {other}, {mine} on"
+    f" process {this} (start every process with the same --config and --config.* flags)"
+    for this, other, mine, theirs in ((0, 1, 0.05, 5.0), (1, 0, 5.0, 0.05))
+  ]
+  # Each process finds the difference; the one that records its end first says its own
+  # line, the other its own or (following the first) that process's.
+  follows = [
+    f"sparsepipe: process {1 - i} of the job ended ({said[1 - i]}), so process {i} ends too,"
+    " without saving: run the same commands again on every process to go on from the"
+    " newest checkpoint"
+    for i in range(2)
+  ]
+  assert [status for status, _, _ in results] == [1, 1]
+  lines = [lines for _, _, lines in results]
+  assert all(lines[i] in ([said[i]], [follows[i]]) for i in range(2)), lines
+  assert [said[0]] in lines or [said[1]] in lines
+  assert not os.path.exists(tmp_path / "job" / "checkpoints")

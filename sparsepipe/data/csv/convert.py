@@ -111,13 +111,14 @@ class CsvParser:
     integer_id_columns: Sequence[str] = (),
     dense_transform: str | Mapping[str, str] = "none",
     label_threshold: float | None = None,
+    source: str = "the header",
   ):
     header = [h.strip() for h in header]
     self.header = header
     wanted = [label_column, *dense_columns, *sparse_columns]
     missing = [c for c in wanted if c not in header]
     if missing:
-      raise ValueError(f"columns {missing} are not in the header {header}")
+      raise ValueError(f"columns {missing} are not in {source} {header}")
     for what, cols in (("multivalent", multivalent_columns), ("integer id", integer_id_columns)):
       stray = [c for c in cols if c not in sparse_columns]
       if stray:
@@ -252,7 +253,7 @@ def read_csv(
   """
   delim, header = read_header(paths, delimiter)
   _check_unique(header, paths[0], columns)
-  parser = CsvParser(header, **columns)
+  parser = CsvParser(header, **columns, source=f"the header of '{paths[0]}'")
 
   def batches() -> Iterator[ExampleBatch]:
     for path in paths:
@@ -375,7 +376,7 @@ def _resolve_from_data(
     _check_unique(header, inputs[0], columns)
     missing = [c for c in [*hashed, *integer, *dense] if c not in header]
     if missing:
-      raise ValueError(f"columns {missing} are not in the header {header}")
+      raise ValueError(f"columns {missing} are not in the header of '{inputs[0]}' {header}")
     multi = set(columns.get("multivalent_columns", ()))
     return scan_csv(
       inputs,

@@ -61,7 +61,7 @@ class SyntheticFeature:
         f"feature '{self.name}': need 0 <= min_ids <= max_ids, got"
         f" min_ids={self.min_ids} max_ids={self.max_ids}"
       )
-    if self.zipf_exponent <= 0:
+    if not self.zipf_exponent > 0:  # NaN too
       raise ValueError(f"feature '{self.name}': zipf_exponent={self.zipf_exponent} must be > 0")
 
 

@@ -45,9 +45,26 @@ def _at_least(config: Any, field: str, least: float, unit: str = "") -> None:
     raise ValueError(f"config.{field}={value:g} must be >= {least:g}{unit}")
 
 
+def _at_most(config: Any, field: str, most: float, unit: str = "") -> None:
+  value = _number(config, field)
+  if value is not None and value > most:
+    raise ValueError(f"config.{field}={value:g} must be <= {most:g}{unit}")
+
+
+def _check_features(config: Any) -> None:
+  """The generated data's skew: a bounded Zipf needs an exponent > 0."""
+  for name in sorted(config.features):
+    value = _number(config, f"features.{name}.zipf_exponent")
+    if value is not None and value <= 0:
+      raise ValueError(f"config.features.{name}.zipf_exponent={value:g} must be > 0")
+
+
 def check_config(config: Any, mesh: Mesh) -> None:
   """Raises ValueError naming the first config field whose value the job cannot use."""
+  _at_least(config, "seed", 0)
+  _at_most(config, "seed", 2**32 - 1)
   config_specs.check_combiners(config)
+  _check_features(config)
   for field in ("embedding_optimizer.learning_rate", "dense_optimizer.learning_rate"):
     _at_least(config, field, 0.0)
   config_specs.embedding_optimizer_spec(config)
@@ -63,7 +80,15 @@ def check_config(config: Any, mesh: Mesh) -> None:
     ("checkpoint.every_steps", 1, " (batches)"),
     ("checkpoint.keep", 1, " (checkpoints kept)"),
     ("fdo.headroom", 1, ""),
+    ("fdo.steps_per_doubling", 0, " (0: exact limits)"),
+    ("fdo.compile_ahead", 0, " (0: never)"),
+    ("log_every_steps", 1, " (batches)"),
+    ("synthetic.num_examples", 1, ""),
+    ("synthetic.records_per_shard", 1, ""),
+    ("synthetic.eval_examples", 0, " (0: no eval split)"),
+    ("limits.for_devices", 0, " (0: any)"),
   ):
     _at_least(config, field, least, unit)
+  _at_most(config, "fdo.compile_ahead", 1, " (a fraction of a segment)")
   batch = config_specs.global_batch_size(config, jax.process_count())
   config_specs.check_sparsecores_divide(config, batch, mesh.size)

@@ -26,11 +26,11 @@ FIELD_DOCS = {
   " a job may raise it.",
   "global_batch_size": "Examples per batch over all hosts; the same on any number of"
   " processes (each reads global / processes). Set this or per_host_batch_size (0: unset);"
-  " a multiple of devices x num_sc_per_device.",
+  " a multiple of devices x num_sc_per_device (the mesh's SparseCores, a power of two).",
   "per_host_batch_size": "Examples per batch per host instead: the global batch is this"
   " times the processes (0: unset).",
   "num_sc_per_device": "SparseCores per device, the S of the COO layout (4 on TPU"
-  " v5p/v6e; elsewhere a layout parameter).",
+  " v5p/v6e; elsewhere a layout parameter); devices x this must be a power of two.",
   "log_every_steps": "Batches between progress lines.",
   "data.dir": "The train dataset (a directory with manifest.json); empty: <workdir>/data,"
   " generated from `synthetic` and `features` when missing.",

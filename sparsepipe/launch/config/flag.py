@@ -90,7 +90,17 @@ def parse_flags_or_exit(argv: list[str], parse: Any) -> Any:
   overrides); a bad flag or config field exits with one line and status 1."""
   try:
     return parse(argv)
-  except (AttributeError, KeyError) as e:  # ml_collections: an override of no field
+  except AttributeError as e:
+    if "has no attribute 'get_config'" in str(e):  # ml_collections loads it as a module
+      file = next((a[len("--config=") :] for a in sys.argv if a.startswith("--config=")), "")
+      print(
+        f"error: --config file '{file.partition(':')[0]}' defines no get_config(): a config file's"
+        " get_config() returns an ml_collections.ConfigDict (README, docs/config.md)",
+        file=sys.stderr,
+      )
+    else:  # ml_collections: an override of no field
+      print(unknown_field_message(e), file=sys.stderr)
+  except KeyError as e:  # ml_collections: an override of no field
     print(unknown_field_message(e), file=sys.stderr)
   except flags.Error as e:
     print(f"error: {str(e).removeprefix('flag ')}", file=sys.stderr)

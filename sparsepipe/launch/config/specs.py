@@ -119,24 +119,48 @@ def worst_case_ids_per_partition(
   return max(8, round_up(samples * ids, 8))
 
 
+def _power_of_two(n: int) -> bool:
+  return n >= 1 and not n & (n - 1)
+
+
 def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_count: int) -> None:
-  """Raises ValueError unless the mesh's SparseCores divide `global_batch_size`."""
+  """Raises ValueError unless the mesh's SparseCores are a power of two (the COO layout
+  shards ids over them by MOD) that divides `global_batch_size`; names the device
+  counts that would do."""
   num_sc = int(config.num_sc_per_device)
-  if global_batch_size % (global_device_count * num_sc):
-    devices = f"{global_device_count} device{'s' if global_device_count > 1 else ''}"
-    fits = [
-      d for d in range(1, global_batch_size // num_sc + 1) if global_batch_size % (d * num_sc) == 0
-    ]
-    other_devices = ""
-    if fits:  # a resumed job cannot change its batch, only where it runs
-      counts = ", ".join(map(str, fits[:8])) + ("" if len(fits) <= 8 else ", ...")
-      other_devices = f", or run on {counts} devices (a resumed job keeps its batch size)"
+  if num_sc < 1:
+    raise ValueError(f"config.num_sc_per_device={num_sc} must be >= 1")
+  for_devices = int(config.limits.get("for_devices", 0))
+  if for_devices and not _power_of_two(for_devices * num_sc):
     raise ValueError(
-      f"global_batch_size={global_batch_size} is not a multiple of the"
-      f" {global_device_count * num_sc} SparseCores of the mesh ({devices}"
-      f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
-      f" multiple of {global_device_count * num_sc}{other_devices}"
+      f"config.limits.for_devices={for_devices}: {for_devices} devices x num_sc_per_device="
+      f"{num_sc} is not a power of two of SparseCores, so no mesh has it (0: any)"
     )
+  cores = global_device_count * num_sc
+  if _power_of_two(cores) and global_batch_size % cores == 0:
+    return
+  devices = f"{global_device_count} device{'s' if global_device_count > 1 else ''}"
+  fits = [
+    d
+    for d in range(1, global_batch_size // num_sc + 1)
+    if _power_of_two(d * num_sc) and global_batch_size % (d * num_sc) == 0
+  ]
+  other_devices = ""
+  if fits:  # a resumed job cannot change its batch, only where it runs
+    counts = ", ".join(map(str, fits[:8])) + ("" if len(fits) <= 8 else ", ...")
+    other_devices = f", or run on {counts} devices (a resumed job keeps its batch size)"
+  if not _power_of_two(cores):
+    raise ValueError(
+      f"the mesh ({devices} x num_sc_per_device={num_sc}) has {cores} SparseCores, not a"
+      " power of two: ids are sharded over them by MOD, so the device count times"
+      f" num_sc_per_device must be 1, 2, 4, 8, ...{other_devices.replace(', or', ':')}"
+    )
+  raise ValueError(
+    f"global_batch_size={global_batch_size} is not a multiple of the"
+    f" {cores} SparseCores of the mesh ({devices}"
+    f" x num_sc_per_device={num_sc}): each takes an equal share of every batch; choose a"
+    f" multiple of {cores}{other_devices}"
+  )
 
 
 def build_feature_specs(

@@ -154,9 +154,10 @@ def already_trained(job: JobContext) -> JobResult:
   if float(saved.get("num_epochs", 0)) > 0:
     has += f", from num_epochs {float(saved['num_epochs']):g}"
   epochs = float(job.config.num_epochs)
-  # By epochs, num_steps follows from them: raising it would change nothing.
+  # By epochs, num_steps follows from them: raising it would change nothing; the
+  # saved job's epochs, when more, are what the next run must pass.
   hint = (
-    f"--config.num_epochs above {epochs:g}"
+    f"--config.num_epochs above {max(epochs, float(saved.get('num_epochs', 0))):g}"
     if epochs > 0
     else f"--config.num_steps above {job.batch:,}"
   )

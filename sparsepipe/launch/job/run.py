@@ -24,6 +24,8 @@ from sparsepipe import transforms
 from sparsepipe.launch.config import from_manifest
 from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.config.checks import check_config
+from sparsepipe.launch.config.known_fields import complete_config
+from sparsepipe.launch.job.same_config import check_same_config
 from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
@@ -370,6 +372,8 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
     OutputPathError: `workdir` is a dataset or an export, or inside saved work
       (launch/workdir/placement.py).
   """
+  config = complete_config(config)  # a misspelt field is named before anything is made
+  check_same_config(config)
   check_workdir(workdir, dataset.GENERATED_DIRNAMES)
   with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
