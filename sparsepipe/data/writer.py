@@ -42,6 +42,7 @@ import numpy as np
 
 from sparsepipe.core.saved_work import refuse_symbolic_link
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
+from sparsepipe.core.write_errors import write_error
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
 from sparsepipe.data.bulk_encode import encode_records
@@ -213,9 +214,12 @@ class ShardedRecordWriter:
     finished one); the output is untouched."""
     if self._published:
       return
-    if self._writer is not None:
-      self._writer.close()
-      self._writer = None
+    writer, self._writer = self._writer, None
+    if writer is not None:
+      try:
+        writer.close()
+      except RuntimeError:  # the write that failed (a full disk): the shard is discarded
+        pass
     self._closed = True
     self.manifest = None
     shutil.rmtree(self._work, ignore_errors=True)
@@ -263,6 +267,19 @@ class ShardedRecordWriter:
     """Writes encoded records in order, opening and closing shards as they fill."""
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
 
+    with self._write_errors_named():
+      self._write_records_to_shards(records, counts, array_record_module)
+
+  @contextlib.contextmanager
+  def _write_errors_named(self) -> Iterator[None]:
+    """ArrayRecord's RuntimeError on a failed write or close (a full disk) as an OSError
+    naming the dataset (core.write_errors): one line, not a traceback from the writer."""
+    try:
+      yield
+    except (RuntimeError, OSError) as error:
+      raise write_error(error, "the dataset", self.directory) from error
+
+  def _write_records_to_shards(self, records, counts, array_record_module) -> None:
     done = 0
     while done < len(records):
       if self._writer is None:
@@ -285,8 +302,9 @@ class ShardedRecordWriter:
   def _close_shard(self) -> None:
     if self._writer is None:
       return
-    self._writer.close()
-    self._writer = None
+    writer, self._writer = self._writer, None
+    with self._write_errors_named():
+      writer.close()
     os.replace(self._tmp_path, os.path.join(self._work, self._shard_name))
     self._shards.append(ShardInfo(self._shard_name, self._shard_records, self._shard_examples))
     self._shard_records = 0

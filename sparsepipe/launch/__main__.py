@@ -23,6 +23,7 @@ import logging as std_logging
 import os
 import sys
 import traceback
+import warnings
 
 from sparsepipe.launch import stopping
 
@@ -69,6 +70,17 @@ class _SaveWaitNotice(std_logging.Filter):
     return not record.getMessage().startswith("Waiting for previous save to complete")
 
 
+class _OrbaxTracebacks(std_logging.Filter):
+  """Drops Orbax's ERROR records that carry a traceback: the failure of a save in its
+  background threads (a full disk), which each thread logs (some 100 lines each)
+  before the save's error reaches the job, which names it in one line. --verbose
+  shows them."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    orbax = f"{os.sep}orbax{os.sep}" in record.pathname
+    return not (orbax and record.levelno >= std_logging.ERROR and record.exc_info)
+
+
 def workdir() -> str:
   """--workdir, or ./workdir/<config name> (each config its own)."""
   name = config_name(flags.FLAGS["config"].config_filename)
@@ -110,6 +122,11 @@ def main(argv) -> int:
   from sparsepipe.launch import peer_ends  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
+  if not _VERBOSE.value:  # a failed save is the job's one error line
+    absl_logger.addFilter(_OrbaxTracebacks())
+    checkpointing.drop_orbax_leftovers()
+    # ... and its write coroutines, never awaited once one failed, are reported at exit.
+    warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
   started, peers = False, None
   try:
     started = distributed.initialize(

@@ -42,6 +42,7 @@ from sparsepipe.core.specs import check_combiner
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
+from sparsepipe.core.write_errors import write_error
 
 # 2: export.json carries the sha256 of its own canonical JSON; 1 (sparsepipe 0.3): it does not.
 EXPORT_VERSION = 2
@@ -206,6 +207,9 @@ def write_export(
     with open(os.path.join(tmp, INFO_FILENAME), "w") as f:
       json.dump(body, f, indent=1, sort_keys=True)
     move_into_place(tmp, output)
+  except OSError as error:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise write_error(error, "the export", output) from error
   except BaseException:
     shutil.rmtree(tmp, ignore_errors=True)
     raise

@@ -17,6 +17,7 @@ from absl import app
 from absl import flags
 
 from sparsepipe.data.convert import cli
+from sparsepipe.core.write_errors import write_errors_named
 from sparsepipe.serving.output_paths import check_file_output
 
 
@@ -48,8 +49,9 @@ def main(argv) -> int:
   scores, labels = score_dataset(predictor, f.data, batch_size=f.batch_size, show_progress=True)
   output = os.path.abspath(f.output)
   tmp = f"{output}.tmp-{os.getpid()}.npy"
-  np.save(tmp, scores)
-  os.replace(tmp, output)
+  with write_errors_named("the scores", output, tmp):
+    np.save(tmp, scores)
+    os.replace(tmp, output)
   line = f"{len(scores):,} scores: {output}"
   if labels.size and np.all((labels == 0) | (labels == 1)):
     metrics = pipeline.compute_metrics(labels, scores)

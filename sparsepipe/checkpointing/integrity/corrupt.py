@@ -43,10 +43,10 @@ def first_line(error: BaseException, limit: int = 400) -> str:
   return f"{type(error).__name__}: {text}"
 
 
-def _is_read_leftover(unraisable: Any) -> bool:
-  """A report of a failed read's leftovers: a TensorStore callback aimed at
-  Orbax's closed event loop, or an Orbax read coroutine that failed while
-  it was being discarded."""
+def _is_orbax_leftover(unraisable: Any) -> bool:
+  """A report of a failed read's or write's leftovers: a TensorStore callback aimed
+  at Orbax's closed event loop, or an Orbax coroutine that failed while it was being
+  discarded."""
   value = getattr(unraisable, "exc_value", None)
   if isinstance(value, RuntimeError) and "Event loop is closed" in str(value):
     return True
@@ -86,7 +86,7 @@ def quiet_reads() -> Iterator[None]:
   previous = sys.unraisablehook
 
   def hook(unraisable: Any) -> None:
-    if not _is_read_leftover(unraisable):
+    if not _is_orbax_leftover(unraisable):
       previous(unraisable)
 
   sys.unraisablehook = hook
@@ -102,14 +102,23 @@ def quiet_reads() -> Iterator[None]:
       sys.unraisablehook = _LateTeardownFilter(previous) if late else previous
 
 
+def drop_orbax_leftovers() -> None:
+  """From here on, drops the unraisable-exception reports of failed Orbax reads and
+  writes (`quiet_reads` does so while reading): a save that fails (a full disk)
+  left some 30 "Event loop is closed" tracebacks, while its error is raised to
+  the saver."""
+  if not isinstance(sys.unraisablehook, _LateTeardownFilter):
+    sys.unraisablehook = _LateTeardownFilter(sys.unraisablehook)
+
+
 class _LateTeardownFilter:
-  """Keeps dropping a failed read's leftovers; passes everything else."""
+  """Keeps dropping failed reads' and writes' leftovers; passes everything else."""
 
   def __init__(self, previous: Callable[[Any], None]):
     self._previous = previous
 
   def __call__(self, unraisable: Any) -> None:
-    if not _is_read_leftover(unraisable):
+    if not _is_orbax_leftover(unraisable):
       self._previous(unraisable)
 
 

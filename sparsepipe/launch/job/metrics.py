@@ -18,6 +18,7 @@ import time
 from typing import Any, TextIO
 
 from sparsepipe.core.status_line import StatusLine
+from sparsepipe.core.write_errors import write_errors_named
 
 
 class MetricsLog:
@@ -53,9 +54,10 @@ class MetricsLog:
       return []
     kept = [r for r in self.records() if r.get("batch", 0) <= batch]
     tmp = self._path + ".tmp"
-    with open(tmp, "w") as f:
-      f.write("".join(json.dumps(record) + "\n" for record in kept))
-    os.replace(tmp, self._path)
+    with write_errors_named("the job's metrics", self._path, tmp):
+      with open(tmp, "w") as f:
+        f.write("".join(json.dumps(record) + "\n" for record in kept))
+      os.replace(tmp, self._path)
     return kept
 
   def write(self, record: dict[str, Any]) -> None:

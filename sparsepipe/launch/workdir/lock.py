@@ -30,6 +30,8 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from sparsepipe.core.write_errors import write_error
+
 LOCK_FILENAME = "job.lock"
 
 
@@ -79,9 +81,15 @@ def _acquire(workdir: str) -> tuple[IO[str] | None, str]:
     if _still_there(handle, path):
       break
     handle.close()  # its holder removed it as we opened it: lock the new one
-  handle.truncate(0)
-  handle.write(_owner())
-  handle.flush()
+  try:
+    handle.truncate(0)
+    handle.write(_owner())
+    handle.flush()
+  except OSError as error:  # a full disk: the file this launch may have made goes
+    with contextlib.suppress(OSError):
+      os.unlink(path)
+    handle.close()
+    raise write_error(error, "the workdir's lock file", path) from error
   return handle, ""
 
 
