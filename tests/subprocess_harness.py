@@ -79,6 +79,24 @@ def python_command(script: str, *args: str) -> list[str]:
   return [sys.executable, script, *args]
 
 
+def run_module(
+  module: str, *args: str, timeout_s: float = 300.0, **kwargs
+) -> subprocess.CompletedProcess:
+  """`python -m module args...` from the repository root, its output captured as text
+  (`kwargs`: subprocess.run's, e.g. env)."""
+  import paths  # pylint: disable=g-import-not-at-top
+
+  return subprocess.run(
+    [sys.executable, "-m", module, *args],
+    capture_output=True,
+    text=True,
+    check=False,
+    timeout=timeout_s,
+    cwd=paths.REPO_ROOT,
+    **kwargs,
+  )
+
+
 def free_port() -> int:
   """A TCP port free on localhost now (for a jax.distributed coordinator)."""
   with socket.socket() as s:

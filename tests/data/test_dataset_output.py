@@ -13,6 +13,7 @@ from sparsepipe.data import convert_csv
 
 import paths
 import saved_work_trees  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
 CSV = "user,item,age,label\nu1,i1,30,1\nu2,i2,40,0\nu3,i1,50,1\n"
 MANY_ROWS = CSV + "".join(f"u{i},i{i % 3},{i},{i % 2}\n" for i in range(60))
@@ -98,15 +99,10 @@ def test_the_converter_command_refuses_a_workdir_and_leaves_it_as_it_was(saved, 
 
 
 def _convert(tmp_path, *args):
-  return subprocess.run(
-    [sys.executable, "-m", "sparsepipe.data.csv", "--input", str(tmp_path / "in.csv")]
-    + ["--label_column", "label", "--sparse_columns", "user,item", "--dense_columns", "age"]
-    + list(args),
-    capture_output=True,
-    text=True,
-    check=False,
-    timeout=120,
-    cwd=paths.REPO_ROOT,
+  return harness.run_module(
+    "sparsepipe.data.csv",
+    *["--input", str(tmp_path / "in.csv"), "--label_column", "label"],
+    *["--sparse_columns", "user,item", "--dense_columns", "age", *args],
   )
 
 

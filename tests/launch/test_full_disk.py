@@ -14,7 +14,6 @@ import functools
 import os
 import resource
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -23,7 +22,6 @@ from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.workdir import lock
 
 import launch_testing  # pylint: disable=g-bad-import-order
-import paths  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE semantics")
@@ -32,17 +30,14 @@ _LIMIT = 300_000  # bytes: above the tiny job's data shard and small files, belo
 
 
 def _run(command, limit=None):
+  """`command` (python -m MODULE ARGS...) with at most `limit` bytes a file."""
+
   def limited():
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-  return subprocess.run(
-    command,
-    capture_output=True,
-    text=True,
-    check=False,
-    timeout=300,
-    cwd=paths.REPO_ROOT,
+  return harness.run_module(
+    *command[2:],
     env=harness.cpu_env(1, compilation_cache_dir=harness.SESSION_JAX_CACHE),
     preexec_fn=limited if limit else None,
   )

@@ -2,8 +2,6 @@
 config file's misspelt field once trained with the default, with status 0."""
 
 import os
-import subprocess
-import sys
 
 import ml_collections
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from sparsepipe.launch.config.known_fields import complete_config
 from sparsepipe.launch.config.shipped import criteo, dataset, demo
 
-import paths  # pylint: disable=g-bad-import-order
+import subprocess_harness as harness  # pylint: disable=g-bad-import-order
 
 
 @pytest.mark.parametrize("module", [criteo, dataset, demo])
@@ -102,14 +100,8 @@ def test_a_config_the_job_cannot_complete_is_named(config, message):
 
 def _launch(tmp_path, source):
   (tmp_path / "my_config.py").write_text(source)
-  return subprocess.run(
-    [sys.executable, "-m", "sparsepipe.launch", f"--config={tmp_path / 'my_config.py'}"]
-    + [f"--workdir={tmp_path / 'job'}"],
-    capture_output=True,
-    text=True,
-    check=False,
-    timeout=300,
-    cwd=paths.REPO_ROOT,
+  return harness.run_module(
+    "sparsepipe.launch", f"--config={tmp_path / 'my_config.py'}", f"--workdir={tmp_path / 'job'}"
   )
 
 
