@@ -403,6 +403,10 @@ def write_batches(
       seen += batch.num_examples
       if progress:
         progress.update(batch.num_examples)
+    if not seen:
+      inputs = (info or {}).get("inputs") or []
+      named = f" {', '.join(map(repr, inputs))}" if inputs else ""
+      raise ValueError(f"the input{named} holds no examples: nothing to write to '{output_dir}'")
     for writer, part in ((train, "train"), (evals, "eval")):
       if writer is not None and writer.num_examples == 0 and seen:
         raise ValueError(

@@ -65,6 +65,16 @@ def test_flag_values_and_missing_inputs_are_one_line(tmp_path):
     1,
     f"error: [Errno 2] No such file or directory: '{tmp_path / 'none.csv'}'\n",
   )
+  # An input without examples: the error named the output ("no examples were written to").
+  (tmp_path / "empty.tsv").write_text("")
+  out = _run("sparsepipe.data.criteo", "--input", str(tmp_path / "empty.tsv"), "--output",
+             str(tmp_path / "o"))  # fmt: skip
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: the input '{tmp_path / 'empty.tsv'}' holds no examples: nothing to write to"
+    f" '{tmp_path / 'o'}'\n",
+  )
+  assert sorted(os.listdir(tmp_path)) == ["empty.tsv"]
 
 
 def test_eval_split_from_the_command_line(tmp_path):
