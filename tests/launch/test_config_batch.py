@@ -91,6 +91,8 @@ def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
     " num_sc_per_device=2): each takes an equal share of every batch; choose a multiple of 8,"
     " or run on 1, 2 devices (a resumed job keeps its batch size)"
   )
+  with pytest.raises(ValueError, match=r", or run on 1 device \(a resumed job keeps"):
+    config_specs.build_feature_specs(_config(6, 0), global_batch_size=6, global_device_count=4)
 
 
 @pytest.mark.parametrize(

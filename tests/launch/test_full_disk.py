@@ -97,14 +97,37 @@ def _fail_with_enospc(*_):
   raise OSError(errno.ENOSPC, "No space left on device")
 
 
+class _FullDiskFile:
+  """A file whose text stays buffered: flush() and close() fail as on a full disk."""
+
+  def __init__(self, real):
+    self._real, self._pending = real, ""
+
+  def __getattr__(self, name):
+    return getattr(self._real, name)
+
+  def write(self, text):
+    self._pending += text
+    return len(text)
+
+  def flush(self):
+    if self._pending:
+      _fail_with_enospc()
+
+  def close(self):
+    self._real.close()
+    self.flush()
+
+
 def test_the_lock_file_a_launch_cannot_write_is_named_and_removed(tmp_path, monkeypatch):
-  """Its flush failed with a bare "[Errno 28] No space left on device", and the empty
-  job.lock stayed."""
-  monkeypatch.setattr(lock, "_owner", _fail_with_enospc)
+  """Its flush failed with a bare "[Errno 28] No space left on device" (and closing the
+  file raised it again), and the empty job.lock and the workdir made for it stayed."""
+  monkeypatch.setattr(lock, "open", lambda *a, **k: _FullDiskFile(open(*a, **k)), raising=False)
+  workdir = tmp_path / "jobs" / "w"
   with pytest.raises(OSError) as refused:
-    with lock.exclusive_workdir(str(tmp_path)):
+    with lock.exclusive_workdir(str(workdir)):
       pass
-  path = tmp_path / lock.LOCK_FILENAME
+  path = workdir / lock.LOCK_FILENAME
   assert str(refused.value) == (
     f"cannot write the workdir's lock file '{path}': No space left on device"
   )

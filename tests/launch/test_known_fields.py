@@ -50,14 +50,27 @@ def test_a_field_the_base_config_lacks_is_named_with_the_closest(field, value, m
   with pytest.raises(ValueError) as refused:
     complete_config(config)
   assert str(refused.value) == (
-    message + " (docs/config.md lists them; a user model's own fields go under config.model)"
+    message + " (docs/config.md lists them; a user model's own fields go under config.model,"
+    " with config.model.factory)"
   )
 
 
-def test_a_user_models_fields_are_its_own():
+def test_a_user_models_fields_are_its_own_and_a_built_in_models_are_checked():
   config = demo.get_config()
   config.model.hidden = 7
+  with pytest.raises(ValueError, match=r"^config.model.hidden: the config has no such field"):
+    complete_config(config)  # a typo for dlrm's fields was ignored
+  assert complete_config(config, overrides_to_come=True).model.hidden == 7  # factory may come
+  config.model.factory = "my_model:make"
   assert complete_config(config).model.hidden == 7
+  config = demo.get_config()
+  config.model.bottom_mlp_sizes = (32, 8)
+  with pytest.raises(ValueError) as refused:
+    complete_config(config)
+  assert str(refused.value).startswith(
+    "config.model.bottom_mlp_sizes: the config has no such field; did you mean"
+    " config.model.bottom_mlp_dims?"
+  )
 
 
 def test_fields_a_config_leaves_out_take_their_defaults():
@@ -98,10 +111,11 @@ def test_a_config_the_job_cannot_complete_is_named(config, message):
   assert str(refused.value) == message
 
 
-def _launch(tmp_path, source):
+def _launch(tmp_path, source, *flags):
   (tmp_path / "my_config.py").write_text(source)
   return harness.run_module(
-    "sparsepipe.launch", f"--config={tmp_path / 'my_config.py'}", f"--workdir={tmp_path / 'job'}"
+    "sparsepipe.launch",
+    *[f"--config={tmp_path / 'my_config.py'}", f"--workdir={tmp_path / 'job'}", *flags],
   )
 
 
@@ -113,11 +127,24 @@ def test_the_launcher_names_a_config_files_typo_before_anything_is_made(tmp_path
   )
   assert (out.returncode, out.stdout) == (1, "")
   assert out.stderr == (
-    "error: config.checkpoint.every_step: the config has no such field; did you mean"
-    " config.checkpoint.every_steps? (docs/config.md lists them; a user model's own fields go"
-    " under config.model)\n"
+    f"error: --config={tmp_path / 'my_config.py'}: config.checkpoint.every_step: the config has"
+    " no such field; did you mean config.checkpoint.every_steps? (docs/config.md lists them; a"
+    " user model's own fields go under config.model, with config.model.factory)\n"
   )
   assert not os.path.exists(tmp_path / "job")
+  # A field the file leaves out takes its default, and the command line may set it.
+  source = (
+    "import ml_collections\n\n\ndef get_config():\n  return ml_collections.ConfigDict("
+    "{'num_steps': 2, 'features': {'u': {'vocab_size': 100}}})\n"
+  )
+  out = _launch(tmp_path, source, "--config.checkpoint.every_steps=1", "--config.seed=3")
+  assert out.returncode == 0, out.stderr
+  assert sorted(os.listdir(tmp_path / "job" / "checkpoints")) == ["1", "2"]
+  out = _launch(tmp_path, "def get_config(:\n")
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --config file '{tmp_path / 'my_config.py'}' line 1: invalid syntax\n",
+  )
   out = _launch(tmp_path, "NUM_STEPS = 3\n")
   assert (out.returncode, out.stdout) == (1, "")
   assert out.stderr == (

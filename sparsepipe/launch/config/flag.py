@@ -17,6 +17,7 @@ from typing import Any
 from absl import flags
 from ml_collections import config_flags
 
+from sparsepipe.launch.config.known_fields import complete_config
 from sparsepipe.launch.config.shipped import config_path
 from sparsepipe.launch.config.shipped import shipped_config_names
 
@@ -36,7 +37,9 @@ class _FileOrName(flags.ArgumentParser):
         f"no config file '{file}' (from {os.getcwd()}); the shipped configs are {names},"
         " e.g. --config=demo"
       )
-    return self._file_parser.parse(resolved + (":" + arg if arg else ""))
+    # Completed before the command line's overrides, which may set what it left out.
+    config = self._file_parser.parse(resolved + (":" + arg if arg else ""))
+    return complete_config(config, overrides_to_come=True)
 
   def flag_type(self) -> str:
     return self._file_parser.flag_type()
@@ -102,6 +105,8 @@ def parse_flags_or_exit(argv: list[str], parse: Any) -> Any:
       print(unknown_field_message(e), file=sys.stderr)
   except KeyError as e:  # ml_collections: an override of no field
     print(unknown_field_message(e), file=sys.stderr)
+  except SyntaxError as e:  # a config file that is not Python
+    print(f"error: --config file '{e.filename}' line {e.lineno}: {e.msg}", file=sys.stderr)
   except flags.Error as e:
     print(f"error: {str(e).removeprefix('flag ')}", file=sys.stderr)
   sys.exit(1)

@@ -5,7 +5,8 @@ A config file sets fields by assignment, and ml_collections checks that
 against nothing: `config.num_stepz = 3` added a field no part reads, and
 the job trained its 1000 batches with status 0. `complete_config` refuses
 every field `base_config()` lacks, naming the closest one, except under
-`model` (a user model's own fields, README "Bring your own model"); and a
+`model` with a `model.factory` (a user model's own fields, README "Bring
+your own model"); and a
 field the file left out (a config built without base_config, a feature
 entry without `combiner`) takes its default from docs/config.md, as it
 would have in a file that starts from base_config.
@@ -21,7 +22,8 @@ import ml_collections
 from sparsepipe.launch.config.fields import REQUIRED
 from sparsepipe.launch.config.fields import config_fields
 
-# Groups whose fields a config may add: a user model reads its own.
+# Groups whose fields a config may add: a user model (config.model.factory) reads its own;
+# a built-in model's fields are checked as any others.
 _GROUPS = (Mapping, ml_collections.ConfigDict)
 _OPEN_GROUPS = ("model.",)
 
@@ -53,7 +55,7 @@ def _unknown_field_error(field: str, known: Mapping[str, Any]) -> ValueError:
     hint = f"; did you mean config.{name}?"
   return ValueError(
     f"config.{field}: the config has no such field{hint} (docs/config.md lists them; a"
-    " user model's own fields go under config.model)"
+    " user model's own fields go under config.model, with config.model.factory)"
   )
 
 
@@ -68,10 +70,11 @@ def _set(config: ml_collections.ConfigDict, field: str, value: Any) -> None:
   node[key] = value
 
 
-def complete_config(config: Any) -> ml_collections.ConfigDict:
+def complete_config(config: Any, overrides_to_come: bool = False) -> ml_collections.ConfigDict:
   """`config` with the defaults of the fields it lacks; ValueError naming a field it sets
   that the base config lacks (see the module docstring). A plain dict becomes a
-  ConfigDict."""
+  ConfigDict. `overrides_to_come`: a config file before its command line, which may
+  still give model.factory (model fields are checked after it)."""
   if isinstance(config, Mapping) and not isinstance(config, ml_collections.ConfigDict):
     config = ml_collections.ConfigDict(config)
   if not isinstance(config, ml_collections.ConfigDict):
@@ -80,8 +83,10 @@ def complete_config(config: Any) -> ml_collections.ConfigDict:
       " file's get_config() returns one (start from sparsepipe.launch.config.base.base_config)"
     )
   known = config_fields()
+  user_model = overrides_to_come or bool(config.get("model", {}).get("factory", ""))
   for field in _leaves(config):
-    if _pattern(field) not in known and not field.startswith(_OPEN_GROUPS):
+    own = user_model and field.startswith(_OPEN_GROUPS)
+    if _pattern(field) not in known and not own:
       raise _unknown_field_error(field, known)
   features = list(config.get("features", {}).keys())
   if not features and not config.get("features_from_manifest", False):

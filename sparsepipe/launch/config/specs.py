@@ -148,7 +148,8 @@ def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_
   other_devices = ""
   if fits:  # a resumed job cannot change its batch, only where it runs
     counts = ", ".join(map(str, fits[:8])) + ("" if len(fits) <= 8 else ", ...")
-    other_devices = f", or run on {counts} devices (a resumed job keeps its batch size)"
+    noun = "device" if fits == [1] else "devices"
+    other_devices = f", or run on {counts} {noun} (a resumed job keeps its batch size)"
   if not _power_of_two(cores):
     raise ValueError(
       f"the mesh ({devices} x num_sc_per_device={num_sc}) has {cores} SparseCores, not a"

@@ -88,7 +88,8 @@ def _acquire(workdir: str) -> tuple[IO[str] | None, str]:
   except OSError as error:  # a full disk: the file this launch may have made goes
     with contextlib.suppress(OSError):
       os.unlink(path)
-    handle.close()
+    with contextlib.suppress(OSError):  # closing flushes the buffered text again
+      handle.close()
     raise write_error(error, "the workdir's lock file", path) from error
   return handle, ""
 
@@ -151,9 +152,9 @@ class WorkdirLease:
       with contextlib.suppress(OSError):
         os.unlink(os.path.join(self.workdir, LOCK_FILENAME))
       handle.close()
-    self._remove_made_folders()
+    self.remove_made_folders()
 
-  def _remove_made_folders(self) -> None:
+  def remove_made_folders(self) -> None:
     """The workdir and the folders above it that were made for it, while empty."""
     folder = self.workdir
     while self.made_from is not None:
@@ -197,3 +198,5 @@ def exclusive_workdir(workdir: str, discard: Sequence[str] = ()) -> Iterator[Wor
   finally:
     if jax.process_index() == 0 and not (problem or error):
       lease.release(handle)
+    elif error is not None:  # no lock was taken: only the empty folders this launch made go
+      lease.remove_made_folders()
