@@ -121,14 +121,15 @@ def _follow(process: int, end: dict) -> NoReturn:
   """Says that `process` ended (its record `end`) and ends this one too."""
   me, _ = _process_index_and_count()
   line = end["line"].removeprefix("sparsepipe: ")
+  stopped = end["status"] == STOPPED_EXIT_CODE
+  again = "run the same commands again" if stopped else "once that is mended, run the commands"
   print(
     f"sparsepipe: process {process} of the job ended ({line}), so process {me} ends"
-    " too, without saving: run the same commands again on every process to go on from the"
-    " newest checkpoint",
+    f" too, without saving: {again} on every process to go on from the newest checkpoint",
     file=sys.stderr,
     flush=True,
   )
-  _leave(STOPPED_EXIT_CODE if end["status"] == STOPPED_EXIT_CODE else 1)
+  _leave(STOPPED_EXIT_CODE if stopped else 1)
 
 
 def _leave(status: int) -> NoReturn:

@@ -97,8 +97,8 @@ def test_an_error_in_one_process_ends_both_at_once_each_saying_why(tmp_path):
     1,
     [
       f"sparsepipe: process 1 of the job ended ({error}), so process 0 ends too, without"
-      " saving: run the same commands again on every process to go on from the newest"
-      " checkpoint"
+      " saving: once that is mended, run the commands on every process to go on from the"
+      " newest checkpoint"
     ],
   )
 
@@ -143,8 +143,8 @@ def test_processes_started_with_other_configs_are_refused_naming_the_fields(tmp_
   # line, the other its own or (following the first) that process's.
   follows = [
     f"sparsepipe: process {1 - i} of the job ended ({said[1 - i]}), so process {i} ends too,"
-    " without saving: run the same commands again on every process to go on from the"
-    " newest checkpoint"
+    " without saving: once that is mended, run the commands on every process to go on from"
+    " the newest checkpoint"
     for i in range(2)
   ]
   assert [status for status, _, _ in results] == [1, 1]
