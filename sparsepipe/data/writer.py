@@ -42,9 +42,9 @@ import numpy as np
 
 from sparsepipe.core.saved_work import refuse_symbolic_link
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
-from sparsepipe.core.write_errors import write_error
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
+from sparsepipe.core.write_errors import write_error
 from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
@@ -408,7 +408,7 @@ def write_batches(
       named = f" {', '.join(map(repr, inputs))}" if inputs else ""
       raise ValueError(f"the input{named} holds no examples: nothing to write to '{output_dir}'")
     for writer, part in ((train, "train"), (evals, "eval")):
-      if writer is not None and writer.num_examples == 0 and seen:
+      if writer is not None and writer.num_examples == 0:
         raise ValueError(
           f"the {part} split got none of the {seen} examples (eval_fraction={eval_fraction})"
         )

@@ -3,9 +3,9 @@
 A converter's --output (and --eval_output) is refused, before anything is
 read or written, when it lies inside saved work (a workdir, a dataset or an
 export: core.saved_work), when it is a workdir, an export or a symbolic
-link, and when it is a folder that holds saved work. An existing dataset there is replaced only
-with --overwrite, and a folder of other files gets the dataset beside them
-(data.writer). The launcher's own data (`<workdir>/data`) is written
+link, and when it is a folder that holds saved work. An existing dataset
+there is replaced only with --overwrite, and a folder of other files gets
+the dataset beside them (data.writer). The launcher's own data (`<workdir>/data`) is written
 through the writer, not these commands.
 """
 
