@@ -74,7 +74,7 @@ def complete_config(config: Any, overrides_to_come: bool = False) -> ml_collecti
   """`config` with the defaults of the fields it lacks; ValueError naming a field it sets
   that the base config lacks (see the module docstring). A plain dict becomes a
   ConfigDict. `overrides_to_come`: a config file before its command line, which may
-  still give model.factory (model fields are checked after it)."""
+  still give model.factory or features_from_manifest (checked after it)."""
   if isinstance(config, Mapping) and not isinstance(config, ml_collections.ConfigDict):
     config = ml_collections.ConfigDict(config)
   if not isinstance(config, ml_collections.ConfigDict):
@@ -89,7 +89,8 @@ def complete_config(config: Any, overrides_to_come: bool = False) -> ml_collecti
     if _pattern(field) not in known and not own:
       raise _unknown_field_error(field, known)
   features = list(config.get("features", {}).keys())
-  if not features and not config.get("features_from_manifest", False):
+  manifest = config.get("features_from_manifest", False)
+  if not (features or manifest or overrides_to_come):  # the command line may set it
     raise ValueError(
       "config.features names no feature: give each one's vocab_size"
       " (config.features.NAME = sparsepipe.launch.config.base.feature(vocab_size)), or take them"
