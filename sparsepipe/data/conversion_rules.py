@@ -29,6 +29,10 @@ RULES = {
 }
 
 
+# The converters of a table's columns (with --like: a held-out file converted as the
+# train data was).
+COLUMN_CONVERTERS = frozenset({"sparsepipe.data.csv", "sparsepipe.data.parquet"})
+
 # Converters that turn a table's columns into ids and dense floats by the same
 # rules: the same table gives the same dataset from either (data.parquet).
 _SAME_RULES_AS = {"sparsepipe.data.parquet": "sparsepipe.data.csv"}

@@ -169,6 +169,7 @@ def test_a_held_out_file_converted_like_the_train_data_agrees_with_it(tmp_path):
   from sparsepipe.data import read_manifest  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.config.from_manifest import check_manifests_agree  # pylint: disable=g-import-not-at-top
 
+  (tmp_path / "day.tsv").write_text(LINE + "\n")
   header = "label,price,item\n"
   (tmp_path / "train.csv").write_text(header + "1,500,a\n0,3,b\n1,40,c\n0,7,a\n")
   (tmp_path / "held.csv").write_text(header + "0,5,c\n1,60,d\n")
@@ -213,3 +214,12 @@ def test_a_held_out_file_converted_like_the_train_data_agrees_with_it(tmp_path):
     " command gives []: give the same columns\n",
   )
   assert not os.path.exists(tmp_path / "other")
+  criteo = tmp_path / "criteo"
+  assert _run("sparsepipe.data.criteo", "--input", str(tmp_path / "day.tsv"), "--output",
+              str(criteo)).returncode == 0  # fmt: skip
+  out, _ = convert("other", "--like", str(criteo))
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --like '{criteo}' was made by 'sparsepipe.data.criteo', not by the CSV or Parquet"
+    " converter: give a dataset converted from columns\n",
+  )

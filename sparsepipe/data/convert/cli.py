@@ -17,6 +17,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, maker
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.data.convert.output_path import check_dataset_output
 from sparsepipe.data.convert.progress import summarize
@@ -93,6 +94,11 @@ def _like(directory: str, kwargs: dict[str, Any]) -> dict[str, Any]:
   if given:
     raise ValueError(f"--like takes --{given[0]} from '{directory}': give one of them, not both")
   info = read_manifest(directory).info
+  if maker(info) not in COLUMN_CONVERTERS:
+    raise ValueError(
+      f"--like '{directory}' was made by {maker(info)!r}, not by the CSV or Parquet"
+      " converter: give a dataset converted from columns"
+    )
   for name in _LIKE_COLUMNS:
     theirs, ours = info.get(name), kwargs[name]
     if (list(theirs or ()) if isinstance(ours, list) else theirs) != ours:

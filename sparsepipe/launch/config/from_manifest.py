@@ -33,13 +33,10 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from sparsepipe.data.conversion_rules import maker, maker_difference
+from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, maker, maker_difference
 from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
-
-# The converters with --like (their held-out data is converted as the train data).
-_COLUMN_CONVERTERS = {"sparsepipe.data.csv", "sparsepipe.data.parquet"}
 
 # ids per example assumed for a multivalent feature without recorded statistics.
 MULTIVALENT_MAX_IDS = 16
@@ -169,7 +166,7 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
   if problems:
     hint = ""
     like_fixes = any(p.startswith("dense_transform") or " has vocab_size " in p for p in problems)
-    if like_fixes and {maker(train.info), maker(evaluation.info)} <= _COLUMN_CONVERTERS:
+    if like_fixes and {maker(train.info), maker(evaluation.info)} <= COLUMN_CONVERTERS:
       hint = (
         f" (convert the eval data with --like={train.directory} to take the train data's"
         " vocabulary sizes and dense transforms)"
