@@ -71,14 +71,18 @@ class _SaveWaitNotice(std_logging.Filter):
 
 
 class _OrbaxTracebacks(std_logging.Filter):
-  """Drops Orbax's ERROR records that carry a traceback: the failure of a save in its
-  background threads (a full disk), which each thread logs (some 100 lines each)
-  before the save's error reaches the job, which names it in one line. --verbose
-  shows them."""
+  """Drops the ERROR records of a save failing in Orbax's background threads (a full
+  disk): each thread logs it with a traceback (absl, some 100 lines each), and
+  asyncio its write tasks' exceptions "never retrieved", before the save's error
+  reaches the job, which names it in one line. --verbose shows them."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    orbax = f"{os.sep}orbax{os.sep}" in record.pathname
-    return not (orbax and record.levelno >= std_logging.ERROR and record.exc_info)
+    if record.levelno < std_logging.ERROR:
+      return True
+    orbax = f"{os.sep}orbax{os.sep}"
+    if record.name == "asyncio":  # "Task exception was never retrieved", an Orbax task
+      return orbax not in record.getMessage()
+    return not (orbax in record.pathname and record.exc_info)
 
 
 def workdir() -> str:
@@ -123,7 +127,8 @@ def main(argv) -> int:
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   if not _VERBOSE.value:  # a failed save is the job's one error line
-    absl_logger.addFilter(_OrbaxTracebacks())
+    for logger in (absl_logger, std_logging.getLogger("asyncio")):
+      logger.addFilter(_OrbaxTracebacks())
     checkpointing.drop_orbax_leftovers()
     # ... and its write coroutines, never awaited once one failed, are reported at exit.
     warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)

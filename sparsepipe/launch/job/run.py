@@ -25,7 +25,7 @@ from sparsepipe.launch.config import from_manifest
 from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.config.checks import check_config
 from sparsepipe.launch.config.known_fields import complete_config
-from sparsepipe.launch.job.same_config import check_same_config
+from sparsepipe.launch.config.same_config import check_same_config
 from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
