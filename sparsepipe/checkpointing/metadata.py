@@ -228,7 +228,8 @@ class _Unset:
 UNSET = _Unset()
 
 
-def _render(value: Any) -> str:
+def render_config_value(value: Any) -> str:
+  """A value of `config_differences` for a message: JSON, or "(unset)"."""
   return "(unset)" if value is UNSET else json.dumps(value)
 
 
@@ -283,4 +284,6 @@ def check_compatible(
     )
   diffs = config_differences(run.config, current.config, mutable_config_keys, added_config_keys)
   if diffs:
-    raise ConfigMismatchError(where, [(key, _render(a), _render(b)) for key, a, b in diffs])
+    raise ConfigMismatchError(
+      where, [(key, render_config_value(a), render_config_value(b)) for key, a, b in diffs]
+    )

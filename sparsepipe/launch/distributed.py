@@ -48,6 +48,14 @@ def initialize(
   return True
 
 
+def coordination_client():
+  """This process's jax.distributed client (the coordination service's key-value
+  store), or None before it connects, or without one."""
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+
+  return distributed.global_state.client
+
+
 def shutdown(started: bool) -> None:
   if started:
     jax.distributed.shutdown()

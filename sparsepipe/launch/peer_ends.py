@@ -28,19 +28,13 @@ import threading
 import time
 from typing import NoReturn
 
+from sparsepipe.launch.distributed import coordination_client
 from sparsepipe.launch.stopping import STOPPED_EXIT_CODE
 
 _ENDED = "sparsepipe/ended/"  # + process index: {"status": int, "line": str}
 _SEEN = "sparsepipe/seen/"  # + process index: it has read an end, or ended itself
 POLL_S = 1.0
 WAIT_FOR_PEERS_S = 10.0
-
-
-def _client():
-  """The process's jax.distributed client, or None before it connects (or without one)."""
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top
-
-  return distributed.global_state.client
 
 
 class PeerEnds:
@@ -69,7 +63,7 @@ class PeerEnds:
 
 def connected() -> bool:
   """Whether this process has joined a multi-process job (a jax.distributed client)."""
-  return _client() is not None
+  return coordination_client() is not None
 
 
 def follow_an_ended_peer(watch: PeerEnds | None) -> None:
@@ -89,13 +83,15 @@ def end_abnormally(status: int, line: str, watch: PeerEnds | None) -> None:
   """In a multi-process job: records this process's end (`line`, already printed)
   for the others and exits with `status`. Returns only without a connected
   jax.distributed client (one process, or the failure came before it connected)."""
-  if _client() is None:
+  if coordination_client() is None:
     return
   if watch is not None:
     watch.stop()
   me, _ = _process_index_and_count()
   try:
-    _client().key_value_set(f"{_ENDED}{me}", json.dumps({"status": status, "line": line}))
+    coordination_client().key_value_set(
+      f"{_ENDED}{me}", json.dumps({"status": status, "line": line})
+    )
   except Exception:  # pylint: disable=broad-exception-caught
     pass  # the service is gone (process 0 ended): the others end by JAX's own timeouts
   _leave(status)
@@ -112,7 +108,9 @@ def _process_index_and_count() -> tuple[int, int]:
 def _ended_peer() -> tuple[int, dict] | None:
   """The lowest other process that recorded an abnormal end, and its record."""
   me, _ = _process_index_and_count()
-  ended = [(int(k.rsplit("/", 1)[1]), v) for k, v in _client().key_value_dir_get(_ENDED)]
+  ended = [
+    (int(k.rsplit("/", 1)[1]), v) for k, v in coordination_client().key_value_dir_get(_ENDED)
+  ]
   others = sorted((k, json.loads(v)) for k, v in ended if k != me)
   return others[0] if others else None
 
@@ -137,7 +135,7 @@ def _leave(status: int) -> NoReturn:
   (at most WAIT_FOR_PEERS_S) for the others to have read it. Then exits."""
   me, count = _process_index_and_count()
   try:
-    client = _client()
+    client = coordination_client()
     client.key_value_set(f"{_SEEN}{me}", "", allow_overwrite=True)
     deadline = time.monotonic() + WAIT_FOR_PEERS_S
     while me == 0 and len(client.key_value_dir_get(_SEEN)) < count:
