@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def is_power_of_two(n: int) -> bool:
+  """Whether `n` is 1, 2, 4, 8, ... (the SparseCore counts the MOD layout takes)."""
+  n = int(n)
+  return n >= 1 and not n & (n - 1)
+
+
 def round_up(value: int, multiple: int) -> int:
   """Smallest multiple of `multiple` that is >= value."""
   return -(-int(value) // multiple) * multiple

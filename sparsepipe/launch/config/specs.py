@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
-from sparsepipe.core.rounding import round_up
+from sparsepipe.core.rounding import is_power_of_two, round_up
 from sparsepipe.launch.config import packing
 
 _EMBEDDING_OPTIMIZERS = {
@@ -119,10 +119,6 @@ def worst_case_ids_per_partition(
   return max(8, round_up(samples * ids, 8))
 
 
-def _power_of_two(n: int) -> bool:
-  return n >= 1 and not n & (n - 1)
-
-
 def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_count: int) -> None:
   """Raises ValueError unless the mesh's SparseCores are a power of two (the COO layout
   shards ids over them by MOD) that divides `global_batch_size`; names the device
@@ -131,26 +127,26 @@ def check_sparsecores_divide(config: Any, global_batch_size: int, global_device_
   if num_sc < 1:
     raise ValueError(f"config.num_sc_per_device={num_sc} must be >= 1")
   for_devices = int(config.limits.get("for_devices", 0))
-  if for_devices and not _power_of_two(for_devices * num_sc):
+  if for_devices and not is_power_of_two(for_devices * num_sc):
     raise ValueError(
       f"config.limits.for_devices={for_devices}: {for_devices} devices x num_sc_per_device="
       f"{num_sc} is not a power of two of SparseCores, so no mesh has it (0: any)"
     )
   cores = global_device_count * num_sc
-  if _power_of_two(cores) and global_batch_size % cores == 0:
+  if is_power_of_two(cores) and global_batch_size % cores == 0:
     return
   devices = f"{global_device_count} device{'s' if global_device_count > 1 else ''}"
   fits = [
     d
     for d in range(1, global_batch_size // num_sc + 1)
-    if _power_of_two(d * num_sc) and global_batch_size % (d * num_sc) == 0
+    if is_power_of_two(d * num_sc) and global_batch_size % (d * num_sc) == 0
   ]
   other_devices = ""
   if fits:  # a resumed job cannot change its batch, only where it runs
     counts = ", ".join(map(str, fits[:8])) + ("" if len(fits) <= 8 else ", ...")
     noun = "device" if fits == [1] else "devices"
     other_devices = f", or run on {counts} {noun} (a resumed job keeps its batch size)"
-  if not _power_of_two(cores):
+  if not is_power_of_two(cores):
     raise ValueError(
       f"the mesh ({devices} x num_sc_per_device={num_sc}) has {cores} SparseCores, not a"
       " power of two: ids are sharded over them by MOD, so the device count times"

@@ -26,7 +26,7 @@ from sparsepipe.core.specs import FeatureSpec
 from sparsepipe.core.specs import StackedTableSpec
 from sparsepipe.core.specs import TableSpec
 from sparsepipe.core.specs import with_default_id_transformation
-from sparsepipe.core.rounding import round_up
+from sparsepipe.core.rounding import is_power_of_two, round_up
 from sparsepipe.transforms.fdo.carry import most_ids_per_sparsecore
 from sparsepipe.transforms.table_export import compute_physical_row_ids
 from sparsepipe.transforms.table_export import mod_shard
@@ -253,7 +253,7 @@ def stack_layouts(feature_specs: Any, num_sparsecores: int) -> dict[str, StackLa
     {stack name: StackLayout}, sorted by stack name.
   """
   n = int(num_sparsecores)
-  if n < 1 or n & (n - 1):
+  if not is_power_of_two(n):
     raise EmbeddingLayoutError(f"the number of global SparseCores must be a power of two, got {n}")
   leaves = jax.tree.leaves(feature_specs)
   if not leaves:

@@ -13,7 +13,7 @@ from typing import Mapping
 
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
-from sparsepipe.core.rounding import round_up
+from sparsepipe.core.rounding import is_power_of_two, round_up
 
 INT_MAX = 2**31 - 1
 ALIGNMENT = 8
@@ -48,7 +48,7 @@ def num_global_sparsecores(global_device_count: int, num_sc_per_device: int) -> 
       f"global_device_count={g} and num_sc_per_device={s} must be positive"
     )
   n = g * s
-  if n & (n - 1):
+  if not is_power_of_two(n):
     raise errors.PreprocessingError(
       f"global_device_count*num_sc_per_device={g}*{s}={n} SparseCores is not a power of two"
     )
