@@ -70,7 +70,7 @@ def _records_list_columns(info: Mapping[str, Any]) -> bool:
   return maker(info) != "sparsepipe.data.parquet" or "multivalent_columns" in info
 
 
-def _dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
+def dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
   """{dense column: transform} for one transform given for all, as given otherwise."""
   value = info.get("dense_transform", "none")
   if isinstance(value, str) and info.get("converter") != "sparsepipe.data.criteo":
@@ -92,8 +92,8 @@ def rule_differences(
   got_names, want_names = got_schema.dense_names, want_schema.dense_names
   if len(got_names) == len(want_names) and got_names and want_names and got_names != want_names:
     out.append(f"dense columns {list(got_names)} {there}, {list(want_names)} {here}")
-  got_dense = _dense_transforms(got_info, got_schema)
-  want_dense = _dense_transforms(want_info, want_schema)
+  got_dense = dense_transforms(got_info, got_schema)
+  want_dense = dense_transforms(want_info, want_schema)
   if got_names == want_names and got_dense != want_dense:
     out.append(f"dense_transform {got_dense!r} {there}, {want_dense!r} {here}")
   for key, default in RULES.items():

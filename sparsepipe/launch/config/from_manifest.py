@@ -33,7 +33,8 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, maker, maker_difference
+from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, dense_transforms
+from sparsepipe.data.conversion_rules import maker, maker_difference
 from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
@@ -164,18 +165,32 @@ def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
     here="in the train data",
   )
   if problems:
-    hint = ""
-    like_fixes = any(p.startswith("dense_transform") or " has vocab_size " in p for p in problems)
-    if like_fixes and {maker(train.info), maker(evaluation.info)} <= COLUMN_CONVERTERS:
-      hint = (
-        f" (convert the eval data with --like={train.directory} to take the train data's"
-        " vocabulary sizes and dense transforms)"
-      )
     raise ValueError(
       f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree: "
       + "; ".join(problems)
-      + hint
+      + _like_hint(train, evaluation)
     )
+
+
+def _like_hint(train: Manifest, evaluation: Manifest) -> str:
+  """Says to convert the eval data with --like when that mends a difference found
+  above: two column conversions whose vocabulary sizes or dense transforms differ."""
+  if not {maker(train.info), maker(evaluation.info)} <= COLUMN_CONVERTERS:
+    return ""
+  common = [n for n in train.schema.feature_names if n in evaluation.schema.feature_names]
+  sizes_differ = any(
+    train.schema.feature(n).vocab_size != evaluation.schema.feature(n).vocab_size for n in common
+  )
+  transforms_differ = train.schema.dense_names == evaluation.schema.dense_names and (
+    dense_transforms(train.info, train.schema)
+    != dense_transforms(evaluation.info, evaluation.schema)
+  )
+  if not (sizes_differ or transforms_differ):
+    return ""
+  return (
+    f" (convert the eval data with --like={train.directory} to take the train data's"
+    " vocabulary sizes and dense transforms)"
+  )
 
 
 def apply_manifest(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
