@@ -6,10 +6,9 @@ against nothing: `config.num_stepz = 3` added a field no part reads, and
 the job trained its 1000 batches with status 0. `complete_config` refuses
 every field `base_config()` lacks, naming the closest one, except under
 `model` with a `model.factory` (a user model's own fields, README "Bring
-your own model"); and a
-field the file left out (a config built without base_config, a feature
-entry without `combiner`) takes its default from docs/config.md, as it
-would have in a file that starts from base_config.
+your own model"); and a field the file left out (a config built without
+base_config, a feature entry without `combiner`) takes its default from
+docs/config.md, as it would have in a file that starts from base_config.
 """
 
 from __future__ import annotations
@@ -22,9 +21,10 @@ import ml_collections
 from sparsepipe.launch.config.fields import REQUIRED
 from sparsepipe.launch.config.fields import config_fields
 
+# What holds fields (a field of these types is a group, not a value).
+_GROUPS = (Mapping, ml_collections.ConfigDict)
 # Groups whose fields a config may add: a user model (config.model.factory) reads its own;
 # a built-in model's fields are checked as any others.
-_GROUPS = (Mapping, ml_collections.ConfigDict)
 _OPEN_GROUPS = ("model.",)
 
 
