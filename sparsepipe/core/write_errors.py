@@ -41,12 +41,15 @@ def write_error(error: BaseException, what: str, path: str) -> OSError:
 
 
 @contextlib.contextmanager
-def write_errors_named(what: str, path: str, *partial: str) -> Iterator[None]:
-  """Re-raises an OSError of the block as `write_error`'s, after removing the files
-  or folders `partial` (what the block was writing, not yet in place)."""
+def write_errors_named(
+  what: str, path: str, *partial: str, errors: tuple[type[BaseException], ...] = (OSError,)
+) -> Iterator[None]:
+  """Re-raises an OSError of the block (or one of `errors`: a writer's own, e.g.
+  ArrayRecord's RuntimeError) as `write_error`'s, after removing the files or folders
+  `partial` (what the block was writing, not yet in place)."""
   try:
     yield
-  except OSError as error:
+  except errors as error:
     for leftover in partial:
       if os.path.isdir(leftover) and not os.path.islink(leftover):
         shutil.rmtree(leftover, ignore_errors=True)

@@ -44,7 +44,7 @@ from sparsepipe.core.saved_work import refuse_symbolic_link
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
-from sparsepipe.core.write_errors import write_error
+from sparsepipe.core.write_errors import write_errors_named
 from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
@@ -270,14 +270,10 @@ class ShardedRecordWriter:
     with self._write_errors_named():
       self._write_records_to_shards(records, counts, array_record_module)
 
-  @contextlib.contextmanager
-  def _write_errors_named(self) -> Iterator[None]:
+  def _write_errors_named(self) -> contextlib.AbstractContextManager[None]:
     """ArrayRecord's RuntimeError on a failed write or close (a full disk) as an OSError
     naming the dataset (core.write_errors): one line, not a traceback from the writer."""
-    try:
-      yield
-    except (RuntimeError, OSError) as error:
-      raise write_error(error, "the dataset", self.directory) from error
+    return write_errors_named("the dataset", self.directory, errors=(RuntimeError, OSError))
 
   def _write_records_to_shards(self, records, counts, array_record_module) -> None:
     done = 0
