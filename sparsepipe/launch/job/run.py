@@ -86,6 +86,7 @@ class _Job:
 
   def __init__(self, config: Any, workdir: str, config_name: str):
     self.startup = StartupTimer()
+    core.return_large_blocks()  # before the state is made or restored (core/memory.py)
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
     self.mesh = core.make_mesh()
