@@ -4,8 +4,9 @@ Evaluates a saved checkpoint without training: reads the job's config from
 the checkpoint, restores its model (onto this machine's devices, re-laid out
 if their number changed) and runs one eval pass over the job's eval set (or
 `--eval_data_dir`, which must have the train set's features). Prints one
-line of metrics; `--json PATH` also writes them. Nothing in the workdir
-changes.
+line of metrics; `--json PATH` also writes them (a new file, or one replaced
+with `--overwrite`; never inside a workdir, dataset or export, checked
+before the eval runs). Nothing in the workdir changes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Any
 from absl import app
 from absl import flags
 
+from sparsepipe.core.write_errors import write_errors_named
 from sparsepipe.data.convert import cli
+from sparsepipe.serving.output_paths import check_file_output
 
 
 def _define_flags() -> None:
@@ -26,6 +29,7 @@ def _define_flags() -> None:
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest intact one).")
   flags.DEFINE_string("eval_data_dir", None, "Eval dataset (default: the job's).")
   flags.DEFINE_string("json", None, "Also write the metrics to this JSON file.")
+  flags.DEFINE_bool("overwrite", False, "Replace an existing --json file.")
   flags.DEFINE_integer("cpu_devices", 0, "Simulate this many CPU devices.")
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
 
@@ -66,6 +70,8 @@ def main(argv) -> int:
   import jax  # pylint: disable=g-import-not-at-top
 
   f = flags.FLAGS
+  if f.json:  # before the eval: nothing saved is replaced, no eval is wasted
+    check_file_output(f.json, overwrite=f.overwrite, what="metrics", flag="--json")
   if f.cpu_devices:
     jax.config.update("jax_num_cpu_devices", f.cpu_devices)
   step, trained, metrics = evaluate_checkpoint(
@@ -78,8 +84,12 @@ def main(argv) -> int:
     f" ({metrics.examples:,} examples)"
   )
   if f.json:
-    with open(f.json, "w") as out:
-      json.dump(record, out)
+    output = os.path.abspath(f.json)
+    tmp = f"{output}.tmp-{os.getpid()}"
+    with write_errors_named("the metrics", output, tmp):
+      with open(tmp, "w") as out:
+        json.dump(record, out)
+      os.replace(tmp, output)
   return 0
 
 

@@ -7,7 +7,8 @@ it exists and is anything but an export that holds only an export's own
 files: `--overwrite` replaces an export, never a workdir, a dataset, a file
 or a folder of other things. A scores file's output (serving.predict) is
 refused inside saved work and when it is a folder; an existing file is
-replaced only with `--overwrite`. Each refusal is an OutputPathError (or,
+replaced only with `--overwrite` (so is a metrics file, launch.evaluate's
+`--json`). Each refusal is an OutputPathError (or,
 for an existing output without `--overwrite`, a FileExistsError) naming the
 output and what it would have destroyed, raised before anything is written.
 """
@@ -106,17 +107,18 @@ def check_export_output(
     raise FileExistsError(f"'{given}' exists: give --overwrite to replace it, or another --output")
 
 
-def check_file_output(output: str, *, overwrite: bool) -> None:
-  """Raises unless a file (e.g. predict's scores) may be written at `output`."""
+def check_file_output(
+  output: str, *, overwrite: bool, what: str = "scores", flag: str = "--output"
+) -> None:
+  """Raises unless a file of `what` (predict's scores, evaluate's metrics) may be
+  written at `output`, the value of `flag`."""
   given, real = os.path.abspath(output), os.path.realpath(output)
-  refuse_inside_saved_work(given, real, "scores")
+  refuse_inside_saved_work(given, real, what, flag)
   if os.path.isdir(real):
     found = saved_work(real)
-    what = f"{a_kind(found[0])} (it has {found[1]})" if found else "a folder"
-    raise OutputPathError(f"--output '{given}' is {what}: give the path of the file to write")
+    kind = f"{a_kind(found[0])} (it has {found[1]})" if found else "a folder"
+    raise OutputPathError(f"{flag} '{given}' is {kind}: give the path of the file to write")
   if os.path.lexists(given) and not overwrite:
-    raise FileExistsError(f"'{given}' exists: give --overwrite to replace it, or another --output")
+    raise FileExistsError(f"'{given}' exists: give --overwrite to replace it, or another {flag}")
   if not os.path.isdir(os.path.dirname(real)):
-    raise OutputPathError(
-      f"--output '{given}': its folder '{os.path.dirname(real)}' does not exist"
-    )
+    raise OutputPathError(f"{flag} '{given}': its folder '{os.path.dirname(real)}' does not exist")

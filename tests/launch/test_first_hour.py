@@ -1,6 +1,7 @@
 """What a new user meets through the launcher: epochs instead of batches, a limit
 error that says what to do, a step no longer kept named as such."""
 
+import json
 import os
 import re
 import subprocess
@@ -37,6 +38,40 @@ def test_num_epochs_sets_the_batches_and_evaluate_names_the_steps_kept(tmp_path)
     f"error: {workdir}/checkpoints holds no step 3: the steps kept are 9, 10 (a job keeps its"
     " newest checkpoint.keep steps)\n",
   )
+
+  # --json never replaces saved work or an existing file (without --overwrite), and is
+  # checked before the eval runs.
+  metrics_file = os.path.join(workdir, "metrics.jsonl")
+  with open(metrics_file, "rb") as f:
+    saved = f.read()
+  inside = _run("sparsepipe.launch.evaluate", f"--workdir={workdir}", f"--json={metrics_file}")
+  assert (inside.returncode, inside.lines) == (1, []), inside.describe()
+  assert inside.stderr == (
+    f"error: --json '{metrics_file}' is inside workdir '{workdir}' (it has job.json): write"
+    " the metrics outside any workdir, dataset or export\n"
+  )
+  existing = tmp_path / "metrics.json"
+  existing.write_text("mine\n")
+  refused = _run("sparsepipe.launch.evaluate", f"--workdir={workdir}", f"--json={existing}")
+  assert (refused.returncode, refused.lines, refused.stderr) == (
+    1,
+    [],
+    f"error: '{existing}' exists: give --overwrite to replace it, or another --json\n",
+  )
+  with open(metrics_file, "rb") as f:
+    assert f.read() == saved
+  assert existing.read_text() == "mine\n"
+  replaced = _run(
+    "sparsepipe.launch.evaluate",
+    f"--workdir={workdir}",
+    f"--eval_data_dir={os.path.join(workdir, 'data')}",  # the job has no eval set of its own
+    f"--json={existing}",
+    "--overwrite",
+  )
+  assert replaced.returncode == 0, replaced.describe()
+  record = json.loads(existing.read_text())
+  assert (record["step"], record["batch"]) == (10, 10) and 0 <= record["auc"] <= 1, record
+  assert sorted(os.listdir(tmp_path)) == ["job", "metrics.json"]  # no temporary file left
 
 
 def test_a_batch_over_the_limits_is_one_line_saying_what_to_do(tmp_path):
