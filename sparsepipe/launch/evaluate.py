@@ -52,7 +52,9 @@ def evaluate_checkpoint(
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
   eval_dir = (
-    os.path.abspath(eval_data_dir) if eval_data_dir else dataset.eval_data_dir(config, workdir)
+    dataset.given_dataset("--eval_data_dir", eval_data_dir)
+    if eval_data_dir
+    else dataset.eval_data_dir(config, workdir)
   )
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")

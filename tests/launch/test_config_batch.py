@@ -118,6 +118,7 @@ def test_a_batch_the_sparsecores_cannot_share_names_the_config_fields():
       "config.fdo.steps_per_doubling=-1 must be >= 0 (0: exact limits)",
     ),
     ("log_every_steps", 0, "config.log_every_steps=0 must be >= 1 (batches)"),
+    ("eval.every_steps", -1, "config.eval.every_steps=-1 must be >= 0 (0: only at the end)"),
     (
       "synthetic.eval_examples",
       -1,

@@ -50,6 +50,14 @@ def test_num_epochs_sets_the_batches_and_evaluate_names_the_steps_kept(tmp_path)
     f"error: --json '{metrics_file}' is inside workdir '{workdir}' (it has job.json): write"
     " the metrics outside any workdir, dataset or export\n"
   )
+  nowhere = str(tmp_path / "nowhere")
+  missing_data = _run(
+    "sparsepipe.launch.evaluate", f"--workdir={workdir}", f"--eval_data_dir={nowhere}"
+  )
+  assert (missing_data.returncode, missing_data.stderr) == (
+    1,
+    f"error: --eval_data_dir='{nowhere}': no manifest.json in '{nowhere}' (not a finished dataset)\n",
+  )
   existing = tmp_path / "metrics.json"
   existing.write_text("mine\n")
   refused = _run("sparsepipe.launch.evaluate", f"--workdir={workdir}", f"--json={existing}")

@@ -83,6 +83,7 @@ def check_config(config: Any, mesh: Mesh) -> None:
     ("fdo.steps_per_doubling", 0, " (0: exact limits)"),
     ("fdo.compile_ahead", 0, " (0: never)"),
     ("log_every_steps", 1, " (batches)"),
+    ("eval.every_steps", 0, " (0: only at the end)"),
     ("synthetic.num_examples", 1, ""),
     ("synthetic.records_per_shard", 1, ""),
     ("synthetic.eval_examples", 0, " (0: no eval split)"),

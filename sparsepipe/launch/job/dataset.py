@@ -48,7 +48,7 @@ def ensure_dataset(
   that error (it raises when the workdir is another job's).
   """
   if config.data.dir:
-    return _given_dataset("data.dir", config.data.dir)
+    return given_dataset("config.data.dir", config.data.dir)
   directory = os.path.join(workdir, GENERATED_DIRNAMES[0])
   if jax.process_index() == 0:
     try:
@@ -98,13 +98,14 @@ def _generated_eval_dir(workdir: str) -> str:
   return os.path.join(workdir, GENERATED_DIRNAMES[1])
 
 
-def _given_dataset(field: str, value: str) -> str:
-  """The absolute path of config.`field`, a dataset; else a ManifestError naming the field."""
+def given_dataset(field: str, value: str) -> str:
+  """The absolute path of `field` (a config field or a flag), a dataset; else a
+  ManifestError naming the field."""
   directory = os.path.abspath(value)
   try:
     data.read_manifest(directory)
   except data.ManifestError as e:
-    raise data.ManifestError(f"config.{field}={value!r}: {e}") from None
+    raise data.ManifestError(f"{field}={value!r}: {e}") from None
   return directory
 
 
@@ -112,7 +113,7 @@ def eval_data_dir(config: Any, workdir: str) -> str:
   """The job's held-out dataset: config.eval.data_dir, else the generated eval
   split (synthetic.eval_examples > 0, no data.dir), else "" (no eval)."""
   if config.eval.data_dir:
-    return _given_dataset("eval.data_dir", config.eval.data_dir)
+    return given_dataset("config.eval.data_dir", config.eval.data_dir)
   if not config.data.dir and int(config.synthetic.eval_examples):
     return _generated_eval_dir(workdir)
   return ""
