@@ -1,13 +1,16 @@
 """Metrics of a whole eval set, computed once from every example's score.
 
-AUC is exact (the Mann-Whitney statistic with average ranks for tied
-scores), not a bucketed estimate, so it needs all scores in one place:
+AUC is exact (the Mann-Whitney statistic, tied scores counted half), not a
+bucketed estimate, so it needs all scores in one place:
 `gather_examples_across_processes` gathers the valid examples of every process and
 every process then computes the same numbers. Nothing is averaged per host
 or per batch.
 
 Conventions:
-  - labels are 0 or 1; scores are predicted probabilities of label 1.
+  - labels lie in [0, 1], as the converters and the train step take them; a
+    fractional label y counts as y of a positive and 1 - y of a negative
+    (AUC weighs each pair by them, as TorchRec's AUC does); scores are
+    predicted probabilities of label 1.
   - log loss clips probabilities to [LOGLOSS_EPS, 1 - LOGLOSS_EPS]: a
     float32 sigmoid rounds to exactly 0 or 1 for |logit| > ~17, and an
     unclipped log(0) would make one confident mistake infinite.
@@ -33,10 +36,10 @@ class EvalMetrics:
   """Metrics over a whole eval set.
 
   Attributes:
-    auc: ROC AUC, ties counted half (NaN if all labels are equal).
+    auc: ROC AUC, ties counted half (NaN without a positive or a negative part).
     logloss: mean binary cross-entropy of the clipped scores.
-    ne: normalized entropy, logloss / entropy of the base rate (NaN if all
-      labels are equal).
+    ne: normalized entropy, logloss / entropy of the base rate (NaN if the
+      base rate is 0 or 1).
     calibration: mean score / mean label (NaN with no positive label).
     examples: examples evaluated.
   """
@@ -59,10 +62,10 @@ def _check(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"{labels.size} labels but {scores.size} scores")
   if labels.size == 0:
     raise ValueError("no examples to evaluate")
-  bad = (labels != 0) & (labels != 1)
+  bad = ~((labels >= 0) & (labels <= 1))  # NaN too
   if bad.any():
     i = int(np.argmax(bad))
-    raise ValueError(f"labels must be 0 or 1: example {i} has label {labels[i]}")
+    raise ValueError(f"labels must lie in [0, 1]: example {i} has label {labels[i]}")
   if not np.isfinite(scores).all():
     i = int(np.argmax(~np.isfinite(scores)))
     raise ValueError(f"score of example {i} is {scores[i]}, not finite")
@@ -70,25 +73,26 @@ def _check(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def auc(labels: Any, scores: Any) -> float:
-  """Exact ROC AUC: P(score of a positive > score of a negative) + P(tie) / 2.
+  """Exact ROC AUC: P(score of a positive > score of a negative) + P(tie) / 2,
+  each example y of a positive and 1 - y of a negative.
 
-  Computed from average ranks in O(n log n): a group of tied scores gets the
-  mean of the ranks it spans. Twice the average rank (first + last rank of
-  the group) is an integer, so the rank sum is exact in int64.
+  Computed per group of tied scores in O(n log n): each group's positive part
+  beats the negative part of the groups below it and ties half its own. With
+  0/1 labels every sum is a count, exact in float64 (below 2**53).
   """
   labels, scores = _check(labels, scores)
-  n = labels.size
-  positives = int(labels.sum())
-  negatives = n - positives
+  positives = float(labels.sum())
+  negatives = float(labels.size - positives)
   if positives == 0 or negatives == 0:
     return float("nan")
   order = np.argsort(scores, kind="stable")
-  sorted_scores = scores[order]
+  sorted_scores, sorted_labels = scores[order], labels[order]
   starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
-  ends = np.r_[starts[1:], n]  # exclusive; ranks of a group are starts+1 .. ends
-  twice_rank = np.repeat((starts + 1 + ends).astype(np.int64), ends - starts)
-  rank_sum_x2 = int(twice_rank[labels[order] == 1].sum())
-  return (rank_sum_x2 - positives * (positives + 1)) / (2 * positives * negatives)
+  group_positives = np.add.reduceat(sorted_labels, starts)
+  group_negatives = np.add.reduceat(1.0 - sorted_labels, starts)
+  negatives_below = np.cumsum(group_negatives) - group_negatives
+  wins_x2 = np.sum(group_positives * (2.0 * negatives_below + group_negatives))
+  return float(wins_x2 / (2.0 * positives * negatives))
 
 
 def log_loss(labels: Any, scores: Any, eps: float = LOGLOSS_EPS) -> float:

@@ -25,6 +25,26 @@ def test_auc_equals_pairwise_count_with_ties(seed):
   assert evaluation.auc(labels, scores) == pytest.approx(pairwise_auc(labels, scores), abs=1e-15)
 
 
+def test_fractional_labels_count_as_parts_of_a_positive_and_a_negative():
+  """A label of 0.5 is half a positive and half a negative: the AUC of every example
+  split into two halves (a 0.5 into a positive and a negative, tied with each other;
+  a 0 or 1 into two of its kind); log loss, NE and calibration by their formulas."""
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 3, 40) / 2.0  # 0, 0.5, 1
+  scores = rng.integers(1, 9, 40) / 10.0  # ties
+  split_labels = np.concatenate([np.ceil(labels), np.floor(labels)])
+  split_scores = np.concatenate([scores, scores])
+  got = evaluation.compute_metrics(labels, scores)
+  assert got.auc == pytest.approx(pairwise_auc(split_labels, split_scores), abs=1e-15)
+  direct = -np.mean(labels * np.log(scores) + (1 - labels) * np.log(1 - scores))
+  assert got.logloss == pytest.approx(direct, rel=1e-12)
+  rate = labels.mean()
+  entropy = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate))
+  assert got.ne == pytest.approx(direct / entropy, rel=1e-12)
+  assert got.calibration == pytest.approx(scores.sum() / labels.sum(), rel=1e-12)
+  assert evaluation.auc([0.5, 0.5], [0.2, 0.7]) == 0.5  # each beats and loses to the other half
+
+
 def test_auc_known_values():
   assert evaluation.auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75
   assert evaluation.auc([0, 1], [0.5, 0.5]) == 0.5
@@ -69,8 +89,10 @@ def test_single_label_sets_give_nan_not_errors():
 def test_bad_input_is_a_clear_error():
   with pytest.raises(ValueError, match=r"^no examples to evaluate$"):
     evaluation.compute_metrics([], [])
-  with pytest.raises(ValueError, match=r"^labels must be 0 or 1: example 1 has label 0.5$"):
-    evaluation.auc([1, 0.5], [0.2, 0.3])
+  with pytest.raises(ValueError, match=r"^labels must lie in \[0, 1\]: example 1 has label 1.5$"):
+    evaluation.auc([1, 1.5], [0.2, 0.3])
+  with pytest.raises(ValueError, match=r"^labels must lie in \[0, 1\]: example 0 has label nan$"):
+    evaluation.auc([np.nan, 1], [0.2, 0.3])
   with pytest.raises(ValueError, match=r"^3 labels but 2 scores$"):
     evaluation.auc([1, 0, 1], [0.2, 0.3])
   with pytest.raises(ValueError, match=r"^score of example 0 is nan, not finite$"):
