@@ -145,6 +145,26 @@ def test_max_ids_below_the_recorded_ones_are_refused(tmp_path):
   dataset_config.check_max_ids(config, dataclasses.replace(manifest, info={}))
 
 
+def test_the_eval_config_takes_the_most_ids_of_the_eval_data_or_the_config(tmp_path):
+  """The eval step's worst-case limits come from this config: eval examples of more
+  ids than the train data's once overflowed them in the final eval."""
+  train = write(tmp_path / "train", {"a": 10, "b": 20, "c": 5}, ids={"a": 1, "b": 4, "c": 2})
+  evaluation = write(tmp_path / "eval", {"a": 10, "b": 20, "c": 5}, ids={"a": 7, "b": 2})
+  config = load_dataset_config()
+  config.data.dir = train.directory
+  config.features = dataset_config.features_from_manifest(train)
+  got = dataset_config.with_recorded_max_ids(config, evaluation)
+  assert {n: f.max_ids for n, f in got.features.items()} == {"a": 7, "b": 4, "c": 2}
+  assert {n: f.max_ids for n, f in config.features.items()} == {"a": 1, "b": 4, "c": 2}
+  assert got.features.a.combiner == "sum"  # only max_ids changes
+  specs = config_specs.build_feature_specs(
+    got, global_batch_size=16, global_device_count=1, worst_case_limits=True
+  )
+  assert [s.input_shape for s in specs.values()] == [(16, 7), (16, 4), (16, 2)]
+  unrecorded = dataclasses.replace(evaluation, info={})  # nothing to go by: the config's
+  assert dataset_config.with_recorded_max_ids(config, unrecorded).to_dict() == config.to_dict()
+
+
 def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
   """Eval data whose ids or dense values were made otherwise (here hashed where the
   train data read integer ids) was once evaluated without a word: an AUC of numbers

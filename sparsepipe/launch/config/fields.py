@@ -49,7 +49,8 @@ FIELD_DOCS = {
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
   " instead of stopping (FDO's next retune raises the limits to fit them). A resumed job may"
-  " change it: a job stopped by a batch over its limits goes on with it.",
+  " change it: a job stopped by a batch over its limits goes on with it. The eval never"
+  " drops ids (its limits fit every eval batch).",
   "synthetic.num_examples": "Examples of the generated train set.",
   "synthetic.num_dense": "Dense features of the generated data.",
   "synthetic.examples_per_record": "Examples packed in one ArrayRecord record. 0 (the"

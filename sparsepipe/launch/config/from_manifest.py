@@ -20,7 +20,10 @@ sparse feature of the train manifest:
 
 `check_manifests_agree` makes a train/eval pair that differ in feature
 names, vocab sizes, weights, dense width or the rules their values became
-ids by (data.conversion_rules) a clear error, and
+ids by (data.conversion_rules) a clear error (the eval data may have more
+ids per example than the train data: `with_recorded_max_ids` gives the eval
+step a config whose max_ids are the most of either, so its worst-case
+limits fit every eval batch), and
 `check_max_ids` a config whose max_ids is below what the data's manifest
 records (the job's COO buffers are sized by max_ids: a batch with more ids
 would not fit), and `check_vocab_sizes` a config whose tables are smaller
@@ -100,6 +103,16 @@ def check_max_ids(config: Any, manifest: Manifest) -> None:
       + "; ".join(problems)
       + " (the COO buffers are sized by max_ids): raise max_ids to at least the data's"
     )
+
+
+def with_recorded_max_ids(config: Any, manifest: Manifest) -> Any:
+  """A copy of `config` whose features' max_ids are at least the most ids of one
+  example `manifest` records (a feature without a record keeps its max_ids)."""
+  recorded = _recorded_max_ids(manifest)
+  out = config.copy_and_resolve_references()
+  for name, feature_config in out.features.items():
+    feature_config.max_ids = max(int(feature_config.max_ids), recorded.get(name, 0))
+  return out
 
 
 def check_vocab_sizes(config: Any, manifest: Manifest) -> None:

@@ -4,8 +4,11 @@ The eval program is the train step's lookup and the dense forward only
 (`pipeline.make_eval_step`); it reads the TrainState and writes nothing, so
 a run with eval ends with the same state as one without. It is compiled
 once per job: the eval batches use the worst-case COO limits of the batch
-(config limits 0), which no batch can exceed, so FDO retunes of the train
-step never recompile it and held-out data cannot hit a tuned limit.
+(config limits 0) for the most ids per example of the eval data's manifest
+or the config (the eval data may have more than the train data), which no
+eval batch can exceed, so FDO retunes of the train step never recompile it,
+held-out data cannot hit a limit and no id is dropped (the eval input never
+drops ids, whatever data.allow_id_dropping says).
 
 When (hooks.EvalHook): at the batch boundary of every
 `config.eval.every_steps`-th batch (after that boundary's checkpoint, on the
@@ -28,6 +31,7 @@ from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe.launch.config import specs as config_specs
 from sparsepipe.launch.config.from_manifest import check_manifests_agree
+from sparsepipe.launch.config.from_manifest import with_recorded_max_ids
 from sparsepipe.launch.job.model import JobModel
 
 
@@ -36,21 +40,28 @@ class JobEval:
 
   def __init__(self, model: JobModel, *, data_dir: str):
     config = model.config
-    check_manifests_agree(
-      data.read_manifest(model.input_config.data_dir), data.read_manifest(data_dir)
-    )
+    manifest = data.read_manifest(data_dir)
+    check_manifests_agree(data.read_manifest(model.input_config.data_dir), manifest)
     self.every = int(config.eval.every_steps)
     if self.every < 0:
       raise ValueError(f"eval.every_steps={self.every} must be >= 0 (0: only at the end)")
+    # The worst case of the eval data: it may have more ids per example than the
+    # train data config.features.*.max_ids were set from.
     specs = config_specs.build_feature_specs(
-      config,
+      with_recorded_max_ids(config, manifest),
       global_batch_size=model.global_batch,
       global_device_count=model.mesh.size,
       worst_case_limits=True,
     )
     self.step = pipeline.make_eval_step(model.mesh, specs, model.num_sc, model.predict_fn(specs))
+    # No batch exceeds these limits, so none drops ids (allow_id_dropping is the
+    # train input's): one that did would be an error, not a wrong metric.
     input_config = dataclasses.replace(
-      model.input_config, data_dir=data_dir, shuffle=False, num_workers=0
+      model.input_config,
+      data_dir=data_dir,
+      shuffle=False,
+      num_workers=0,
+      allow_id_dropping=False,
     )
     self.dataset = pipeline.make_eval_input(input_config, specs, model.mesh)
 
