@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 
 import launch_testing
@@ -82,6 +83,7 @@ def test_the_startup_line_names_every_phase(tmp_path, capsys):
       "state",
       "data_s",
       "state_s",
+      "eval_s",
       "input_s",
       "compile_s",
       "programs_compiled",
@@ -126,3 +128,40 @@ def test_the_cache_root_of_each_setting(monkeypatch):
   assert compile_cache.cache_root("/abs/c") == "/abs/c"
   assert compile_cache.cache_root("") is None
   assert compile_cache.enable("") is None
+
+
+def test_the_eval_a_resumed_job_runs_first_is_its_own_phase(tmp_path, capsys, monkeypatch):
+  """The eval of the boundary a job resumed at (killed during it) was counted as
+  compile time: now the `eval` phase, named in the line when it ran."""
+  from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.evaluation import JobEval  # pylint: disable=g-import-not-at-top
+
+  workdir = str(tmp_path)
+  config = launch_testing.tiny_config(synthetic__eval_examples=64, eval__every_steps=4)
+  train_and_evaluate(config, workdir)
+  metrics_file = tmp_path / "metrics.jsonl"
+  kept = [
+    line
+    for line in metrics_file.read_text().splitlines(keepends=True)
+    if json.loads(line).get("event") not in ("eval", "done") or json.loads(line)["batch"] != 8
+  ]
+  metrics_file.write_text("".join(kept))  # as if killed during the final eval
+  run = JobEval.run
+
+  def slow(self, *args, **kwargs):
+    time.sleep(2.0)
+    return run(self, *args, **kwargs)
+
+  monkeypatch.setattr(JobEval, "run", slow)
+  capsys.readouterr()
+  config.num_steps = 10
+  train_and_evaluate(config, workdir)
+  (line,) = [line for line in capsys.readouterr().out.splitlines() if "first batch after" in line]
+  assert re.fullmatch(
+    r"sparsepipe: first batch after [\d.]+ s: data [\d.]+ s, state [\d.]+ s, eval [\d.]+ s,"
+    r" input [\d.]+ s, compile [\d.]+ s \(state restore; .*\)",
+    line,
+  ), line
+  *_, startup = launch_testing.events(workdir, "startup")
+  assert startup["eval_s"] >= 2.0 and startup["compile_s"] < startup["first_batch_s"] - 2.0
+  assert [e["batch"] for e in launch_testing.events(workdir, "eval")] == [4, 8, 10]

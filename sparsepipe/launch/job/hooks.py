@@ -411,6 +411,8 @@ class EvalHook(JobHook):
     job = self.job
     if self._due(job.batch) and not job.output.recorded("eval", job.batch):
       self.run(stoppable=False)
+      if job.startup is not None and not job.startup.done:  # its own phase, not "compile"
+        job.startup.mark("eval")
 
   def __call__(self, result: pipeline.StepResult) -> bool:
     del result

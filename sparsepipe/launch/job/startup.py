@@ -1,11 +1,13 @@
 """Where a job's time went before it trained, and in any other named pause.
 
-A start has four phases, each measured from the end of the one before:
+A start has five phases, each measured from the end of the one before:
 
     data      the dataset found (or generated) and the model built
     state     a fresh state initialised, or the newest checkpoint restored
               (the input pipeline starts before: its workers start
               meanwhile)
+    eval      the eval of the boundary a resumed job stopped at, when it
+              had not finished (0 otherwise; the line names it when it ran)
     input     the waits for batches until the first batch is trained
     compile   the rest of that time: the step's programs compiled, and the
               first pipeline steps run
@@ -34,7 +36,7 @@ import jax
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 CACHE_MISS_EVENT = "/jax/compilation_cache/cache_misses"
-PHASES = ("data", "state", "input", "compile")
+PHASES = ("data", "state", "eval", "input", "compile")
 
 
 def record_phase(output: Any, name: str, batch: int, seconds: float, **fields: Any) -> None:
@@ -121,7 +123,7 @@ class StartupTimer:
     self._waits = 0.0
 
   def mark(self, phase: str) -> None:
-    """Ends `phase` (data, state) now."""
+    """Ends `phase` (data, state, eval) now."""
     now = time.perf_counter()
     self.seconds[phase] = now - self._last
     self._last = now
@@ -153,7 +155,9 @@ class StartupTimer:
     seconds = {f"{p}_s": round(self.seconds.get(p, 0.0), 3) for p in PHASES}
     counts = self.compiles.as_dict() if self.compiles else CompileCounter.ZERO
     state = "restore" if self.restored else "init"
-    parts = ", ".join(f"{p} {self.seconds.get(p, 0.0):.1f} s" for p in PHASES)
+    parts = ", ".join(
+      f"{p} {self.seconds.get(p, 0.0):.1f} s" for p in PHASES if p != "eval" or p in self.seconds
+    )
     output.event(
       "startup",
       batch,
