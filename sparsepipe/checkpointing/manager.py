@@ -147,6 +147,7 @@ class TrainingCheckpointManager:
     async_save: bool = True,
     mutable_config_keys: Iterable[str] = (),
     added_config_keys: Mapping[str, Any] | None = None,
+    path_config_keys: Iterable[str] = (),
     fingerprint_arrays: bool = True,
     read_only: bool = False,
     host_copy_gb: float = 0.0,
@@ -169,6 +170,9 @@ class TrainingCheckpointManager:
       added_config_keys: dotted config keys added after steps were saved ->
         the value that means what those steps did; a saved config without
         the key is taken to have it (metadata.config_differences).
+      path_config_keys: dotted config keys of paths, the same when they name
+        the same place (a step saved with a relative path, resumed with it
+        made absolute).
       fingerprint_arrays: store a fingerprint of every saved array so that
         garbled data files are detected on restore (Orbax would restore
         them silently). Summed from Orbax's host copies in the background:
@@ -219,7 +223,9 @@ class TrainingCheckpointManager:
       options=_options(int(save_interval_steps), int(keep_latest), self._async, self._read_only),
       item_handlers=handlers,
     )
-    self._reader = StepReader(self._mngr, run, tuple(mutable_config_keys), added_config_keys)
+    self._reader = StepReader(
+      self._mngr, run, tuple(mutable_config_keys), added_config_keys, tuple(path_config_keys)
+    )
 
   # -- inspection -------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import dataclasses
 import fnmatch
 import json
 import math
+import os
 from typing import Any, Iterable, Mapping
 
 import jax
@@ -238,6 +239,7 @@ def config_differences(
   current: Mapping[str, Any],
   mutable_keys: Iterable[str] = (),
   added_keys: Mapping[str, Any] | None = None,
+  path_keys: Iterable[str] = (),
 ) -> list[tuple[str, Any, Any]]:
   """[(dotted key, saved value, current value)] for keys that differ.
 
@@ -246,8 +248,11 @@ def config_differences(
   on one side has the value UNSET there. `added_keys` maps dotted keys
   added to the config after some jobs were saved to the value that means
   what those jobs did: a saved config without the key equals that value.
+  `path_keys` are dotted keys of paths, equal when they name the same place
+  (a relative one taken from the current directory, as the job takes it).
   """
   added = dict(added_keys or {})
+  paths = set(path_keys)
   patterns = tuple(mutable_keys)
   flat_saved = flatten_config(to_json_value(saved))
   flat_current = flatten_config(to_json_value(current))
@@ -257,9 +262,18 @@ def config_differences(
       continue
     a = flat_saved.get(key, added.get(key, UNSET))
     b = flat_current.get(key, UNSET)
+    if key in paths and _same_place(a, b):
+      continue
     if a is UNSET or b is UNSET or json.dumps(a) != json.dumps(b):
       out.append((key, a, b))
   return out
+
+
+def _same_place(a: Any, b: Any) -> bool:
+  """Whether two config values are paths (non-empty) to the same place."""
+  if not (isinstance(a, str) and isinstance(b, str) and a and b):
+    return False
+  return os.path.abspath(a) == os.path.abspath(b)
 
 
 def check_compatible(
@@ -269,6 +283,7 @@ def check_compatible(
   where: str,
   mutable_config_keys: Iterable[str] = (),
   added_config_keys: Mapping[str, Any] | None = None,
+  path_config_keys: Iterable[str] = (),
 ) -> None:
   """Raises IncompatibleCheckpointError naming the first kind of difference.
 
@@ -282,7 +297,9 @@ def check_compatible(
       f"{where} was written on a mesh with axes {tuple(run.mesh_shape)},"
       f" current mesh has axes {tuple(current.mesh_shape)}"
     )
-  diffs = config_differences(run.config, current.config, mutable_config_keys, added_config_keys)
+  diffs = config_differences(
+    run.config, current.config, mutable_config_keys, added_config_keys, path_config_keys
+  )
   if diffs:
     raise ConfigMismatchError(
       where, [(key, render_config_value(a), render_config_value(b)) for key, a, b in diffs]

@@ -55,6 +55,27 @@ def test_config_differences_with_mutable_keys():
   ]
 
 
+def test_a_path_key_equals_where_it_names_the_same_place(tmp_path, monkeypatch):
+  """A step saved with a relative data.dir resumes with it made absolute (and the
+  other way round) from the directory it names it from; another place differs."""
+  monkeypatch.chdir(tmp_path)
+  paths = ("config.data.dir",)
+  saved = {"data": {"dir": "crit"}}
+  assert config_differences(saved, {"data": {"dir": str(tmp_path / "crit")}}, (), None, paths) == []
+  assert config_differences({"data": {"dir": str(tmp_path / "crit")}}, saved, (), None, paths) == []
+  elsewhere = {"data": {"dir": "/data/crit"}}
+  assert config_differences(saved, elsewhere, (), None, paths) == [
+    ("config.data.dir", "crit", "/data/crit")
+  ]
+  absolute = {"data": {"dir": str(tmp_path / "crit")}}
+  assert config_differences(saved, absolute) == [
+    ("config.data.dir", "crit", str(tmp_path / "crit"))
+  ]
+  assert config_differences({"data": {"dir": ""}}, absolute, (), None, paths) == [
+    ("config.data.dir", "", str(tmp_path / "crit"))
+  ]
+
+
 def test_a_key_added_since_the_save_equals_its_former_behaviour_only():
   """A job saved before config.data.shuffle_window existed resumes with 0 (what it did)."""
   saved = {"data": {"shuffle": True}}

@@ -56,7 +56,8 @@ def test_num_epochs_sets_the_batches_and_evaluate_names_the_steps_kept(tmp_path)
   )
   assert (missing_data.returncode, missing_data.stderr) == (
     1,
-    f"error: --eval_data_dir='{nowhere}': no manifest.json in '{nowhere}' (not a finished dataset)\n",
+    f"error: --eval_data_dir='{nowhere}': no manifest.json in '{nowhere}' (not a finished"
+    " dataset)\n",
   )
   existing = tmp_path / "metrics.json"
   existing.write_text("mine\n")

@@ -384,3 +384,21 @@ def test_the_trainer_gives_large_blocks_back_after_larger_ones_were_freed(tmp_pa
   )
   train_and_evaluate(launch_testing.tiny_config(), str(tmp_path / "job"))
   assert calls == [0] and inits == [1]
+
+
+def test_relative_dataset_paths_are_saved_absolute(tmp_path, monkeypatch):
+  """A job given relative data.dir / eval.data_dir saves them absolute, so that
+  launch.evaluate (and export) read its checkpoints from any directory."""
+  from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
+
+  train_and_evaluate(launch_testing.tiny_config(num_steps=1), str(tmp_path / "maker"))
+  monkeypatch.chdir(tmp_path)
+  config = launch_testing.tiny_config(num_steps=3, data__dir="maker/data")
+  config.eval.data_dir = "maker/data"
+  train_and_evaluate(config, "job")
+  _, saved = checkpoints.saved_config(str(tmp_path / "job"), None)
+  assert (saved.data.dir, saved.eval.data_dir) == (str(tmp_path / "maker" / "data"),) * 2
+  (tmp_path / "elsewhere").mkdir()
+  monkeypatch.chdir(tmp_path / "elsewhere")
+  step, trained, metrics = evaluate_checkpoint(str(tmp_path / "job"))
+  assert (step, trained, metrics.examples) == (3, 3, 1024)

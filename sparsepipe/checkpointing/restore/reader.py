@@ -82,11 +82,13 @@ class StepReader:
     run: RunInfo,
     mutable_config_keys: tuple[str, ...],
     added_config_keys: Mapping[str, Any] | None = None,
+    path_config_keys: tuple[str, ...] = (),
   ):
     self._mngr = mngr
     self._run = run
     self._mutable = mutable_config_keys
     self._added = dict(added_config_keys or {})
+    self._paths = path_config_keys
 
   def where(self, step: int) -> str:
     return f"checkpoint at {self._mngr.directory} step {step}"
@@ -124,6 +126,7 @@ class StepReader:
       where=where,
       mutable_config_keys=self._mutable,
       added_config_keys=self._added,
+      path_config_keys=self._paths,
     )
     checks = body.get("integrity")
     if not isinstance(checks, dict) or not {

@@ -68,6 +68,11 @@ MUTABLE_CONFIG_KEYS = (
 # them did, so that those jobs resume (a saved config without the key has it).
 ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
 
+# Config keys of paths: a job saves them absolute (resolved from the directory it
+# was started in), and a step saved with a relative one resumes where it names
+# the same place.
+PATH_CONFIG_KEYS = ("config.data.dir",)
+
 # What to do when a batch exceeds the COO limits: the first limits (config.limits),
 # or FDO's, tuned on the batches before it. A rerun that drops such ids resumes the
 # job (the statistics count every id, so the next retune raises the limits to fit).
@@ -81,12 +86,22 @@ LIMIT_HINT = (
 )
 
 
+def _absolute_dataset_paths(config: Any) -> None:
+  """config.data.dir and config.eval.data_dir made absolute, so that the saved
+  config names them wherever launch.evaluate or launch.export later run."""
+  if config.data.dir:
+    config.data.dir = os.path.abspath(config.data.dir)
+  if config.eval.data_dir:
+    config.eval.data_dir = os.path.abspath(config.eval.data_dir)
+
+
 class _Job:
   """One process's share of a job (see train_and_evaluate)."""
 
   def __init__(self, config: Any, workdir: str, config_name: str):
     self.startup = StartupTimer()
     core.return_large_blocks()  # before the state is made or restored (core/memory.py)
+    _absolute_dataset_paths(config)
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
     self.mesh = core.make_mesh()
@@ -133,6 +148,7 @@ class _Job:
       in_flight_bytes=in_flight_bytes(self.model),
       mutable_config_keys=MUTABLE_CONFIG_KEYS,
       added_config_keys=ADDED_CONFIG_KEYS,
+      path_config_keys=PATH_CONFIG_KEYS,
     ) as mngr:
       job = None
       try:
