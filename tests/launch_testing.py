@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import json
 import os
+import struct
 import sys
 from typing import Any
 
@@ -182,3 +184,32 @@ def remove_checkpoints_after(workdir: str, step: int) -> None:
   for name in os.listdir(directory):
     if name.isdigit() and int(name) > step:
       shutil.rmtree(os.path.join(directory, name))
+
+
+def read_events(logdir: str):
+  """Every Event of the event files, files in name order (TFRecord framing)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
+  for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+    with open(path, "rb") as f:
+      data = f.read()
+    pos = 0
+    while pos < len(data):
+      (length,) = struct.unpack("<Q", data[pos : pos + 8])
+      yield event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+      pos += 12 + length + 4
+
+
+def tensorboard_view(logdir: str) -> dict[tuple[int, str], float]:
+  """{(step, tag): value} as TensorBoard shows the event files: a SessionLog START at
+  step s (a writer's purge_step) drops the points of step >= s read before it;
+  a point shown twice fails."""
+  points = {}
+  for event in read_events(logdir):
+    if event.HasField("session_log") and event.session_log.status == 1:  # START
+      points = {k: v for k, v in points.items() if k[0] < event.step}
+    for value in event.summary.value:
+      key = (event.step, value.tag)
+      assert key not in points, f"{key} shown twice"
+      points[key] = value.simple_value
+  return points

@@ -160,7 +160,7 @@ def test_the_progress_line_names_a_checkpoint_once_it_is_written():
       save=lambda *args, **kwargs: True,
       mngr=SimpleNamespace(saving_in_progress=lambda: writing[0]),
     ),
-    output=SimpleNamespace(event=lambda *args: None, mark=marks.append),
+    output=SimpleNamespace(event=lambda *args: None, mark=marks.append, flush=lambda: None),
     position=SimpleNamespace(at_boundary=True),
     preempted=False,
     batch=15,

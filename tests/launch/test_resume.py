@@ -94,6 +94,13 @@ def test_sigkill_also_during_an_async_save_resumes_exactly(shared):
   _assert_same_as_reference(workdir, reference)
   leftovers = [n for n in os.listdir(os.path.join(workdir, "checkpoints")) if "tmp" in n]
   assert leftovers == []
+  # TensorBoard shows each batch's loss once, as metrics.jsonl has it: the points
+  # before a checkpoint reach the event file before it is saved (a resume replays
+  # only the checkpoint's step; the killed writers' buffered points were lost).
+  view = launch_testing.tensorboard_view(os.path.join(workdir, "tensorboard"))
+  losses = {batch: value for (batch, tag), value in view.items() if tag == "train/loss"}
+  assert losses == pytest.approx(launch_testing.batch_losses(workdir))
+  assert sorted(losses) == list(range(1, NUM_STEPS + 1))
 
 
 def _assert_close_to_reference(workdir: str, reference: str, rtol: float) -> None:

@@ -314,7 +314,9 @@ class CheckpointHook(JobHook):
     self.writing = False  # an asynchronous save whose freed heap is not yet given back
 
   def save(self) -> None:
-    """Flushes the losses (metrics.jsonl covers the checkpoint) and saves.
+    """Flushes the losses and the outputs (metrics.jsonl and TensorBoard's event file
+    cover the checkpoint: a resume from it replays only its own step's points,
+    output.py) and saves.
 
     What the save's writing freed goes back to the kernel once it is
     written (core.release_freed_heap): glibc kept it, 0.8x the state's
@@ -323,6 +325,7 @@ class CheckpointHook(JobHook):
     """
     job = self.job
     job.hooks["losses"].flush()
+    job.output.flush()
     job.hooks["progress"].disturbed()
     saved = job.checkpoints.save(
       job.position, job.setup, job.train_state, job.pipeline_state, job_id=job.job_id

@@ -127,6 +127,14 @@ class JobOutput:
   ) -> None:
     self.line.update(batch, rate, loss, wait, epoch)
 
+  def flush(self) -> None:
+    """What was recorded reaches the files (before a checkpoint: a resume from it
+    replays only its own step's points into TensorBoard, so earlier ones still
+    in the writer's buffer would be lost by a kill). metrics.jsonl is flushed
+    per line."""
+    if self._tensorboard is not None:
+      self._tensorboard.flush()
+
   def close(self) -> None:
     self.metrics.close()
     if self._tensorboard is not None:

@@ -1,15 +1,19 @@
 """Scalars for TensorBoard: event files under <workdir>/tensorboard.
 
-A thin tensorboardX `SummaryWriter` (as MaxText uses): `scalars(step,
-{"eval/auc": 0.79, ...})` writes one scalar per name at `step`. Only
-process 0 writes (every process computes the same merged eval metrics);
-elsewhere the writer does nothing, so the job can call it unconditionally.
-Point TensorBoard at `<workdir>/tensorboard`.
+A thin tensorboardX event-file writer: `scalars(step, {"eval/auc": 0.79,
+...})` writes one scalar per name at `step`. The events are written as they
+come, into the file's buffer, and `flush()` puts every one so far into the
+file: tensorboardX's `SummaryWriter` hands them to a thread through a queue,
+and its `flush()` left the queued ones out (a kill then lost them for good;
+output.py). Only process 0 writes (every process computes the same merged
+eval metrics); elsewhere the writer does nothing, so the job can call it
+unconditionally. Point TensorBoard at `<workdir>/tensorboard`.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Mapping
 
 import jax
@@ -24,7 +28,8 @@ class TensorBoardWriter:
     workdir: the job's workdir.
     enabled: write at all; default: this is JAX process 0.
     purge_step: a resumed job's first step: TensorBoard drops the points
-      saved at this step and later (tensorboardX's purge_step), so every
+      saved at this step and later (a SessionLog START there, as tensorboardX's
+      SummaryWriter(purge_step=) writes), so every
       point appears once however often the job was restarted.
   """
 
@@ -33,18 +38,34 @@ class TensorBoardWriter:
     self.enabled = jax.process_index() == 0 if enabled is None else bool(enabled)
     self._writer = None
     if self.enabled:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      # pylint: disable=g-import-not-at-top
+      from tensorboardX.event_file_writer import EventsWriter
+      from tensorboardX.proto import event_pb2
+      from tensorboardX.proto import summary_pb2
 
-      self._writer = SummaryWriter(logdir=self.logdir, purge_step=purge_step)
+      self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
+      os.makedirs(self.logdir, exist_ok=True)
+      self._writer = EventsWriter(os.path.join(self.logdir, "events"))  # writes file_version
+      if purge_step is not None:  # as SummaryWriter(purge_step=) marks it
+        start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+        self._write(event_pb2.Event(step=int(purge_step), session_log=start))
+
+  def _write(self, event) -> None:
+    event.wall_time = time.time()
+    self._writer.write_event(event)
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
     """One scalar per name at `step` (a NaN, e.g. a degenerate AUC, is kept)."""
     if self._writer is None:
       return
     for name, value in values.items():
-      self._writer.add_scalar(name, float(value), global_step=int(step))
+      summary = self._summary_pb2.Summary(
+        value=[self._summary_pb2.Summary.Value(tag=name, simple_value=float(value))]
+      )
+      self._write(self._event_pb2.Event(step=int(step), summary=summary))
 
   def flush(self) -> None:
+    """Every scalar written so far reaches the event file."""
     if self._writer is not None:
       self._writer.flush()
 
