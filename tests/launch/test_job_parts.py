@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from sparsepipe import core
+from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch import distributed
 from sparsepipe.launch.job import fdo as fdo_retune
+from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.hooks import CheckpointHook
 from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.job.metrics import ProgressLine
@@ -38,6 +40,46 @@ def test_truncate_drops_later_batches_and_cut_lines(tmp_path):
       {"batch": 3, "loss": 0.5},
       {"event": "checkpoint", "batch": 3},
     ]
+  )
+
+
+def _strict_json(line):
+  def refuse(constant):
+    raise ValueError(f"{constant} is no JSON")
+
+  return json.loads(line, parse_constant=refuse)
+
+
+def test_non_finite_values_are_written_as_null(tmp_path):
+  """An eval over one example has a NaN AUC: metrics.jsonl said `NaN`, which is no
+  JSON (JavaScript's JSON.parse refused the file)."""
+  path = str(tmp_path / "metrics.jsonl")
+  log = MetricsLog(path)
+  log.write({"event": "eval", "batch": 1, "auc": float("nan"), "logloss": 0.5, "examples": 1})
+  log.write({"event": "phase", "batch": 2, "seconds": float("inf"), "parts": [float("-inf")]})
+  log.close()
+  with open(path, "a") as f:
+    f.write('{"batch": 3, "loss": NaN}\n')  # as 0.3 wrote it
+  expected = [
+    {"event": "eval", "batch": 1, "auc": None, "logloss": 0.5, "examples": 1},
+    {"event": "phase", "batch": 2, "seconds": None, "parts": [None]},
+  ]
+  with open(path) as f:
+    assert [_strict_json(line) for line in f.readlines()[:2]] == expected
+  # A resume reads the nulls back and rewrites the file as strict JSON.
+  kept = MetricsLog(path).truncate_after(3)
+  with open(path) as f:
+    assert [_strict_json(line) for line in f] == [*expected, {"batch": 3, "loss": None}]
+  assert kept[:2] == expected and kept[2]["batch"] == 3
+
+
+def test_the_eval_line_counts_one_example_as_one():
+  metrics = pipeline.EvalMetrics(
+    auc=float("nan"), logloss=0.25, ne=float("nan"), calibration=float("nan"), examples=1
+  )
+  assert describe(metrics) == ("AUC nan, log loss 0.2500, NE nan, calibration nan (1 example)")
+  assert describe(pipeline.EvalMetrics(0.75, 0.45, 0.8, 1.0, 4096)) == (
+    "AUC 0.7500, log loss 0.4500, NE 0.8000, calibration 1.000 (4,096 examples)"
   )
 
 

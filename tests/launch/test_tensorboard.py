@@ -1,6 +1,5 @@
 """TensorBoardWriter writes event files that parse back to the same scalars."""
 
-import math
 import os
 import time
 
@@ -24,12 +23,37 @@ def read_scalars(logdir):
 def test_scalars_round_trip(tmp_path):
   with TensorBoardWriter(str(tmp_path), enabled=True) as writer:
     writer.scalars(10, {"eval/auc": 0.75, "eval/examples": 1000})
-    writer.scalars(20, {"eval/auc": float("nan")})
+    writer.scalars(20, {"eval/auc": 0.5})
     writer.flush()
   scalars = read_scalars(str(tmp_path / "tensorboard"))
-  assert scalars[:2] == [(10, "eval/auc", 0.75), (10, "eval/examples", 1000.0)]
-  assert scalars[2][:2] == (20, "eval/auc") and math.isnan(scalars[2][2])
-  assert len(scalars) == 3
+  assert scalars == [(10, "eval/auc", 0.75), (10, "eval/examples", 1000.0), (20, "eval/auc", 0.5)]
+
+
+def test_non_finite_scalars_are_no_points(tmp_path, capfd):
+  """A degenerate eval (one example) has NaN metrics: TensorBoard gets no point for
+  them (tensorboardX warned "NaN or Inf found in input tensor" and kept them), also
+  when a resume replays them from metrics.jsonl, where they are null."""
+  nan = float("nan")
+  output = JobOutput(str(tmp_path), total_batches=4, enabled=True)
+  output.resume_after(0)
+  output.loss(1, 0.5)
+  output.loss(2, float("inf"))
+  output.event("eval", 2, auc=nan, logloss=0.25, ne=nan, calibration=float("-inf"), examples=1)
+  output.close()
+  with open(tmp_path / "metrics.jsonl") as f:
+    assert f.read().splitlines()[-1] == (
+      '{"event": "eval", "batch": 2, "auc": null, "logloss": 0.25, "ne": null,'
+      ' "calibration": null, "examples": 1}'
+    )
+  time.sleep(1.05)  # tensorboardX names event files by the second
+  output = JobOutput(str(tmp_path), total_batches=4, enabled=True)
+  output.resume_after(2)  # replays batch 2's records: the eval's nulls
+  output.close()
+  assert launch_testing.tensorboard_view(str(tmp_path / "tensorboard")) == {
+    (1, "train/loss"): 0.5,
+    (2, "eval/logloss"): 0.25,
+  }
+  assert "NaN or Inf" not in capfd.readouterr().err
 
 
 def test_disabled_writer_writes_nothing(tmp_path):

@@ -6,19 +6,38 @@ The JSONL file (<workdir>/metrics.jsonl) has one record per trained batch
 batch number the record belongs to (batch n: the n-th batch trained). On
 resume after batch n it is rewritten without the records of later batches,
 so the file of a resumed job equals that of an uninterrupted one, its
-resume and preemption lines aside. Only process 0 writes (output.py).
+resume and preemption lines aside. A non-finite value (the AUC of an eval
+over one label) is written as null: the file stays JSON. Only process 0
+writes (output.py).
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import time
 from typing import Any, TextIO
 
 from sparsepipe.core.status_line import StatusLine
 from sparsepipe.core.write_errors import write_errors_named
+
+
+def json_line(record: dict[str, Any]) -> str:
+  """`record` as one line of strict JSON: a non-finite float is null (json's NaN,
+  Infinity are no JSON; JavaScript's JSON.parse refuses them)."""
+  return json.dumps(_finite_or_none(record), allow_nan=False) + "\n"
+
+
+def _finite_or_none(value: Any) -> Any:
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _finite_or_none(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite_or_none(v) for v in value]
+  return value
 
 
 class MetricsLog:
@@ -56,7 +75,7 @@ class MetricsLog:
     tmp = self._path + ".tmp"
     with write_errors_named("the job's metrics", self._path, tmp):
       with open(tmp, "w") as f:
-        f.write("".join(json.dumps(record) + "\n" for record in kept))
+        f.write("".join(json_line(record) for record in kept))
       os.replace(tmp, self._path)
     return kept
 
@@ -65,7 +84,7 @@ class MetricsLog:
       return
     if self._file is None:
       self._file = open(self._path, "a")
-    self._file.write(json.dumps(record) + "\n")
+    self._file.write(json_line(record))
     self._file.flush()
 
   def close(self) -> None:

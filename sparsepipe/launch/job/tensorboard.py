@@ -12,6 +12,7 @@ unconditionally. Point TensorBoard at `<workdir>/tensorboard`.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Mapping
@@ -55,10 +56,13 @@ class TensorBoardWriter:
     self._writer.write_event(event)
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
-    """One scalar per name at `step` (a NaN, e.g. a degenerate AUC, is kept)."""
+    """One scalar per name at `step`; a non-finite or None value (a degenerate AUC,
+    null in metrics.jsonl) is no point: a missing point is the honest record."""
     if self._writer is None:
       return
     for name, value in values.items():
+      if value is None or not math.isfinite(float(value)):
+        continue
       summary = self._summary_pb2.Summary(
         value=[self._summary_pb2.Summary.Value(tag=name, simple_value=float(value))]
       )
