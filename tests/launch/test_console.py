@@ -5,6 +5,8 @@ import subprocess
 import sys
 import types
 
+import jax
+import numpy as np
 import pytest
 
 from sparsepipe.launch.config.shipped import criteo
@@ -110,6 +112,42 @@ def test_progress_line_shows_the_rate_of_training_alone(monkeypatch):
     "batch 8/8 | 267 ex/s | loss 0.5000 | data wait 13%",
   ]
   assert hook.steady_rate() == pytest.approx(400 / 1.5)
+
+
+def test_a_retune_that_compiles_nothing_leaves_the_rate_alone(monkeypatch):
+  """With fdo.every_steps <= log_every_steps every interval ends a segment: the
+  line showed '- ex/s' throughout though the retunes left the limits unchanged.
+  An interval is left out when JAX compiled in it, not for a segment's end."""
+  clock = _Clock()
+  monkeypatch.setattr(metrics.time, "perf_counter", clock)
+  stream = io.StringIO()
+  line = ProgressLine(8, stream=stream)
+  job = types.SimpleNamespace(
+    config=types.SimpleNamespace(log_every_steps=2),
+    global_batch=100,
+    position=types.SimpleNamespace(start=0),
+    hooks={"losses": types.SimpleNamespace(flush=lambda: None, last_loss=0.5)},
+    output=types.SimpleNamespace(progress=line.update),
+    epoch=lambda batch: None,
+  )
+  hook = ProgressHook(job)
+  hook.start()
+  # Segments of one batch; batches 1-2 compile (start), 3-4 and 7-8 train (1 s),
+  # 5-6 compile a new step (a changed retune's, here a fresh function: 2 s).
+  for index, now in enumerate([5.0, 10.0, 10.5, 11.0, 12.0, 13.0, 13.5, 14.0]):
+    clock.now = now
+    if index == 4:
+      jax.jit(lambda x: x * 3.0 + 1.0)(np.float32(index)).block_until_ready()
+    hook(types.SimpleNamespace(batch_index=index, data_wait_seconds=0.0))
+    hook.segment_end()
+  hook.end()
+  assert stream.getvalue().splitlines() == [
+    "batch 2/8 | - ex/s | loss 0.5000 | data wait -",
+    "batch 4/8 | 200 ex/s | loss 0.5000 | data wait 0%",
+    "batch 6/8 | 200 ex/s | loss 0.5000 | data wait 0%",
+    "batch 8/8 | 200 ex/s | loss 0.5000 | data wait 0%",
+  ]
+  assert hook.steady_rate() == pytest.approx(200.0)
 
 
 # The launcher with Orbax's threshold for its "Waiting for previous save"

@@ -29,6 +29,7 @@ from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
 from sparsepipe.launch.job.metrics import SteadyRate
+from sparsepipe.launch.job.startup import CompileCounter
 from sparsepipe.launch.job.startup import record_phase
 
 
@@ -102,9 +103,12 @@ class ProgressHook(JobHook):
   """The progress line every log_every_steps batches: rate, loss, data wait, epoch.
 
   Its rate and data wait are those of the intervals in which nothing but
-  training happened (no compilation at a segment's start, no save, no eval:
-  the hooks doing those call `disturbed()`), over the last 10 such intervals
-  on the line ('-' before the first) and over all of them in the summary.
+  training happened (no compilation: JAX's compile events, counted; no save,
+  no eval: the hooks doing those call `disturbed()`), over the last 10 such
+  intervals on the line ('-' before the first) and over all of them in the
+  summary. A segment's end is no disturbance of its own: an FDO retune that
+  left the limits unchanged compiles nothing (with fdo.every_steps <=
+  log_every_steps every interval held one, and the line never had a rate).
   """
 
   WINDOW = 10  # intervals of the line's rate
@@ -115,6 +119,14 @@ class ProgressHook(JobHook):
     self.meter = IntervalMeter()
     self.steady = SteadyRate(self.WINDOW)
     self._disturbed = True
+    self.compiles = CompileCounter()  # any thread's: a compile ahead, a retune's step
+    self._compiles_seen = 0
+
+  def _compiled(self) -> bool:
+    """Whether JAX compiled (or loaded a program from its cache) since the last call."""
+    seen = self.compiles.requests
+    compiled, self._compiles_seen = seen != self._compiles_seen, seen
+    return compiled
 
   def disturbed(self) -> None:
     """Something else than training ran in this interval: not steady state."""
@@ -124,9 +136,6 @@ class ProgressHook(JobHook):
     self.meter.reset()
     self._disturbed = True  # the first interval compiles
 
-  def segment_end(self) -> None:
-    self._disturbed = True  # the next segment may retune and recompile
-
   def __call__(self, result: pipeline.StepResult) -> bool:
     if result.batch_index is None:
       return False
@@ -134,7 +143,7 @@ class ProgressHook(JobHook):
     batch = self.job.position.start + result.batch_index + 1
     if batch % self.every == 0:
       self.job.hooks["losses"].flush()
-      if not self._disturbed:
+      if not self._compiled() and not self._disturbed:
         self.steady.add(self.meter.examples, self.meter.seconds, self.meter.wait_seconds)
       self._disturbed = False
       rate, wait = self.steady.recent()
@@ -146,6 +155,9 @@ class ProgressHook(JobHook):
   def steady_rate(self) -> float | None:
     """Examples/s of the undisturbed intervals (None if there was none)."""
     return self.steady.overall()
+
+  def end(self) -> None:
+    self.compiles.close()
 
 
 class HeapHook(JobHook):
