@@ -11,7 +11,6 @@ before the eval runs). Nothing in the workdir changes.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -79,18 +78,17 @@ def main(argv) -> int:
   step, trained, metrics = evaluate_checkpoint(
     f.workdir, step=f.step, eval_data_dir=f.eval_data_dir
   )
+  from sparsepipe.launch.job.evaluation import describe  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.metrics import json_line  # pylint: disable=g-import-not-at-top
+
   record = {"step": step, "batch": trained, **metrics.as_dict()}
-  print(
-    f"checkpoint {step} (after batch {trained}): AUC {metrics.auc:.4f}, log loss"
-    f" {metrics.logloss:.4f}, NE {metrics.ne:.4f}, calibration {metrics.calibration:.3f}"
-    f" ({metrics.examples:,} examples)"
-  )
+  print(f"checkpoint {step} (after batch {trained}): {describe(metrics)}")
   if f.json:
     output = os.path.abspath(f.json)
     tmp = f"{output}.tmp-{os.getpid()}"
     with write_errors_named("the metrics", output, tmp):
       with open(tmp, "w") as out:
-        json.dump(record, out)
+        out.write(json_line(record))  # a NaN (one class only) as null
       os.replace(tmp, output)
   return 0
 

@@ -164,14 +164,18 @@ def test_a_rerun_runs_the_final_eval_a_kill_cut_short(run_with_eval, tmp_path, c
   capsys.readouterr()
   train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
   out = capsys.readouterr().out.splitlines()
-  assert out[-2] == (
+  assert out[-3] == (
     f"sparsepipe: the job in {workdir} has trained its 8 batches; its final eval did not"
     " finish before it stopped: evaluating"
   )
-  assert out[-1].startswith("eval after batch 8: AUC "), out
+  assert out[-2].startswith("eval after batch 8: AUC "), out
   evals = launch_testing.events(workdir, "eval")
   assert [e["batch"] for e in evals] == [4, 8]
   assert evals[-1]["auc"] == run_with_eval[1].last_eval.auc
+  assert out[-1] == (  # the summary, without a loss: this run trained nothing
+    f"sparsepipe: done: 8 batches, eval AUC {evals[-1]['auc']:.4f}; checkpoint 8 in"
+    f" {workdir}/checkpoints; metrics in {metrics}"
+  )
   assert launch_testing.events(workdir, "done") == [{"event": "done", "batch": 8}]
   train_and_evaluate(launch_testing.tiny_config(synthetic__eval_examples=100), workdir)
   assert "nothing to train" in capsys.readouterr().out.splitlines()[-1]

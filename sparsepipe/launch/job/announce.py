@@ -170,17 +170,23 @@ def already_trained(job: JobContext) -> JobResult:
 
 
 def done(job: JobContext) -> JobResult:
+  """The `done` record, and the summary line of what this run trained or evaluated
+  (a rerun that only finished the final eval has its AUC, no loss)."""
   out = result(job)
   job.output.event("done", job.batch)
+  if out.last_loss is None and out.last_eval is None:
+    return out
+  parts = [f"{job.batch:,} batches"]
   if out.last_loss is not None:
-    auc = "" if out.last_eval is None else f", eval AUC {out.last_eval.auc:.4f}"
+    parts.append(f"last loss {out.last_loss:.4f}")
+  if out.last_eval is not None:
+    parts.append(f"eval AUC {out.last_eval.auc:.4f}")
+  if out.last_loss is not None:
     steady = out.steady_examples_per_second
     rate = f"{out.examples_per_second:,.0f} examples/s"
-    if steady is not None:
-      rate += f" ({steady:,.0f} in steady state)"
-    job.output.message(
-      f"sparsepipe: done: {job.batch:,} batches, last loss {out.last_loss:.4f}{auc}, {rate};"
-      f" checkpoint {out.checkpoint_step} in {job.checkpoints.mngr.directory};"
-      f" metrics in {job.output.metrics_path}"
-    )
+    parts.append(rate if steady is None else f"{rate} ({steady:,.0f} in steady state)")
+  job.output.message(
+    f"sparsepipe: done: {', '.join(parts)}; checkpoint {out.checkpoint_step} in"
+    f" {job.checkpoints.mngr.directory}; metrics in {job.output.metrics_path}"
+  )
   return out
