@@ -45,9 +45,7 @@ the same job at the shipped vocabularies and with every vocabulary
 --growth_scale (4) times larger, each with synchronous and with
 asynchronous saves, and the synchronous one resumed from its last
 checkpoint for --save_every batches more ("resumed": restore, compile,
-train, save), and, for the before/after, the synchronous one under glibc's
-own mmap threshold ("sync, glibc threshold": without
-core.return_large_blocks; eight fresh processes). For each: the state bytes, the
+train, save; six fresh processes). For each: the state bytes, the
 peak RSS, the overhead (peak - state; for async saves peak - 2 x state, the
 save's host copy being a second state on CPU devices), peak / state (goals
 <= 1.6 sync and resumed, <= 2.6 async), and overhead(scaled) / overhead(shipped)
@@ -111,9 +109,6 @@ _BETWEEN = "other (job start, between the phases)"
 _JOBS = ("job", "job_heap_kept", "job_sync_saves", "job_one_program_init")
 _JOB_TITLES = ("job", "heap kept", "sync saves", "one-program init")
 _RESUMED = "job_resumed"  # the sync-saves job resumed for --save_every batches more (growth)
-# growth's before/after row: sync saves under glibc's own mmap threshold, as
-# before core.return_large_blocks
-_GLIBC_THRESHOLD = "job_sync_glibc_threshold"
 
 
 def _status() -> dict[str, int]:
@@ -325,10 +320,8 @@ def _child_job(workdir: str, out: str, variant: str) -> None:
     pipeline.init_embedding_variables = _one_program_init
   if variant == "job_heap_kept":
     core.release_freed_heap = lambda: False
-  if variant == _GLIBC_THRESHOLD:
-    core.return_large_blocks = lambda: False
   start = time.perf_counter()
-  config = _config(async_save=variant not in ("job_sync_saves", _RESUMED, _GLIBC_THRESHOLD))
+  config = _config(async_save=variant not in ("job_sync_saves", _RESUMED))
   if variant == _RESUMED:  # the job in `workdir` trained to --batches: a few batches more
     config.num_steps += _SAVE_EVERY.value
   train_and_evaluate(config, workdir, config_name="criteo")
@@ -598,17 +591,12 @@ def _report(figures: dict[str, Any]) -> None:
 def _growth(root: str) -> dict[str, Any]:
   """The growth rows: state, peaks and overhead at scale 1 and --growth_scale, sync and async."""
   rows: dict[str, Any] = {}
-  runs = (
-    ("sync, glibc threshold", _GLIBC_THRESHOLD, 1),
-    ("sync", "job_sync_saves", 1),
-    ("resumed", _RESUMED, 1),  # resumes the sync job's workdir
-    ("async", "job", 2),
-  )
+  runs = (("sync", "job_sync_saves", 1), ("resumed", _RESUMED, 1), ("async", "job", 2))
   for scale in (1, _GROWTH_SCALE.value):
     workdir = os.path.join(root, f"growth_x{scale}")
-    for mode, child, copies in runs:
-      tag = f"_x{scale}_{mode.replace(', ', '_').replace(' ', '_')}"
-      if mode != "resumed":
+    for mode, child, copies in runs:  # the resumed job resumes the sync one's workdir
+      tag = f"_x{scale}_{mode}"
+      if mode == "async":
         shutil.rmtree(workdir, ignore_errors=True)
       job = _run_child(child, root, tag=tag, workdir=workdir, vocab_scale=scale)
       state = sum(job["state"].values())
@@ -644,12 +632,12 @@ def _growth_report(rows: dict[str, Any]) -> None:
     "peak/state (goal)",
     "overhead/x1 (<=1.2)",
   )
-  print(f"{head[0]:<27}" + "".join(f"{h:>20}" for h in head[1:]))
+  print(f"{head[0]:<13}" + "".join(f"{h:>20}" for h in head[1:]))
   for name, r in rows.items():
     growth = f"{r['overhead_growth']:.2f}" if "overhead_growth" in r else "-"
     ratio = f"{r['peak_over_state']:.2f} (<={r['goal_peak_over_state']})"
     cells = (_mb(r["state_bytes"]), _mb(r["peak_rss"]), _mb(r["overhead"]), ratio, growth)
-    print(f"{name:<27}" + "".join(f"{c:>20}" for c in cells) + f"  (peak in: {r['peak_phase']})")
+    print(f"{name:<13}" + "".join(f"{c:>20}" for c in cells) + f"  (peak in: {r['peak_phase']})")
 
 
 def _phases(root: str) -> dict[str, Any]:
@@ -666,7 +654,7 @@ def _phases(root: str) -> dict[str, Any]:
 def main(argv: list[str]) -> None:
   del argv
   child = _CHILD.value
-  if child in _JOBS + (_RESUMED, _GLIBC_THRESHOLD):
+  if child in _JOBS + (_RESUMED,):
     _child_job(_WORKDIR.value, _OUT.value, child)
     return
   if child in ("init_table_groups", "init_one_program"):

@@ -1,5 +1,5 @@
 """glibc's malloc, tuned per process: data workers keep freed memory, the
-trainer gives the compiler's and a save's back.
+trainer gives the compiler's back.
 
 A worker allocates and frees the same few hundred arrays (tens of MB) for
 every batch. glibc's malloc gives large freed blocks back to the kernel
@@ -14,15 +14,6 @@ its arenas (no single free block is large enough to be given back), and
 the first steps' buffers land above them. `release_freed_heap`
 (malloc_trim) returns those pages; in benchmarks/memory.py it lowered the
 criteo job's peak by 0.2-0.3 GB.
-
-A checkpoint save frees many blocks of up to 16 MiB (TensorStore's chunks).
-glibc then raises its mmap threshold to the largest block freed (up to 32
-MiB), so the step's temporaries of a few MiB that were mapped and unmapped
-before come from the arenas afterwards, where each thread's arena keeps its
-peak: the criteo job with every vocabulary 4x larger trained 0.3-0.7 GB
-above its size before the save, and nothing after a save gave it back.
-`return_large_blocks` fixes the threshold at 4 MiB for the trainer
-(benchmarks/memory.py, section growth).
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _HEAP_BELOW = 32 << 20  # allocations under 32 MiB come from the heap (glibc's usual maximum)
 _TRIM_ABOVE = 1 << 30  # the heap is trimmed only past 1 GiB free
-_MAPPED_FROM = 4 << 20  # the trainer's blocks of 4 MiB and more are mapped, whatever was freed
 
 
 def _glibc(function: str):
@@ -68,14 +58,3 @@ def release_freed_heap() -> bool:
   trim.argtypes = (ctypes.c_size_t,)
   trim(0)
   return True
-
-
-def return_large_blocks() -> bool:
-  """Maps every block of 4 MiB or more on its own, given back to the kernel
-  when freed, instead of glibc's threshold that follows the largest block
-  freed; False where the C library is not glibc (nothing changed)."""
-  mallopt = _glibc("mallopt")
-  if mallopt is None:
-    return False
-  mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-  return bool(mallopt(_M_MMAP_THRESHOLD, _MAPPED_FROM))

@@ -4,8 +4,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -348,46 +346,6 @@ def test_the_freed_heap_is_released_after_each_compilation(tmp_path, monkeypatch
   # each (synchronous) save: batches 3 and 6 (every 3; steps 4 and 7) and 8
   # (the end, step 10).
   assert steps[0] == 10 and trims == [0, 1, 2, 4, 5, 6, 7, 10]
-
-
-_LARGE_BLOCKS = """
-import resource, sys
-import numpy as np
-from sparsepipe.core.memory import return_large_blocks
-if sys.argv[1] == "return" and not return_large_blocks():
-  print("unsupported"); sys.exit()
-np.ones(32 << 20, np.uint8)  # a save's large block, freed: glibc's threshold follows it
-faults = []
-for _ in range(3):
-  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-  np.ones(8 << 20, np.uint8)  # a step's temporary, freed
-  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(*faults)
-"""
-
-
-def test_the_trainer_gives_large_blocks_back_after_larger_ones_were_freed(tmp_path, monkeypatch):
-  """core.return_large_blocks: after a 32 MiB block is freed, an 8 MiB one is
-  still given back when freed (a fresh one faults in again), where glibc's own
-  threshold keeps it in the heap; and a job sets it before the state is made."""
-  runs = {
-    mode: subprocess.run(
-      [sys.executable, "-c", _LARGE_BLOCKS, mode], capture_output=True, text=True, check=True
-    ).stdout.split()
-    for mode in ("return", "default")
-  }
-  if runs["return"] == ["unsupported"]:
-    pytest.skip("the C library is not glibc")
-  assert int(runs["default"][2]) < 50, runs  # the third 8 MiB block reuses the heap's pages
-  assert all(int(n) > 200 for n in runs["return"]), runs  # each one mapped afresh
-  calls, inits = [], []
-  monkeypatch.setattr(core, "return_large_blocks", lambda: calls.append(len(inits)))
-  init = pipeline.init_embedding_variables
-  monkeypatch.setattr(
-    pipeline, "init_embedding_variables", lambda *a, **k: inits.append(1) or init(*a, **k)
-  )
-  train_and_evaluate(launch_testing.tiny_config(), str(tmp_path / "job"))
-  assert calls == [0] and inits == [1]
 
 
 def test_relative_dataset_paths_are_saved_absolute(tmp_path, monkeypatch):

@@ -205,26 +205,20 @@ MEMORY_SECTION = [
   "",
   "| vocabularies | saves | state | peak | peak / state | overhead |",
   "|---|---|---|---|---|---|",
-  "| shipped | sync, glibc's threshold (before) | 833 MB | 1,932 MB | 2.32 | 1,099 MB |",
-  "| shipped | sync | 833 MB | 1,806 MB | 2.17 | 973 MB |",
-  "| shipped | sync, resumed | 833 MB | 1,534 MB | 1.84 | 701 MB |",
-  "| shipped | async | 833 MB | 2,562 MB | 3.08 | 896 MB |",
-  "| 4x | sync, glibc's threshold (before) | 3,028 MB | 4,375 MB | 1.45 | 1,348 MB |",
-  "| 4x | sync | 3,028 MB | 3,993 MB | 1.32 | 966 MB |",
-  "| 4x | sync, resumed | 3,028 MB | 3,881 MB | 1.28 | 853 MB |",
-  "| 4x | async | 3,028 MB | 7,113 MB | 2.35 | 1,058 MB |",
+  "| shipped | sync | 833 MB | 1,840 MB | 2.21 | 1,007 MB |",
+  "| shipped | sync, resumed | 833 MB | 1,778 MB | 2.14 | 945 MB |",
+  "| shipped | async | 833 MB | 2,763 MB | 3.32 | 1,097 MB |",
+  "| 4x | sync | 3,028 MB | 4,235 MB | 1.40 | 1,207 MB |",
+  "| 4x | sync, resumed | 3,028 MB | 4,055 MB | 1.34 | 1,027 MB |",
+  "| 4x | async | 3,028 MB | 7,421 MB | 2.45 | 1,366 MB |",
   "",
   '("resumed": the sync job resumed from its last checkpoint for 6 batches more.) Of the'
   " overhead, about 1 GB is there in training at both sizes (Python and JAX 0.3 GB, the"
   " step's buffers 0.37 GB, sized for the worst case of a batch until FDO's first pass, and"
-  " freed heap glibc keeps). The overhead at 4x over the shipped size's: 0.99 sync, 1.22"
-  " resumed, 1.18 async. The training process maps every block of 4 MiB or more on its own"
-  " (`core.return_large_blocks`): under glibc's own threshold, which follows the largest"
-  " block freed, a save's freed 16 MiB chunks left the step's temporaries in the heap"
-  " afterwards, and the 4x job trained 0.3-0.7 GB above its size before the first save"
-  " (the \"glibc's threshold\" rows: overhead 1.23x). A resumed job's restore read every"
-  " shard at once and its fingerprint check held a second copy of each array: its peak was"
-  " 2.24x the state at 4x (overhead 3.7 GB) before both were bounded.",
+  " freed heap glibc keeps); a synchronous save adds 0-50 MB to it at the shipped size and"
+  " 150-300 MB at 4x. A resumed job's restore read every shard at once and its fingerprint"
+  " check held a second copy of each array: its peak was 2.24x the state at 4x (overhead"
+  " 3.7 GB) before both were bounded.",
   "",
   "A save writes, and a restore reads, at most twice the largest shard at once (at least"
   " 256 MiB; `checkpointing.in_flight_bound`); a save writes in chunks and data files of"

@@ -100,7 +100,6 @@ class _Job:
 
   def __init__(self, config: Any, workdir: str, config_name: str):
     self.startup = StartupTimer()
-    core.return_large_blocks()  # before the state is made or restored (core/memory.py)
     _absolute_dataset_paths(config)
     if config.features_from_manifest:
       config = from_manifest.apply_manifest(config)
