@@ -52,6 +52,12 @@ _VERBOSE = flags.DEFINE_bool(
   "verbose", False, "On an error, print the traceback, not just the message."
 )
 _AUTO = flags.DEFINE_bool("distributed_auto", False, "Let JAX detect the cluster (TPU pods).")
+_WAIT = flags.DEFINE_float(
+  "distributed_wait_s",
+  300.0,
+  "How long the processes of a multi-process job wait for each other to connect.",
+  lower_bound=1.0,
+)
 _CPU_DEVICES = flags.DEFINE_integer(
   "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices).", lower_bound=0
 )
@@ -135,7 +141,11 @@ def main(argv) -> int:
   started, peers = False, None
   try:
     started = distributed.initialize(
-      _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, auto=_AUTO.value
+      _COORDINATOR.value,
+      _NUM_PROCESSES.value,
+      _PROCESS_ID.value,
+      auto=_AUTO.value,
+      wait_s=_WAIT.value,
     )
     if started:
       peers = peer_ends.PeerEnds()

@@ -128,19 +128,9 @@ def test_ctrl_c_to_one_process_while_starting_stops_both(tmp_path):
   )
 
 
-def test_processes_started_with_other_configs_are_refused_naming_the_fields(tmp_path):
-  """A learning rate given to process 1 alone trained (status 0; the checkpoint recorded
-  process 0's); another batch size ended both in Gloo's all-to-all with an abort."""
-  flags = {1: ["--config.embedding_optimizer.learning_rate=5", "--config.data.num_workers=1"]}
-  results = _run_two(tmp_path, {}, flags)
-  said = [
-    "error: the processes of this job were started with other configs:"
-    f" config.embedding_optimizer.learning_rate is {theirs} on process {other}, {mine} on"
-    f" process {this} (start every process with the same --config and --config.* flags)"
-    for this, other, mine, theirs in ((0, 1, 0.05, 5.0), (1, 0, 5.0, 0.05))
-  ]
-  # Each process finds the difference; the one that records its end first says its own
-  # line, the other its own or (following the first) that process's.
+def _both_refused(results, said: list[str]) -> None:
+  """Each process found the difference (`said[i]`, process i's line); the one that
+  records its end first says its own line, the other its own or that process's."""
   follows = [
     f"sparsepipe: process {1 - i} of the job ended ({said[1 - i]}), so process {i} ends too,"
     " without saving: once that is mended, run the commands on every process to go on from"
@@ -151,4 +141,35 @@ def test_processes_started_with_other_configs_are_refused_naming_the_fields(tmp_
   lines = [lines for _, _, lines in results]
   assert all(lines[i] in ([said[i]], [follows[i]]) for i in range(2)), lines
   assert [said[0]] in lines or [said[1]] in lines
+
+
+def test_processes_started_with_other_configs_are_refused_naming_the_fields(tmp_path):
+  """A learning rate given to process 1 alone trained (status 0; the checkpoint recorded
+  process 0's); another batch size ended both in Gloo's all-to-all with an abort."""
+  flags = {1: ["--config.embedding_optimizer.learning_rate=5", "--config.data.num_workers=1"]}
+  _both_refused(
+    _run_two(tmp_path, {}, flags),
+    [
+      "error: the processes of this job were started with other configs:"
+      f" config.embedding_optimizer.learning_rate is {theirs} on process {other}, {mine} on"
+      f" process {this} (start every process with the same --config and --config.* flags)"
+      for this, other, mine, theirs in ((0, 1, 0.05, 5.0), (1, 0, 5.0, 0.05))
+    ],
+  )
   assert not os.path.exists(tmp_path / "job" / "checkpoints")
+
+
+def test_processes_started_with_other_workdirs_are_refused_before_anything_is_made(tmp_path):
+  """Other workdirs were found at the first save ("No such file or directory"), hours
+  in on a cluster, or as Orbax's "sync_global_devices name mismatch"."""
+  workdirs = [str(tmp_path / "job"), str(tmp_path / "other")]
+  _both_refused(
+    _run_two(tmp_path, {}, {1: [f"--workdir={workdirs[1]}"]}),
+    [
+      "error: the processes of this job were started with other workdirs:"
+      f" '{workdirs[1 - i]}' on process {1 - i}, '{workdirs[i]}' on process {i} (give every"
+      " process the same --workdir, on a filesystem they share)"
+      for i in range(2)
+    ],
+  )
+  assert not any(os.path.exists(w) for w in workdirs)

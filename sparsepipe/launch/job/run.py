@@ -389,7 +389,7 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
       (launch/workdir/placement.py).
   """
   config = complete_config(config)  # a misspelt field is named before anything is made
-  check_same_config(config)
+  check_same_config(config, workdir)
   check_workdir(workdir, dataset.GENERATED_DIRNAMES)
   with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
