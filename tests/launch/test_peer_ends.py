@@ -173,3 +173,18 @@ def test_processes_started_with_other_workdirs_are_refused_before_anything_is_ma
     ],
   )
   assert not any(os.path.exists(w) for w in workdirs)
+
+
+def test_a_workdir_another_job_holds_is_named_by_every_process(tmp_path):
+  """Process 1 said only "process 0 could not take it (see its error)", and process 0,
+  following process 1's end, never said it: no process named the job holding it."""
+  from sparsepipe.launch import exclusive_workdir  # pylint: disable=g-import-not-at-top
+
+  workdir = str(tmp_path / "job")
+  with exclusive_workdir(workdir):  # another job: this test's process
+    results = _run_two(tmp_path, {})
+  holder = f"workdir {workdir} is in use by another job (pid {os.getpid()} on "
+  assert [status for status, _, _ in results] == [1, 1]
+  for i, (_, _, lines) in enumerate(results):
+    assert len(lines) == 1 and holder in lines[0], (i, lines)
+  assert [_ for _, _, lines in results if lines[0].startswith(f"error: {holder}")]

@@ -18,6 +18,7 @@ the job warns and runs unguarded. Readers (launch.evaluate) take no lock.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -31,8 +32,12 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from sparsepipe.core.write_errors import write_error
+from sparsepipe.launch.distributed import coordination_client
 
 LOCK_FILENAME = "job.lock"
+# + the call's number in this process: why process 0 could not take the workdir.
+_PROBLEM_KEY = "sparsepipe/workdir_lock/"
+_CALLS = itertools.count()
 
 
 class WorkdirInUseError(OSError):
@@ -167,6 +172,22 @@ class WorkdirLease:
       folder = os.path.dirname(folder)
 
 
+def _process_0s_problem(mine: str) -> str:
+  """Every process's copy of process 0's `mine`: why it could not take the
+  workdir ("" if it did), through the coordination service. The others said only
+  "process 0 could not take it (see its error)", and that error went unsaid when
+  process 0 then followed their end (peer_ends)."""
+  key = f"{_PROBLEM_KEY}{next(_CALLS)}"
+  if jax.process_index() == 0:
+    coordination_client().key_value_set(key, mine)
+    failed = multihost_utils.broadcast_one_to_all(np.int32(bool(mine)))
+    return mine if int(failed) else ""
+  failed = multihost_utils.broadcast_one_to_all(np.int32(0))
+  if not int(failed):
+    return ""
+  return coordination_client().blocking_key_value_get(key, 60_000)
+
+
 @contextlib.contextmanager
 def exclusive_workdir(workdir: str, discard: Sequence[str] = ()) -> Iterator[WorkdirLease]:
   """Holds `workdir` for this job (made if missing) while the block runs.
@@ -186,9 +207,7 @@ def exclusive_workdir(workdir: str, discard: Sequence[str] = ()) -> Iterator[Wor
     except OSError as e:  # raised below, once the other processes know
       error = e
   if jax.process_count() > 1:
-    failed = multihost_utils.broadcast_one_to_all(np.int32(bool(problem or error)))
-    if int(failed) and not (problem or error):
-      problem = f"workdir {workdir}: process 0 could not take it (see its error)"
+    problem = _process_0s_problem(problem or (error and str(error)) or "")
   try:
     if error is not None:
       raise error
