@@ -73,8 +73,8 @@ class _Clock:
     return self.now
 
 
-def test_progress_line_shows_the_rate_of_training_alone(monkeypatch):
-  """A compiling first interval and a save's interval leave the line's rate alone."""
+def _progress_hook(monkeypatch):
+  """(clock, stream, ProgressHook): 8 batches of 100, a line every 2, started."""
   clock = _Clock()
   monkeypatch.setattr(metrics.time, "perf_counter", clock)
   stream = io.StringIO()
@@ -89,6 +89,12 @@ def test_progress_line_shows_the_rate_of_training_alone(monkeypatch):
   )
   hook = ProgressHook(job)
   hook.start()
+  return clock, stream, hook
+
+
+def test_progress_line_shows_the_rate_of_training_alone(monkeypatch):
+  """A compiling first interval and a save's interval leave the line's rate alone."""
+  clock, stream, hook = _progress_hook(monkeypatch)
   # Batches 1-2 compile (10 s); 3-4 train (0.5 s, 0.2 s waiting for data);
   # 5-6 also save (5 s); 7-8 train (1 s).
   for index, now, wait, saves in [
@@ -118,20 +124,7 @@ def test_a_retune_that_compiles_nothing_leaves_the_rate_alone(monkeypatch):
   """With fdo.every_steps <= log_every_steps every interval ends a segment: the
   line showed '- ex/s' throughout though the retunes left the limits unchanged.
   An interval is left out when JAX compiled in it, not for a segment's end."""
-  clock = _Clock()
-  monkeypatch.setattr(metrics.time, "perf_counter", clock)
-  stream = io.StringIO()
-  line = ProgressLine(8, stream=stream)
-  job = types.SimpleNamespace(
-    config=types.SimpleNamespace(log_every_steps=2),
-    global_batch=100,
-    position=types.SimpleNamespace(start=0),
-    hooks={"losses": types.SimpleNamespace(flush=lambda: None, last_loss=0.5)},
-    output=types.SimpleNamespace(progress=line.update),
-    epoch=lambda batch: None,
-  )
-  hook = ProgressHook(job)
-  hook.start()
+  clock, stream, hook = _progress_hook(monkeypatch)
   # Segments of one batch; batches 1-2 compile (start), 3-4 and 7-8 train (1 s),
   # 5-6 compile a new step (a changed retune's, here a fresh function: 2 s).
   for index, now in enumerate([5.0, 10.0, 10.5, 11.0, 12.0, 13.0, 13.5, 14.0]):
