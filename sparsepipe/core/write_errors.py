@@ -57,3 +57,15 @@ def write_errors_named(
         with contextlib.suppress(OSError):
           os.unlink(leftover)
     raise write_error(error, what, path) from error
+
+
+@contextlib.contextmanager
+def written_whole(what: str, path: str, suffix: str = "") -> Iterator[str]:
+  """Yields a temporary path beside `path` for the block to write `what` to, then
+  moves it into place: `path` is the whole file or as it was. A failed write is
+  `write_error`'s, and the temporary file goes (`suffix`: one the writer appends
+  itself, e.g. numpy's ".npy")."""
+  tmp = f"{path}.tmp-{os.getpid()}{suffix}"
+  with write_errors_named(what, path, tmp):
+    yield tmp
+    os.replace(tmp, path)

@@ -18,7 +18,7 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from sparsepipe.core.write_errors import write_errors_named
+from sparsepipe.core.write_errors import written_whole
 from sparsepipe.data.convert import cli
 from sparsepipe.serving.output_paths import check_file_output
 
@@ -84,12 +84,9 @@ def main(argv) -> int:
   record = {"step": step, "batch": trained, **metrics.as_dict()}
   print(f"checkpoint {step} (after batch {trained}): {describe(metrics)}")
   if f.json:
-    output = os.path.abspath(f.json)
-    tmp = f"{output}.tmp-{os.getpid()}"
-    with write_errors_named("the metrics", output, tmp):
+    with written_whole("the metrics", os.path.abspath(f.json)) as tmp:
       with open(tmp, "w") as out:
         out.write(json_line(record))  # a NaN (one class only) as null
-      os.replace(tmp, output)
   return 0
 
 

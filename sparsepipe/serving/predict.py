@@ -17,7 +17,7 @@ from absl import app
 from absl import flags
 
 from sparsepipe.data.convert import cli
-from sparsepipe.core.write_errors import write_errors_named
+from sparsepipe.core.write_errors import written_whole
 from sparsepipe.serving.output_paths import check_file_output
 
 
@@ -48,10 +48,8 @@ def main(argv) -> int:
   predictor = Predictor.load(f.export, f.delta)
   scores, labels = score_dataset(predictor, f.data, batch_size=f.batch_size, show_progress=True)
   output = os.path.abspath(f.output)
-  tmp = f"{output}.tmp-{os.getpid()}.npy"
-  with write_errors_named("the scores", output, tmp):
+  with written_whole("the scores", output, ".npy") as tmp:
     np.save(tmp, scores)
-    os.replace(tmp, output)
   line = f"{len(scores):,} scores: {output}"
   if labels.size:  # labels in [0, 1] (pipeline.compute_metrics)
     metrics = pipeline.compute_metrics(labels, scores)
