@@ -18,7 +18,6 @@ may be shared: compare figures from one run only.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -40,13 +39,14 @@ from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
+import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 100_000, "Examples to generate.")
 _PER_RECORD = flags.DEFINE_integer("examples_per_record", 128, "Examples packed per record.")
 _BATCH = flags.DEFINE_integer("batch_size", 2048, "Per-host batch size.")
 _SC = flags.DEFINE_integer("num_sc_per_device", 2, "SparseCores per device.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Passes per measurement (the best is kept).")
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = figures_file.json_flag()
 
 
 def _specs(manifest, devices):
@@ -170,22 +170,20 @@ def main(argv):
     f"load average at the end: {os.getloadavg()[0]:.1f} (a shared machine makes wall figures noisy)"
   )
   if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(
-        {
-          "benchmark": "eval",
-          "batch_size": _BATCH.value,
-          "examples_per_record": manifest.examples_per_record,
-          "num_examples": manifest.num_examples,
-          "devices": mesh.size,
-          "num_sc_per_device": _SC.value,
-          "cpu_count": os.cpu_count(),
-          "load_average_end": os.getloadavg()[0],
-          **rows,
-        },
-        f,
-        indent=1,
-      )
+    figures_file.write(
+      _JSON.value,
+      {
+        "benchmark": "eval",
+        "batch_size": _BATCH.value,
+        "examples_per_record": manifest.examples_per_record,
+        "num_examples": manifest.num_examples,
+        "devices": mesh.size,
+        "num_sc_per_device": _SC.value,
+        "cpu_count": os.cpu_count(),
+        "load_average_end": os.getloadavg()[0],
+        **rows,
+      },
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ shared.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -34,8 +33,9 @@ from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not
 from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.export import export_checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
+import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = figures_file.json_flag()
 _VOCAB = flags.DEFINE_integer("vocab", 200_000, "Rows of each of the 8 tables.")
 _BATCH = flags.DEFINE_integer("batch", 2048, "Global batch of the job.")
 _WARMUP = flags.DEFINE_integer("warmup", 20, "Batches before the full export.")
@@ -140,8 +140,7 @@ def main(argv) -> None:
     figures = run(root)
   report(figures)
   if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(figures, f, indent=2)
+    figures_file.write(_JSON.value, figures, indent=2)
 
 
 if __name__ == "__main__":

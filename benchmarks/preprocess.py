@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import pstats
 import sys
@@ -47,6 +46,7 @@ from sparsepipe.transforms.coo import inputs as coo_inputs
 from sparsepipe.transforms.coo import passes as coo_pass
 from sparsepipe.transforms.coo import sort as coo_sort
 from sparsepipe.transforms.coo import stack as coo_stack
+import figures_file
 
 BATCH, FEATURES, MAX_IDS = 4096, 26, 20
 GLOBAL_DEVICES, LOCAL_DEVICES, SC_PER_DEVICE = 8, 8, 4
@@ -205,7 +205,9 @@ def sort_keys(columnar) -> np.ndarray:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--reps", type=int, default=20)
-  parser.add_argument("--json", default=None, help="write the figures here")
+  parser.add_argument(
+    "--json", default=None, type=figures_file.argparse_path, help="write the figures here"
+  )
   parser.add_argument("--profile", action="store_true", help="print a cProfile of our ragged path")
   args = parser.parse_args()
 
@@ -262,8 +264,7 @@ def main() -> None:
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
     print(out.getvalue())
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump(figures, f, indent=2)
+    figures_file.write(args.json, figures, indent=2)
 
 
 def _reference(vocabs, ragged):

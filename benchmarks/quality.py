@@ -46,8 +46,9 @@ from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-imp
 from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
+import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = figures_file.json_flag()
 _STEPS = flags.DEFINE_integer("planted_steps", 600, "Batches of the planted-data runs.")
 _EMBEDDING_LR = flags.DEFINE_float("planted_embedding_lr", 0.1, "Adagrad rate of the tables.")
 _DENSE_LR = flags.DEFINE_float("planted_dense_lr", 0.002, "Adam rate of the dense layers.")
@@ -255,8 +256,7 @@ def main(argv):
   for k, v in rows:
     print(f"{k:<{width}}  {v}")
   if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(figures, f, indent=1)
+    figures_file.write(_JSON.value, figures)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import figures_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -152,7 +153,7 @@ def main() -> None:
   parser.add_argument("--num_steps", type=int, default=2000)
   parser.add_argument("--stops", default="200,400", help="Batches after which the count changes.")
   parser.add_argument("--devices", default="1,4,1", help="Device counts, one per leg.")
-  parser.add_argument("--json", default=None)
+  parser.add_argument("--json", default=None, type=figures_file.argparse_path)
   parser.add_argument("--workdir", default=None, help="Keep the runs here (default: a temp dir).")
   args = parser.parse_args()
   stops = [int(s) for s in args.stops.split(",")]
@@ -214,8 +215,7 @@ def main() -> None:
     " embedding tables"
   )
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump(figures, f, indent=2)
+    figures_file.write(args.json, figures, indent=2)
 
 
 if __name__ == "__main__":

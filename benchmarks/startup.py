@@ -54,8 +54,9 @@ import time
 
 from absl import app
 from absl import flags
+import figures_file
 
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = figures_file.json_flag()
 _DATA_ROOT = flags.DEFINE_string(
   "data_root", None, "Where the datasets are made once and reused (default: a temp dir)."
 )
@@ -291,8 +292,7 @@ def main(argv: list[str]) -> None:
   for key, value in ratios.items():
     print(f"{key}: {value}")
   if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump({"starts": rows, "ratios": ratios, "retunes": retunes}, f, indent=1)
+    figures_file.write(_JSON.value, {"starts": rows, "ratios": ratios, "retunes": retunes})
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ with the ratios (d)/(e) and (d)/(f) of examples per CPU-second.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -64,6 +63,7 @@ from sparsepipe.launch.config.shipped import criteo
 from sparsepipe.launch.config.shipped import demo
 from sparsepipe.launch.job.dataset import ensure_dataset
 from sparsepipe.launch.job.dataset import synthetic_features
+import figures_file
 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200_000, "Examples per part-1 measurement.")
 _SHIPPED = flags.DEFINE_integer(
@@ -72,7 +72,7 @@ _SHIPPED = flags.DEFINE_integer(
 _VOCAB = flags.DEFINE_integer("vocab_size", 100_000, "Vocabulary of every sparse feature.")
 _MAX_IDS = flags.DEFINE_integer("max_ids", 20, "Most ids per feature per example (1..max_ids).")
 _SEED = flags.DEFINE_integer("seed", 0, "Dataset seed.")
-_JSON = flags.DEFINE_string("json", None, "Write the figures to this JSON file.")
+_JSON = figures_file.json_flag()
 
 
 def _auc(p: np.ndarray, y: np.ndarray) -> float:
@@ -223,8 +223,7 @@ def _main(argv):
   figures = _benchmark_shape(_NUM_EXAMPLES.value, _SEED.value)
   figures["shipped"] = _shipped(_SHIPPED.value)
   if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(figures, f, indent=1)
+    figures_file.write(_JSON.value, figures)
 
 
 if __name__ == "__main__":

@@ -486,6 +486,28 @@ def _print(r: dict[str, Any]) -> None:
   print(f"load average at the end: {r['load_average_end']:.1f} (a shared machine: compare runs)")
 
 
+def _figures_path(path: str) -> str:
+  """argparse's type= for --json: a new file in a folder that exists, or the
+  figures of an earlier run. This script runs without sparsepipe, so it cannot
+  tell saved work (benchmarks/figures_file.py) from other files; it replaces
+  only what it wrote itself."""
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise argparse.ArgumentTypeError(f"'{path}': its folder '{folder}' does not exist")
+  if not os.path.lexists(path):
+    return path
+  try:
+    with open(path) as f:
+      earlier = json.load(f)
+  except (OSError, UnicodeDecodeError, ValueError):
+    earlier = None
+  if not (isinstance(earlier, dict) and earlier.get("benchmark") == "torchrec_dlrm"):
+    raise argparse.ArgumentTypeError(
+      f"'{path}' exists and is not this benchmark's figures: give a new file"
+    )
+  return path
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--path", choices=("dmp", "fused"), default="dmp", help="See the docstring.")
@@ -495,7 +517,12 @@ def main() -> None:
   parser.add_argument("--batch_size", type=int, default=4096, help="Examples per batch.")
   parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default).")
   parser.add_argument("--seed", type=int, default=0, help="Data (and init) seed.")
-  parser.add_argument("--json", default=None, help="Write the figures to this JSON file.")
+  parser.add_argument(
+    "--json",
+    default=None,
+    type=_figures_path,
+    help="Write the figures to this JSON file (a new one, or this benchmark's own).",
+  )
   args = parser.parse_args()
   if args.batches < 1 or args.warmup < 1 or args.workers < 0:
     parser.error("need --batches >= 1, --warmup >= 1 and --workers >= 0")
@@ -508,9 +535,11 @@ def main() -> None:
     )
   result = run(args)
   _print(result)
-  if args.json:
-    with open(args.json, "w") as f:
+  if args.json:  # beside it, then in place: the file is whole, old or new
+    tmp = f"{args.json}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
       json.dump(result, f, indent=1)
+    os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

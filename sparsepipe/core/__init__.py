@@ -12,6 +12,7 @@ from sparsepipe.core.mesh import data_sharding
 from sparsepipe.core.mesh import make_mesh
 from sparsepipe.core.mesh import replicated_sharding
 from sparsepipe.core.memory import release_freed_heap
+from sparsepipe.core.write_errors import written_whole
 from sparsepipe.core.rounding import round_up
 from sparsepipe.core.rounding import round_up_to_steps
 from sparsepipe.core.signals import exit_with_parent
