@@ -31,6 +31,12 @@ import fcntl
 import os
 from typing import Any, Callable
 
+from absl import logging
+
+from sparsepipe.core.saved_work import OutputPathError
+from sparsepipe.core.saved_work import refuse_inside_saved_work
+from sparsepipe.core.saved_work import refuse_other_saved_work
+
 AUTO = "auto"
 JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
 NUMBA_DIR_ENV = "NUMBA_CACHE_DIR"
@@ -140,12 +146,34 @@ def _enable_numba(directory: str) -> None:
       _cache_on_disk(dispatcher)
 
 
-def enable(setting: str) -> str | None:
+def check_root(root: str, workdir: str | None = None) -> None:
+  """Raises OutputPathError if the cache's root is, or lies inside, saved work
+  (core.saved_work) or the job's `workdir` (a new one is not saved work yet):
+  its jax/ and numba-v2/ folders there would make a dataset or an export one
+  with foreign files, which --overwrite then refuses to replace, and a
+  workdir's removal would take the cache."""
+  flag = "config.compilation_cache_dir"
+  given, real = os.path.abspath(root), os.path.realpath(root)
+  refuse_inside_saved_work(given, real, "compiled programs", flag)
+  refuse_other_saved_work(given, real, flag, "", "the compilation cache")
+  job = os.path.realpath(workdir) if workdir else None
+  if job and os.path.commonpath([job, real]) == job:
+    raise OutputPathError(
+      f"{flag} '{given}' is inside the job's workdir '{os.path.abspath(workdir)}': write the"
+      " compiled programs outside any workdir, dataset or export"
+    )
+
+
+def enable(setting: str, *, refused: str = "raise", workdir: str | None = None) -> str | None:
   """Turns the caches on for this process and the processes it starts.
 
   Args:
     setting: the config's `compilation_cache_dir` ("auto", a path, or ""
       for off).
+    refused: what a root that `check_root` refuses does: "raise", or "warn"
+      (a warning, and the cache stays off: for the commands that read a
+      saved job's setting, which they cannot change).
+    workdir: the job's workdir, which the root must not lie inside either.
 
   Returns:
     The root directory, or None when off. Call before the first compilation
@@ -153,6 +181,13 @@ def enable(setting: str) -> str | None:
   """
   root = cache_root(setting)
   if root is None:
+    return None
+  try:
+    check_root(root, workdir)
+  except OutputPathError as error:
+    if refused == "raise":
+      raise
+    logging.warning("%s; compiling without the cache", error)
     return None
   _enable_jax(os.environ.get(JAX_DIR_ENV) or os.path.join(root, "jax"))
   _enable_numba(os.path.join(root, NUMBA_SUBDIR))

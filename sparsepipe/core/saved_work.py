@@ -150,12 +150,40 @@ def describe_entry(directory: str, name: str) -> str:
   return f"{found[0]} '{name}'" if found else f"'{name}'"
 
 
+# Folders looked into below an output for saved work before giving up (and refusing).
+SEARCH_LIMIT = 10_000
+
+
 def saved_work_inside(directory: str, own: Sequence[str] = ()) -> list[str]:
-  """The entries of `directory` that are saved work, described ("dataset 'x'"), sorted;
-  entries named in `own` (what the writer itself keeps there) are left out."""
-  names = sorted(n for n in os.listdir(directory) if n not in own)
-  found = ((n, saved_work(os.path.join(directory, n))) for n in names)
-  return [f"{kind[0]} '{n}'" for n, kind in found if kind]
+  """The saved work anywhere below `directory`, described ("dataset 'a/x'"), in
+  the order found (nearest first); entries of `directory` named in `own` (what
+  the writer itself keeps there) are left out.
+
+  Saved work is not looked into, nor are symbolic links followed below the
+  first level (a link there to saved work counts, its target is not searched).
+  Past SEARCH_LIMIT folders the search stops, and the last entry says so: a
+  folder that large is not one an output should go into.
+  """
+  found, searched = [], 0
+  queue = [n for n in sorted(os.listdir(directory)) if n not in own]
+  while queue:
+    relative = queue.pop(0)
+    path = os.path.join(directory, relative)
+    kind = saved_work(path)
+    if kind:
+      found.append(f"{kind[0]} '{relative}'")
+      continue
+    if os.path.islink(path) or not os.path.isdir(path):
+      continue
+    searched += 1
+    if searched > SEARCH_LIMIT:
+      found.append(f"more than {SEARCH_LIMIT:,} folders (not all searched for saved work)")
+      break
+    try:
+      queue.extend(os.path.join(relative, n) for n in sorted(os.listdir(path)))
+    except OSError:  # a folder this user cannot read holds nothing this user can destroy
+      continue
+  return found
 
 
 def refuse_holding_saved_work(

@@ -40,7 +40,9 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import refuse_symbolic_link
+from sparsepipe.core.saved_work import saved_work
 from sparsepipe.core.work_directories import clean_up_after_killed_writers
 from sparsepipe.core.work_directories import move_into_place
 from sparsepipe.core.work_directories import work_directory
@@ -112,29 +114,50 @@ class ShardedRecordWriter:
 
   def _prepare_directory(self, overwrite: bool) -> None:
     """Checks the output directory; creates the temporary one the shards go to."""
+    self._overwrite = overwrite
+    self._replace_old = self._check_directory(appeared="")
+    clean_up_after_killed_writers(self.directory)
+    self._work = work_directory(self.directory)
+
+  def _check_directory(self, appeared: str) -> bool:
+    """Raises unless the dataset may go to the output (a new folder, one of
+    unrelated files, or, with overwrite, a dataset); returns whether it
+    replaces a dataset. `appeared`: what a refusal adds when the output
+    changed while the dataset was written."""
     refuse_symbolic_link(self.directory, "the output")
     if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
       raise FileExistsError(
-        f"'{self.directory}' is a file, not a directory: a dataset is a directory of its"
-        " own; choose another output"
+        f"'{self.directory}' is a file, not a directory{appeared}: a dataset is a directory of"
+        " its own; choose another output"
+      )
+    found = saved_work(self.directory)
+    if found and found[0] != "dataset":
+      raise FileExistsError(
+        f"'{self.directory}' is {a_kind(found[0])} (it has {found[1]}){appeared}: a dataset"
+        " never replaces or writes into one; choose another output"
       )
     entries = os.listdir(self.directory) if os.path.isdir(self.directory) else []
     ours = [e for e in entries if self._is_dataset_file(e)]
-    if ours and not overwrite:
+    if ours and not self._overwrite:
       shards = [e for e in ours if e.endswith(SHARD_SUFFIX)]
       raise FileExistsError(
         f"'{self.directory}' already holds a dataset ({MANIFEST_NAME} or"
-        f" {len(shards)} shard files); pass overwrite=True (--overwrite) to replace it"
+        f" {len(shards)} shard files){appeared}; pass overwrite=True (--overwrite) to replace it"
       )
     foreign = sorted(set(entries) - set(ours))
     if ours and foreign:
       raise FileExistsError(
-        f"'{self.directory}' holds a dataset and other files {foreign[:5]}: overwriting"
-        " replaces the whole directory, so move those files or choose another output"
+        f"'{self.directory}' holds a dataset and other files {foreign[:5]}{appeared}:"
+        " overwriting replaces the whole directory, so move those files or choose another output"
       )
-    self._replace_old = bool(ours)
-    clean_up_after_killed_writers(self.directory)
-    self._work = work_directory(self.directory)
+    return bool(ours)
+
+  def check_output_unchanged(self) -> None:
+    """Raises (the same refusals as at the start) if what appeared at the output
+    while the dataset was written may not be replaced or written into."""
+    self._replace_old = self._check_directory(
+      appeared=" (it changed while the dataset was written)"
+    )
 
   def _is_dataset_file(self, name: str) -> bool:
     """A file a writer with this shard prefix makes (finished or temporary)."""
@@ -180,9 +203,16 @@ class ShardedRecordWriter:
     self._info.update(info)
 
   def close(self) -> Manifest:
-    """Finishes the dataset (`finish`) if not yet, then moves it into place."""
+    """Finishes the dataset (`finish`) if not yet, then moves it into place,
+    unless the output changed meanwhile (`check_output_unchanged`): then the
+    new dataset is removed and the output left as it is."""
     manifest = self.finish()
     if manifest is not None and not self._published:
+      try:
+        self.check_output_unchanged()
+      except BaseException:
+        self.abort()
+        raise
       self._publish()
       self._published = True
     return manifest
@@ -327,6 +357,8 @@ def written_together(
     yield writers
     for writer in writers:
       writer.finish()
+    for writer in writers:  # none is moved into place unless all may be
+      writer.check_output_unchanged()
 
 
 def check_apart(output_dir: str, eval_output: str) -> None:

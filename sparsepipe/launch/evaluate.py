@@ -47,7 +47,9 @@ def evaluate_checkpoint(
   workdir = os.path.abspath(workdir)
   directory, config = checkpoints.saved_config(workdir, step)
   # The job's compilation cache (core/compile_cache.py), before anything compiles.
-  core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
+  core.compile_cache.enable(
+    config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
+  )
   mesh = core.make_mesh()
   model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
   eval_dir = (

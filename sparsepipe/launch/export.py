@@ -52,7 +52,9 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
 
   directory, config = checkpoints.saved_config(workdir, step)
   # The job's compilation cache (core/compile_cache.py), before anything compiles.
-  core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
+  core.compile_cache.enable(
+    config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
+  )
   mesh = core.make_mesh(jax.devices("cpu")[:1])
   data_dir = dataset.ensure_dataset(config, os.path.abspath(workdir), show_progress=False)
   model = JobModel(config, data_dir, mesh)

@@ -114,6 +114,8 @@ def check_file_output(
   written at `output`, the value of `flag`."""
   given, real = os.path.abspath(output), os.path.realpath(output)
   refuse_inside_saved_work(given, real, what, flag)
+  if output.endswith(("/", os.sep)):
+    raise OutputPathError(f"{flag} '{output}' names a folder: give the path of the file to write")
   if os.path.isdir(real):
     found = saved_work(real)
     kind = f"{a_kind(found[0])} (it has {found[1]})" if found else "a folder"

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from sparsepipe.data.convert.output_path import check_dataset_output
+from sparsepipe.core import saved_work
 from sparsepipe.data import convert_csv
 
 import paths
@@ -164,3 +165,25 @@ def test_a_library_writer_refuses_a_symbolic_link(tmp_path):
     " give the folder itself"
   )
   assert os.listdir(tmp_path / "target") == []
+
+
+def test_saved_work_at_any_depth_below_an_output_is_found(tmp_path, monkeypatch):
+  """Before: only the output's own entries were looked at, so a converter wrote its
+  dataset into a folder with an export two levels down (and `rm -r` of it would
+  have taken the export)."""
+  deep = saved_work_trees.tree(
+    tmp_path / "deep",
+    {"a/b/export.json": saved_work_trees.EXPORT, "a/notes.txt": "", "z/x/y/job.json": "{}"},
+  )
+  with pytest.raises(ValueError) as refused:
+    check_dataset_output(deep)
+  assert str(refused.value) == (
+    f"--output '{deep}' holds export 'a/b' and 1 more: a dataset goes in a folder of its own;"
+    " give another --output"
+  )
+  # A folder too large to search is refused, not searched for minutes.
+  monkeypatch.setattr(saved_work, "SEARCH_LIMIT", 3)
+  many = saved_work_trees.tree(tmp_path / "many", {f"f{i}/x.txt": "" for i in range(4)})
+  with pytest.raises(ValueError, match=r"holds more than 3 folders \(not all searched for saved"):
+    check_dataset_output(many)
+  check_dataset_output(saved_work_trees.tree(tmp_path / "few", {"f1/x.txt": "", "f2/y/z.txt": ""}))

@@ -274,3 +274,66 @@ def test_source_reads_keys_in_any_order_across_shards(tmp_path):
     source.__getitems__([3, 30])
   with pytest.raises(ValueError, match=r"^record key -1 is outside \[0, 30\)$"):
     source.__getitems__([-1, 3])
+
+
+def _one_example_writer(directory, **options):
+  writer = ShardedRecordWriter(str(directory), make_schema(0, {"a": 5}), **options)
+  writer.write(Example(1.0, np.zeros(0, np.float32), {"a": np.array([1, 2])}))
+  return writer
+
+
+def _finish_elsewhere(tmp_path, out):
+  """A dataset of 10 examples moved to `out`, as another process's writer does."""
+  write_synthetic(str(tmp_path / "elsewhere"), FEATURES, num_examples=10, seed=0)
+  os.rename(tmp_path / "elsewhere", out)
+
+
+def _entries(root):
+  return sorted(os.path.relpath(os.path.join(d, n), root) for d, _, ns in os.walk(root) for n in ns)
+
+
+def test_a_dataset_that_appears_while_writing_is_kept_and_the_new_one_dropped(tmp_path):
+  """Before: a second converter to the same new output replaced the dataset the
+  first one had finished meanwhile, without --overwrite, both saying "wrote"."""
+  out = tmp_path / "out"
+  late = _one_example_writer(out)
+  _finish_elsewhere(tmp_path, out)  # another converter's, finished first
+  before = _entries(tmp_path)
+  with pytest.raises(
+    FileExistsError,
+    match=r"^'.*/out' already holds a dataset \(manifest.json or 1 shard files\) \(it changed"
+    r" while the dataset was written\); pass overwrite=True \(--overwrite\) to replace it$",
+  ):
+    late.close()
+  assert _entries(tmp_path) == before  # no temporary directory left either
+  assert read_manifest(str(out)).num_examples == 10
+
+
+def test_saved_work_that_appears_while_writing_is_never_written_into(tmp_path):
+  """Before: the shards and manifest were moved into a workdir made meanwhile."""
+  out = tmp_path / "out"
+  late = _one_example_writer(out, overwrite=True)
+  (out / "checkpoints" / "4").mkdir(parents=True)
+  (out / "job.json").write_text("{}")
+  with pytest.raises(
+    FileExistsError,
+    match=r"^'.*/out' is a workdir \(it has job.json\) \(it changed while the dataset was"
+    r" written\): a dataset never replaces or writes into one; choose another output$",
+  ):
+    late.close()
+  assert _entries(tmp_path) == ["out/job.json"]
+
+
+def test_splits_written_together_move_neither_when_one_output_changed(tmp_path):
+  schema = make_schema(0, {"a": 5})
+  example = Example(1.0, np.zeros(0, np.float32), {"a": np.array([3])})
+  with pytest.raises(FileExistsError, match=r"'.*/eval' already holds a dataset .* \(it changed"):
+    with writer_lib.written_together(
+      {str(tmp_path / "train"): None, str(tmp_path / "eval"): None}, schema
+    ) as writers:
+      for w in writers:
+        w.write(example)
+      _finish_elsewhere(tmp_path, tmp_path / "eval")
+  assert not os.path.exists(tmp_path / "train")
+  assert read_manifest(str(tmp_path / "eval")).num_examples == 10
+  assert sorted(os.listdir(tmp_path)) == ["eval"]

@@ -93,3 +93,26 @@ def test_a_new_job_is_refused_a_folder_holding_saved_work_and_writes_nothing(sav
   check_workdir(project, ("data",))
   with pytest.raises(ValueError, match=r"^--workdir '.*/p' holds dataset 'data': a job keeps"):
     check_workdir(project)
+
+
+def test_a_new_job_is_refused_a_folder_with_saved_work_deeper_down(tmp_path):
+  """Before: a job trained in `deep` with an export at deep/a/exp, which then sat
+  inside a workdir (and `rm -r` of the workdir would have taken it)."""
+  deep = saved_work_trees.tree(tmp_path / "deep", {"a/exp/export.json": saved_work_trees.EXPORT})
+  with pytest.raises(ValueError) as refused:
+    check_workdir(deep)
+  assert str(refused.value) == (
+    f"--workdir '{deep}' holds export 'a/exp': a job keeps its files in a folder of its own;"
+    " give another --workdir"
+  )
+
+
+def test_a_file_is_never_a_workdir(tmp_path):
+  """Before: "error: [Errno 17] File exists", naming neither the flag nor why."""
+  (tmp_path / "notes").write_text("mine")
+  with pytest.raises(ValueError) as refused:
+    check_workdir(str(tmp_path / "notes"))
+  assert str(refused.value) == (
+    f"--workdir '{tmp_path / 'notes'}' is a file: a job keeps its files in a folder; give"
+    " another --workdir"
+  )

@@ -158,3 +158,9 @@ def test_a_scores_file_is_never_written_into_saved_work(saved, tmp_path):
   with pytest.raises(serving.OutputPathError) as e:
     serving.check_file_output(str(missing), overwrite=False)
   assert str(e.value) == f"--output '{missing}': its folder '{tmp_path / 'no'}' does not exist"
+  # Before: "scores/" (a folder, not yet made) got a file named "scores".
+  with pytest.raises(serving.OutputPathError) as e:
+    serving.check_file_output(f"{tmp_path}/scores/", overwrite=True)
+  assert str(e.value) == (
+    f"--output '{tmp_path}/scores/' names a folder: give the path of the file to write"
+  )

@@ -392,6 +392,8 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
   check_same_config(config, workdir)
   check_workdir(workdir, dataset.GENERATED_DIRNAMES)
   with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
-    core.compile_cache.enable(config.get("compilation_cache_dir", core.compile_cache.AUTO))
+    core.compile_cache.enable(
+      config.get("compilation_cache_dir", core.compile_cache.AUTO), workdir=workdir
+    )
     job = _Job(config, workdir, config_name)
     return job.run(lease)

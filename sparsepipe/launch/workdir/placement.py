@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from sparsepipe.core.saved_work import OutputPathError
 from sparsepipe.core.saved_work import refuse_holding_saved_work
 from sparsepipe.core.saved_work import refuse_inside_saved_work
 from sparsepipe.core.saved_work import refuse_other_saved_work
@@ -30,5 +31,9 @@ def check_workdir(workdir: str, generated: Sequence[str] = ()) -> None:
   """
   given, real = os.path.abspath(workdir), os.path.realpath(workdir)
   refuse_inside_saved_work(given, real, "job's files", "--workdir")
+  if os.path.exists(real) and not os.path.isdir(real):
+    raise OutputPathError(
+      f"--workdir '{given}' is a file: a job keeps its files in a folder; give another --workdir"
+    )
   if not refuse_other_saved_work(given, real, "--workdir", "workdir", "a job"):
     refuse_holding_saved_work(given, real, "--workdir", "a job keeps its files", generated)
