@@ -57,7 +57,7 @@ from sparsepipe import transforms  # pylint: disable=g-import-not-at-top,wrong-i
 from sparsepipe import checkpointing as ckpt  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.checkpointing.integrity import fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.checkpointing.integrity import host_fingerprint  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DIM = 64
 DENSE = 512
@@ -291,7 +291,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--state_mb", type=int, default=256)
   parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--json", default=None, type=figures_file.argparse_path)
+  parser.add_argument("--json", default=None, type=outputs.argparse_path)
   parser.add_argument("--directory", default=None, help=argparse.SUPPRESS)
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
@@ -397,7 +397,7 @@ def report(args, state, saves, timings, restart):
   for key, value in rows:
     print(f"{key:<{width}}  {value}")
   if args.json:
-    figures_file.write(args.json, figures, indent=2)
+    outputs.write(args.json, figures, indent=2)
 
 
 if __name__ == "__main__":

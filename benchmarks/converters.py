@@ -47,9 +47,9 @@ import pyarrow.parquet as pq
 
 from sparsepipe import data
 from sparsepipe.data.convert.text_input import read_lines
-import figures_file
+import outputs
 
-_JSON = figures_file.json_flag("Write the results here.")
+_JSON = outputs.json_flag("Write the results here.")
 _LINES = flags.DEFINE_integer("lines", 200_000, "Lines in the generated Criteo file.")
 _TABLE_ROWS = flags.DEFINE_integer("table_rows", 200_000, "Rows of the CSV/Parquet table.")
 _RSS_ROWS = flags.DEFINE_list("parquet_rss_rows", [], "Measure peak RSS at these row counts.")
@@ -225,7 +225,7 @@ def main(argv) -> None:
   if _RSS_ROWS.value:
     results = _parquet_rss([int(n) for n in _RSS_ROWS.value])
     if _JSON.value:
-      figures_file.write(_JSON.value, results)
+      outputs.write(_JSON.value, results)
     return
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
@@ -260,7 +260,7 @@ def main(argv) -> None:
   if _JSON.value:
     results = [{"measure": n, "baseline_s": b, "ours_s": o, "ratio": o / b} for n, b, o in rows]
     results[-1].update(rows=table_rows, csv_rows_per_s=csv_rate, parquet_rows_per_s=parquet_rate)
-    figures_file.write(_JSON.value, results)
+    outputs.write(_JSON.value, results)
 
 
 if __name__ == "__main__":

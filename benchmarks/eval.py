@@ -39,14 +39,14 @@ from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 100_000, "Examples to generate.")
 _PER_RECORD = flags.DEFINE_integer("examples_per_record", 128, "Examples packed per record.")
 _BATCH = flags.DEFINE_integer("batch_size", 2048, "Per-host batch size.")
 _SC = flags.DEFINE_integer("num_sc_per_device", 2, "SparseCores per device.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Passes per measurement (the best is kept).")
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 
 
 def _specs(manifest, devices):
@@ -170,7 +170,7 @@ def main(argv):
     f"load average at the end: {os.getloadavg()[0]:.1f} (a shared machine makes wall figures noisy)"
   )
   if _JSON.value:
-    figures_file.write(
+    outputs.write(
       _JSON.value,
       {
         "benchmark": "eval",

@@ -33,9 +33,9 @@ from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not
 from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.export import export_checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 _VOCAB = flags.DEFINE_integer("vocab", 200_000, "Rows of each of the 8 tables.")
 _BATCH = flags.DEFINE_integer("batch", 2048, "Global batch of the job.")
 _WARMUP = flags.DEFINE_integer("warmup", 20, "Batches before the full export.")
@@ -140,7 +140,7 @@ def main(argv) -> None:
     figures = run(root)
   report(figures)
   if _JSON.value:
-    figures_file.write(_JSON.value, figures, indent=2)
+    outputs.write(_JSON.value, figures, indent=2)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 import loader_main_process  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo as criteo_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _DATA_DIR = flags.DEFINE_string(
   "data_dir", None, "Existing dataset; default: generate one in a temp dir."
@@ -91,7 +91,7 @@ _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per stage.")
 _PACKING = flags.DEFINE_list(
   "packing", ["1", "128"], "Examples per record compared in (d) (generated data only)."
 )
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 _MAIN_DEVICES = flags.DEFINE_list(
   "main_process_devices", ["1", "8"], "CPU device counts of (f) (empty: no (f))."
 )
@@ -451,7 +451,7 @@ def main(argv):
       "main_process": main_process,
       "example_shuffle": shuffle,
     }
-    figures_file.write(_JSON.value, result)
+    outputs.write(_JSON.value, result)
   tmp.cleanup()
 
 

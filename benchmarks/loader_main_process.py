@@ -46,7 +46,7 @@ from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-
 from sparsepipe.launch.config import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config import specs as config_specs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _WARM_BATCHES = 3
 _FILL_SECONDS = 2.0  # a pause in which the buffers fill
@@ -208,7 +208,7 @@ def main(argv):
     rows = measure(directory, [int(d) for d in _DEVICES.value], workers, _SECONDS.value)
   print_rows(rows)
   if _JSON.value:
-    figures_file.write(_JSON.value, {"benchmark": "loader_main_process", "rows": rows})
+    outputs.write(_JSON.value, {"benchmark": "loader_main_process", "rows": rows})
 
 
 if __name__ == "__main__":
@@ -219,5 +219,5 @@ if __name__ == "__main__":
   _SECONDS = flags.DEFINE_float("seconds", 6.0, "Measuring time per row.")
   _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 65536, "Examples to generate.")
   _PROBE = flags.DEFINE_bool("probe", False, "Measure on this process's devices, print JSON.")
-  _JSON = figures_file.json_flag("Write the rows to this JSON file.")
+  _JSON = outputs.json_flag("Write the rows to this JSON file.")
   app.run(main)

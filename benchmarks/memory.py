@@ -91,9 +91,9 @@ from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
 from sparsepipe.launch.job import model  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.job.run import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.pipeline.embedding.variables import table_key  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 _BATCHES = flags.DEFINE_integer("batches", 40, "Batches trained (config.num_steps).")
 _EXAMPLES = flags.DEFINE_integer("examples", 48 * 4096, "Synthetic examples generated.")
 _SAVE_EVERY = flags.DEFINE_integer("save_every", 20, "config.checkpoint.every_steps.")
@@ -678,7 +678,7 @@ def main(argv: list[str]) -> None:
   if "growth" in _SECTIONS.value:
     _growth_report(figures["growth"])
   if _JSON.value:
-    figures_file.write(_JSON.value, figures, indent=2, sort_keys=True)
+    outputs.write(_JSON.value, figures, indent=2, sort_keys=True)
 
 
 if __name__ == "__main__":

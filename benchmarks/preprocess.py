@@ -46,7 +46,7 @@ from sparsepipe.transforms.coo import inputs as coo_inputs
 from sparsepipe.transforms.coo import passes as coo_pass
 from sparsepipe.transforms.coo import sort as coo_sort
 from sparsepipe.transforms.coo import stack as coo_stack
-import figures_file
+import outputs
 
 BATCH, FEATURES, MAX_IDS = 4096, 26, 20
 GLOBAL_DEVICES, LOCAL_DEVICES, SC_PER_DEVICE = 8, 8, 4
@@ -206,7 +206,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--reps", type=int, default=20)
   parser.add_argument(
-    "--json", default=None, type=figures_file.argparse_path, help="write the figures here"
+    "--json", default=None, type=outputs.argparse_path, help="write the figures here"
   )
   parser.add_argument("--profile", action="store_true", help="print a cProfile of our ragged path")
   args = parser.parse_args()
@@ -264,7 +264,7 @@ def main() -> None:
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
     print(out.getvalue())
   if args.json:
-    figures_file.write(args.json, figures, indent=2)
+    outputs.write(args.json, figures, indent=2)
 
 
 def _reference(vocabs, ragged):

@@ -46,9 +46,9 @@ from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-imp
 from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 _STEPS = flags.DEFINE_integer("planted_steps", 600, "Batches of the planted-data runs.")
 _EMBEDDING_LR = flags.DEFINE_float("planted_embedding_lr", 0.1, "Adagrad rate of the tables.")
 _DENSE_LR = flags.DEFINE_float("planted_dense_lr", 0.002, "Adam rate of the dense layers.")
@@ -237,8 +237,13 @@ def _check_flags() -> None:
 def main(argv):
   del argv
   _check_flags()
-  root = _WORKDIR.value or tempfile.mkdtemp(prefix="sparsepipe_quality_")
-  os.makedirs(root, exist_ok=True)
+  if _WORKDIR.value:
+    try:
+      root = outputs.runs_folder(_WORKDIR.value, "quality", "--workdir")
+    except ValueError as error:
+      raise app.UsageError(str(error)) from error
+  else:
+    root = tempfile.mkdtemp(prefix="sparsepipe_quality_")
   logging.set_verbosity(logging.WARNING)
   figures = {}
   try:
@@ -256,7 +261,7 @@ def main(argv):
   for k, v in rows:
     print(f"{k:<{width}}  {v}")
   if _JSON.value:
-    figures_file.write(_JSON.value, figures)
+    outputs.write(_JSON.value, figures)
 
 
 if __name__ == "__main__":

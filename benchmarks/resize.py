@@ -33,7 +33,7 @@ from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import figures_file
+import outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -153,13 +153,19 @@ def main() -> None:
   parser.add_argument("--num_steps", type=int, default=2000)
   parser.add_argument("--stops", default="200,400", help="Batches after which the count changes.")
   parser.add_argument("--devices", default="1,4,1", help="Device counts, one per leg.")
-  parser.add_argument("--json", default=None, type=figures_file.argparse_path)
+  parser.add_argument("--json", default=None, type=outputs.argparse_path)
   parser.add_argument("--workdir", default=None, help="Keep the runs here (default: a temp dir).")
   args = parser.parse_args()
   stops = [int(s) for s in args.stops.split(",")]
   devices = [int(d) for d in args.devices.split(",")]
   assert len(devices) == len(stops) + 1, "--devices needs one count more than --stops"
-  root = args.workdir or tempfile.mkdtemp(prefix="resize_")
+  if args.workdir:
+    try:
+      root = outputs.runs_folder(args.workdir, "resize", "--workdir")
+    except ValueError as error:
+      parser.error(str(error))
+  else:
+    root = tempfile.mkdtemp(prefix="resize_")
   try:
     _data(root)
     runs = {}
@@ -215,7 +221,7 @@ def main() -> None:
     " embedding tables"
   )
   if args.json:
-    figures_file.write(args.json, figures, indent=2)
+    outputs.write(args.json, figures, indent=2)
 
 
 if __name__ == "__main__":

@@ -54,9 +54,9 @@ import time
 
 from absl import app
 from absl import flags
-import figures_file
+import outputs
 
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 _DATA_ROOT = flags.DEFINE_string(
   "data_root", None, "Where the datasets are made once and reused (default: a temp dir)."
 )
@@ -274,8 +274,13 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
   del argv
-  root = _DATA_ROOT.value or tempfile.mkdtemp(prefix="sparsepipe_startup_")
-  os.makedirs(root, exist_ok=True)
+  if _DATA_ROOT.value:
+    try:
+      root = outputs.runs_folder(_DATA_ROOT.value, "startup", "--data_root")
+    except ValueError as error:
+      raise app.UsageError(str(error)) from error
+  else:
+    root = tempfile.mkdtemp(prefix="sparsepipe_startup_")
   rows, retunes = [], []
   try:
     for name in _CONFIGS.value:
@@ -292,7 +297,7 @@ def main(argv: list[str]) -> None:
   for key, value in ratios.items():
     print(f"{key}: {value}")
   if _JSON.value:
-    figures_file.write(_JSON.value, {"starts": rows, "ratios": ratios, "retunes": retunes})
+    outputs.write(_JSON.value, {"starts": rows, "ratios": ratios, "retunes": retunes})
 
 
 if __name__ == "__main__":

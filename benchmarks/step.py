@@ -62,7 +62,7 @@ from sparsepipe import core
 from sparsepipe import pipeline as P  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import transforms as T  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.pipeline.zero import optimizer as zero  # pylint: disable=g-import-not-at-top,wrong-import-position
-import figures_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import sparse_heavy  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -79,7 +79,7 @@ _IDS = flags.DEFINE_integer("ids_per_sample", 4, "Ids per sample and feature.")
 _SC = flags.DEFINE_integer("num_sc_per_device", 1, "SparseCores per device.")
 _ROUNDS = flags.DEFINE_integer("rounds", 11, "Timing rounds (median taken).")
 _STEPS = flags.DEFINE_integer("steps", 10, "Steps per round.")
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 SECTIONS = ("dlrm", "kernels", "sparse_heavy", "modes")
 _SECTIONS = flags.DEFINE_list(
   "sections",
@@ -503,7 +503,7 @@ def main(argv):
     print(f"{name:<{width}}  {value:>12}")
   print(f"(setup+compile {figures['setup_and_compile_s']:.1f} s, total {figures['total_s']:.1f} s)")
   if _JSON.value:
-    figures_file.write(_JSON.value, figures, indent=2, sort_keys=True)
+    outputs.write(_JSON.value, figures, indent=2, sort_keys=True)
 
 
 if __name__ == "__main__":

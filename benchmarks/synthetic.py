@@ -63,7 +63,7 @@ from sparsepipe.launch.config.shipped import criteo
 from sparsepipe.launch.config.shipped import demo
 from sparsepipe.launch.job.dataset import ensure_dataset
 from sparsepipe.launch.job.dataset import synthetic_features
-import figures_file
+import outputs
 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200_000, "Examples per part-1 measurement.")
 _SHIPPED = flags.DEFINE_integer(
@@ -72,7 +72,7 @@ _SHIPPED = flags.DEFINE_integer(
 _VOCAB = flags.DEFINE_integer("vocab_size", 100_000, "Vocabulary of every sparse feature.")
 _MAX_IDS = flags.DEFINE_integer("max_ids", 20, "Most ids per feature per example (1..max_ids).")
 _SEED = flags.DEFINE_integer("seed", 0, "Dataset seed.")
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 
 
 def _auc(p: np.ndarray, y: np.ndarray) -> float:
@@ -223,7 +223,7 @@ def _main(argv):
   figures = _benchmark_shape(_NUM_EXAMPLES.value, _SEED.value)
   figures["shipped"] = _shipped(_SHIPPED.value)
   if _JSON.value:
-    figures_file.write(_JSON.value, figures)
+    outputs.write(_JSON.value, figures)
 
 
 if __name__ == "__main__":

@@ -489,7 +489,7 @@ def _print(r: dict[str, Any]) -> None:
 def _figures_path(path: str) -> str:
   """argparse's type= for --json: a new file in a folder that exists, or the
   figures of an earlier run. This script runs without sparsepipe, so it cannot
-  tell saved work (benchmarks/figures_file.py) from other files; it replaces
+  tell saved work (benchmarks/outputs.py) from other files; it replaces
   only what it wrote itself."""
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):

@@ -39,7 +39,7 @@ import tempfile
 
 from absl import app
 from absl import flags
-import figures_file
+import outputs
 
 _TORCH_PYTHON = flags.DEFINE_string(
   "torch_python", None, "A Python with torch, torchrec and fbgemm_gpu (CPU).", required=True
@@ -48,7 +48,7 @@ _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (sparsepipe, the
 _BATCHES = flags.DEFINE_integer("batches", 150, "sparsepipe batches measured after FDO.")
 _FDO_BATCHES = flags.DEFINE_integer("fdo_batches", 50, "config.fdo.every_steps of both runs.")
 _TORCHREC_BATCHES = flags.DEFINE_integer("torchrec_batches", 100, "TorchRec batches measured.")
-_JSON = figures_file.json_flag()
+_JSON = outputs.json_flag()
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _STEADY = re.compile(r"\(([\d,]+) in steady state\)")
@@ -193,7 +193,7 @@ def main(argv: list[str]) -> None:
   load = os.getloadavg()[0]
   print(f"load average at the end: {load:.1f}")
   if _JSON.value:
-    figures_file.write(
+    outputs.write(
       _JSON.value,
       {
         "benchmark": "vs_torchrec",

@@ -1,5 +1,5 @@
-"""The benchmarks' --json never writes into or over saved work, and says so before
-the benchmark runs (benchmarks/figures_file.py)."""
+"""The benchmarks' outputs (their --json, the folders they keep runs in) never write
+into or over saved work, and say so before the benchmark runs (benchmarks/outputs.py)."""
 
 import importlib.util
 import json
@@ -15,13 +15,13 @@ import saved_work_trees  # pylint: disable=g-bad-import-order
 
 BENCHMARKS = os.path.join(paths.REPO_ROOT, "benchmarks")
 sys.path.insert(0, BENCHMARKS)
-import figures_file  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+import outputs  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
-_CHECKED = ("figures_file.json_flag(", "type=figures_file.argparse_path", "type=_figures_path")
+_CHECKED = ("outputs.json_flag(", "type=outputs.argparse_path", "type=_figures_path")
 
 
 def _scripts_with_json() -> list[str]:
-  names = sorted(n for n in os.listdir(BENCHMARKS) if n.endswith(".py") and n != "figures_file.py")
+  names = sorted(n for n in os.listdir(BENCHMARKS) if n.endswith(".py") and n != "outputs.py")
   out = []
   for name in names:
     with open(os.path.join(BENCHMARKS, name)) as f:
@@ -76,16 +76,16 @@ def test_an_argparse_benchmark_refuses_a_json_in_a_workdir_before_it_runs(tmp_pa
   assert saved_work_trees.digests(tmp_path) == before
 
 
-def test_figures_file_refuses_a_folder_and_a_missing_folder_and_replaces_a_file(tmp_path):
+def test_json_output_refuses_a_folder_and_a_missing_folder_and_replaces_a_file(tmp_path):
   with pytest.raises(ValueError, match=r"^--json '.*/out' is a folder: give the path"):
     os.mkdir(tmp_path / "out")
-    figures_file.check(str(tmp_path / "out"))
+    outputs.check(str(tmp_path / "out"))
   with pytest.raises(ValueError, match=r"its folder '.*/nowhere' does not exist$"):
-    figures_file.check(str(tmp_path / "nowhere" / "f.json"))
+    outputs.check(str(tmp_path / "nowhere" / "f.json"))
   path = tmp_path / "f.json"
   path.write_text("old")
-  figures_file.check(str(path))  # a rerun replaces its figures
-  figures_file.write(str(path), {"a": [1, 2]}, sort_keys=True)
+  outputs.check(str(path))  # a rerun replaces its figures
+  outputs.write(str(path), {"a": [1, 2]}, sort_keys=True)
   assert json.loads(path.read_text()) == {"a": [1, 2]}
   assert sorted(os.listdir(tmp_path)) == ["f.json", "out"]
 
@@ -106,3 +106,41 @@ def test_torchrec_benchmark_replaces_only_its_own_figures(tmp_path):
     module._figures_path(str(theirs))
   with pytest.raises(Exception, match=r"its folder '.*/nowhere' does not exist$"):
     module._figures_path(str(tmp_path / "nowhere" / "f.json"))
+
+
+def test_a_runs_folder_is_new_empty_or_kept_by_the_same_benchmark(tmp_path):
+  work = saved_work_trees.saved_work(tmp_path / "saved")
+  with pytest.raises(ValueError) as refused:
+    outputs.runs_folder(work["dataset"], "resize", "--workdir")
+  assert str(refused.value) == (
+    f"--workdir '{work['dataset']}' is a dataset (it has manifest.json): resize.py never replaces"
+    " or writes into one; give another --workdir"
+  )
+  inside = os.path.join(work["workdir"], "runs")
+  with pytest.raises(ValueError, match=r"^--data_root '.*/w/runs' is inside workdir '.*/w' \(it"):
+    outputs.runs_folder(inside, "startup", "--data_root")
+  new = str(tmp_path / "new")
+  assert outputs.runs_folder(new, "quality", "--workdir") == new
+  assert json.loads((tmp_path / "new" / outputs.MARKER).read_text()) == {"benchmark": "quality"}
+  (tmp_path / "new" / "ratings").mkdir()
+  assert outputs.runs_folder(new, "quality", "--workdir") == new  # a rerun
+  with pytest.raises(ValueError) as refused:
+    outputs.runs_folder(new, "resize", "--workdir")
+  assert str(refused.value) == (
+    f"--workdir '{new}' is kept by quality.py: give a new or empty folder, or one resize.py kept"
+    " before"
+  )
+  assert not os.path.exists(inside)
+
+
+def test_quality_refuses_a_workdir_holding_a_dataset_it_did_not_make(tmp_path):
+  """Before: --workdir R replaced the dataset R/ratings (and R/ml-100k.csv)."""
+  saved_work_trees.tree(tmp_path / "R", {"ratings/manifest.json": saved_work_trees.DATASET})
+  before = saved_work_trees.digests(tmp_path)
+  done = _run("quality.py", "--workdir", "R", "--parts", "demo", cwd=tmp_path)
+  assert done.returncode == 1
+  assert (
+    f"--workdir '{tmp_path / 'R'}' holds dataset 'ratings', not kept by quality.py: give a new"
+    " or empty folder, or one quality.py kept before"
+  ) in done.stderr
+  assert saved_work_trees.digests(tmp_path) == before
