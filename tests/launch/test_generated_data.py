@@ -6,6 +6,7 @@ import re
 import pytest
 
 import launch_testing
+from sparsepipe.data import convert_csv
 from sparsepipe.data import read_manifest
 from sparsepipe.launch.job.dataset import ensure_dataset
 
@@ -50,3 +51,17 @@ def test_changed_settings_are_refused_naming_them(workdir, overrides, change):
   with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
     ensure_dataset(launch_testing.tiny_config(**overrides), workdir, show_progress=False)
   assert read_manifest(data_dir).num_examples == 1024  # the old data is untouched
+
+
+def test_a_converted_dataset_in_the_workdir_is_named_as_such(tmp_path):
+  """Before: "holds synthetic data generated with other settings (synthetic.num_examples
+  was 4, ...)" for a CSV conversion the user had put there."""
+  data_dir = tmp_path / "data"
+  (tmp_path / "in.csv").write_text("u,label\na,1\nb,0\nc,1\nd,0\n")
+  convert_csv([str(tmp_path / "in.csv")], str(data_dir), label_column="label", sparse_columns=["u"])
+  with pytest.raises(ValueError) as refused:
+    ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
+  assert str(refused.value) == (
+    f"'{data_dir}' holds a dataset converted by sparsepipe.data.csv, not data this job"
+    " generates: give it as --config.data.dir, or use a new --workdir"
+  )

@@ -75,6 +75,13 @@ def ensure_dataset(
     multihost_utils.sync_global_devices("sparsepipe:dataset_ready")
   manifest = data.read_manifest(directory)
   _resolve_packing(config, manifest)  # the other processes: as process 0 generated it
+  converter = manifest.info.get("converter")
+  if converter:
+    check_owner()
+    raise ValueError(
+      f"'{directory}' holds a dataset converted by {converter}, not data this job generates:"
+      f" give it as --config.data.dir, or use a new --workdir"
+    )
   changed = synthetic_changes(manifest, config)
   if changed:
     check_owner()
