@@ -192,6 +192,15 @@ def test_a_held_out_file_converted_like_the_train_data_agrees_with_it(tmp_path):
     f" (convert the eval data with --like={train.directory} to take the train data's"
     " vocabulary sizes and dense transforms)"
   )
+  # Before: --output the --like dataset (with --overwrite) replaced the dataset it read.
+  manifest_before = (tmp_path / "train" / "manifest.json").read_text()
+  out, _ = convert("train", "--like", train.directory, "--overwrite")
+  assert (out.returncode, out.stderr) == (
+    1,
+    f"error: --like '{train.directory}' is the --output: --like reads the dataset this one is"
+    " converted like; give another --output\n",
+  )
+  assert (tmp_path / "train" / "manifest.json").read_text() == manifest_before
   out, like_dir = convert("like", "--like", train.directory)
   assert out.returncode == 0, out.stderr
   like = read_manifest(like_dir)

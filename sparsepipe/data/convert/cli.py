@@ -9,6 +9,7 @@ exit status 1; `--verbose` shows the traceback instead.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -112,6 +113,20 @@ def _like(directory: str, kwargs: dict[str, Any]) -> dict[str, Any]:
   }
 
 
+def _check_like_is_no_output(eval_output: str | None) -> None:
+  """ValueError if --like names --output or --eval_output: the dataset read to
+  convert alike would be replaced by the conversion (with --overwrite)."""
+  like = flags.FLAGS["like"].value if "like" in flags.FLAGS else None
+  if like is None:
+    return
+  for flag, output in (("--output", flags.FLAGS.output), ("--eval_output", eval_output)):
+    if output and os.path.realpath(output) == os.path.realpath(like):
+      raise ValueError(
+        f"--like '{like}' is the {flag}: --like reads the dataset this one is converted like;"
+        f" give another {flag}"
+      )
+
+
 def define_writer_flags() -> None:
   """--output, --examples_per_record, --max_records_per_shard, --overwrite, --verbose."""
   flags.DEFINE_string("output", None, "Output dataset directory.", required=True)
@@ -161,6 +176,7 @@ def run_and_summarize(write: Callable[..., Manifest], *args: Any, **kwargs: Any)
     if kwargs.get("eval_output"):
       check_dataset_output(kwargs["eval_output"], "--eval_output")
       check_apart(f.output, kwargs["eval_output"])
+    _check_like_is_no_output(kwargs.get("eval_output"))
     manifest = write(
       *args,
       output_dir=f.output,
