@@ -197,3 +197,53 @@ def test_dataset_written_into_a_directory_with_unrelated_files(tmp_path):
   m = _csv(tmp_path, CSV)
   assert sorted(os.listdir(out)) == ["manifest.json", "notes.txt", "part-00000.arrayrecord"]
   assert json.loads((out / "manifest.json").read_text())["num_examples"] == m.num_examples == 3
+
+
+def test_an_input_given_twice_is_refused(tmp_path):
+  """Before: --input a.csv,a.csv (or a folder and a file in it) converted every row twice."""
+  (tmp_path / "in.csv").write_text(CSV)
+  os.symlink(tmp_path / "in.csv", tmp_path / "link.csv")
+  with pytest.raises(ValueError) as refused:
+    convert_csv(
+      [str(tmp_path / "in.csv"), str(tmp_path / "link.csv")], str(tmp_path / "o"), **CSV_ARGS
+    )
+  assert str(refused.value) == (
+    f"input '{tmp_path / 'link.csv'}' is given twice (as '{tmp_path / 'in.csv'}'): its rows"
+    " would be converted twice; give each file once"
+  )
+  with pytest.raises(ValueError, match=r"^input '.*in.tsv' is given twice: its rows would be"):
+    path = tmp_path / "in.tsv"
+    path.write_text(CRITEO + "\n")
+    convert_criteo([str(path), str(path)], str(tmp_path / "o"), vocab_sizes=100)
+  assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("-inf")])
+def test_a_label_threshold_that_is_not_a_finite_number_is_refused(tmp_path, threshold):
+  """Before: NaN made every label 0 (and -inf every label 1), and the manifest held NaN."""
+  with pytest.raises(ValueError) as refused:
+    _csv(tmp_path, CSV, label_threshold=threshold)
+  assert str(refused.value) == f"label_threshold={threshold} must be a finite number"
+
+
+def test_lines_ended_by_a_carriage_return_alone_are_named(tmp_path):
+  """Before: a traceback from the csv module ("new-line character seen in unquoted field")."""
+  with pytest.raises(InputFormatError) as refused:
+    _csv(tmp_path, CSV.replace("\n", "\r"))
+  assert str(refused.value) == (
+    f"'{tmp_path / 'in.csv'}' line 1: lines end in a carriage return alone (\\r): convert them to"
+    " \\n, e.g. with tr '\\r' '\\n'"
+  )
+
+
+def test_a_folder_or_an_unexpanded_pattern_given_to_a_text_converter_is_named(tmp_path):
+  """Before: "[Errno 21] Is a directory: 'cli'" and "[Errno 2] No such file or directory"."""
+  with pytest.raises(IsADirectoryError) as refused:
+    convert_csv([str(tmp_path)], str(tmp_path / "o"), **CSV_ARGS)
+  assert str(refused.value) == f"input '{tmp_path}' is a folder: give the files in it"
+  with pytest.raises(FileNotFoundError) as refused:
+    convert_criteo([f"{tmp_path}/*.tsv"], str(tmp_path / "o"), vocab_sizes=100)
+  assert str(refused.value) == (
+    f"input '{tmp_path}/*.tsv' does not exist (a pattern is not expanded here: leave it unquoted"
+    " for the shell to expand)"
+  )

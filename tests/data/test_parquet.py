@@ -287,6 +287,15 @@ def test_a_directory_is_its_parquet_files_in_path_order(tmp_path):
     str(data / "part-00000.parquet"),
     str(data / "part-00001.parquet"),
   ]
+  # A folder and a file in it: before, that file's rows were converted twice.
+  with pytest.raises(ValueError) as refused:
+    convert_parquet(
+      [str(data), str(data / "part-00000.parquet")], str(tmp_path / "o"), label_column="y"
+    )
+  assert str(refused.value) == (
+    f"input '{data / 'part-00000.parquet'}' is given twice: its rows would be converted twice;"
+    " give each file once"
+  )
   (tmp_path / "empty").mkdir()
   with pytest.raises(ValueError, match=r"^'.*empty' holds no .parquet files$"):
     convert_parquet([str(tmp_path / "empty")], str(tmp_path / "out2"), label_column="y")
@@ -602,3 +611,23 @@ def test_command_line_converts_with_an_eval_split_and_errors_are_one_line(tmp_pa
     f"error: '{path}': dense column 'g' has Arrow type list<element: string>; it must hold numbers"
     " (integer, floating point or bool)\n"
   )
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_text_that_is_not_utf8_names_file_row_column_and_byte(tmp_path, as_list):
+  """Before: "error: 'utf-8' codec can't decode byte 0xff in position 0", nothing more."""
+  values = [b"k0", b"k1", b"k2", b"\xff\xfebad", b"k0"]
+  offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+  buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))]
+  text = pa.Array.from_buffers(pa.string(), len(values), buffers)
+  if as_list:
+    text = pa.ListArray.from_arrays(pa.array(range(6), pa.int32()), text)
+  path = _write(tmp_path, {"y": pa.array([0, 1, 1, 0, 1]), "s": text}, row_group_size=2)
+  for vocab in ({}, {"vocab_sizes": ["s=100"]}):  # with and without the first pass
+    with pytest.raises(InputFormatError) as refused:
+      convert_parquet(
+        [path], str(tmp_path / "out"), label_column="y", sparse_columns=["s"], **vocab
+      )
+    assert str(refused.value) == (
+      f"'{path}' row 3: column 's': byte 1 (b'\\xff') of b'\\xff\\xfebad' is not UTF-8 text"
+    )

@@ -127,6 +127,14 @@ THRESHOLD_HINT = (
 )
 
 
+def checked_threshold(threshold: float | None) -> float | None:
+  """The label threshold, a finite number (or None): NaN made every label 0 and
+  -inf every label 1, without a word."""
+  if threshold is not None and not math.isfinite(threshold):
+    raise ValueError(f"label_threshold={threshold} must be a finite number")
+  return threshold
+
+
 def log1p_clamped(x: float) -> float:
   """log(1 + max(x, 0)): the usual click-log dense normalisation."""
   return math.log1p(x) if x > 0 else 0.0

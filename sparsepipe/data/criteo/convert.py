@@ -35,6 +35,7 @@ from typing import Iterator, Sequence
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
+from sparsepipe.data.convert.input_files import check_text_files
 from sparsepipe.data.convert.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.convert.text_input import (
@@ -237,6 +238,7 @@ def convert_criteo(
   to a second dataset there instead (see sparsepipe.data.split); the
   manifest returned is the train split's.
   """
+  check_text_files(inputs)
   if vocab_sizes is None or (not isinstance(vocab_sizes, (int, str)) and not len(vocab_sizes)):
     counts = count_categories(inputs, delimiter=delimiter, header=header)
     reserved = int(empty_category == "reserve")

@@ -39,13 +39,14 @@ from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
+from sparsepipe.data.convert.input_files import check_text_files
 from sparsepipe.data.convert.text_input import (
   InputFormatError,
   check_label,
   log1p_clamped,
   parse_float,
 )
-from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT
+from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT, checked_threshold
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.dense_stats import DenseStats
@@ -143,7 +144,7 @@ class CsvParser:
     self.dense_transforms = transforms
     self.dense_stats = DenseStats(dense_columns)
     self._missing = [0] * len(dense_columns)
-    self._threshold = label_threshold
+    self._threshold = checked_threshold(label_threshold)
     self._sep = separator
     self._sparse = []
     for c in sparse_columns:
@@ -240,7 +241,16 @@ def read_header(paths: Sequence[str], delimiter: str) -> tuple[str, list[str]]:
   if not first:
     raise ValueError(f"'{paths[0]}' is empty (a header row is required)")
   delim = resolve_delimiter(delimiter, first)
-  return delim, next(_csv.reader([first], delimiter=delim))
+  try:
+    return delim, next(_csv.reader([first], delimiter=delim))
+  except _csv.Error as e:
+    if "\r" in first.rstrip("\r\n"):  # lines ended by a bare carriage return (old Mac files)
+      raise InputFormatError(
+        paths[0],
+        1,
+        "lines end in a carriage return alone (\\r): convert them to \\n, e.g. with tr '\\r' '\\n'",
+      ) from None
+    raise InputFormatError(paths[0], 1, f"the header row does not parse: {e}") from None
 
 
 def read_csv(
@@ -251,6 +261,7 @@ def read_csv(
 
   `columns` are CsvParser's keyword arguments (label_column, ...).
   """
+  check_text_files(paths)
   delim, header = read_header(paths, delimiter)
   _check_unique(header, paths[0], columns)
   parser = CsvParser(header, **columns, source=f"the header of '{paths[0]}'")
@@ -342,6 +353,7 @@ def convert_csv(
   to a second dataset there instead (see sparsepipe.data.split); the
   manifest returned is the train split's.
   """
+  check_text_files(inputs)
   columns = _resolve_from_data(inputs, delimiter, columns)
   sizing = columns.pop("vocab_sizing")
   parser, batches = read_csv(inputs, delimiter=delimiter, **columns)

@@ -211,6 +211,22 @@ def _weights(
   return w[present].astype(np.float32)
 
 
+def _not_utf8(values: pa.Array, name: str, rows: Rows, at: np.ndarray) -> InputFormatError:
+  """The error naming the first value of a string column that is not UTF-8 text
+  (Arrow's string type promises UTF-8, but a writer may not keep the promise)."""
+  if pa.types.is_dictionary(values.type):
+    values = values.dictionary_decode()
+  for i, value in enumerate(values.cast(pa.large_binary()).to_pylist()):
+    try:
+      (value or b"").decode("utf-8")
+    except UnicodeDecodeError as e:
+      byte = value[e.start : e.start + 1]
+      return rows.error(
+        at[i], f"column '{name}': byte {e.start + 1} ({byte!r}) of {value[:40]!r} is not UTF-8 text"
+      )
+  return rows.error(at[0] if len(at) else 0, f"column '{name}' holds text that is not UTF-8")
+
+
 def sparse_ids(
   column: pa.Array,
   name: str,
@@ -232,7 +248,10 @@ def sparse_ids(
   if hasher is None:
     ids = _integer_ids(values, present, name, vocab, rows, at)
   else:
-    ids = _hashed(values, hasher)
+    try:
+      ids = _hashed(values, hasher)
+    except UnicodeDecodeError:
+      raise _not_utf8(values, name, rows, at) from None
   kept_weights = None
   if weights is not None:
     kept_weights = _weights(weights[0], lengths, present, (name, weights[1]), rows)

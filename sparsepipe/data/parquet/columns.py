@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparsepipe.data.convert.dense_stats import DenseStats
-from sparsepipe.data.convert.text_input import THRESHOLD_HINT
+from sparsepipe.data.convert.text_input import THRESHOLD_HINT, checked_threshold
 from sparsepipe.data.csv.convert import column_transforms, parse_vocab_sizes
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.parquet import arrays
@@ -122,7 +122,7 @@ class ParquetColumns:
     }
     self._log1p = [self.dense_transforms[c] == "log1p" for c in dense_columns]
     self.dense_stats = DenseStats(dense_columns)
-    self._threshold = label_threshold
+    self._threshold = checked_threshold(label_threshold)
     # The sparse columns of list type, one id per item: what the CSV converter's
     # multivalent_columns are (set by check_file; every input has the same types).
     self.multivalent: list[str] = []

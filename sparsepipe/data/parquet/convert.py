@@ -53,6 +53,7 @@ from sparsepipe.data.parquet.columns import ParquetColumns, comparable_type
 from sparsepipe.data.parquet.nulls import NullColumns
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.from_data import resolve_from_data
+from sparsepipe.data.convert.input_files import check_each_once
 from sparsepipe.data.convert.output import write_converted
 from sparsepipe.data.csv.convert import parse_vocab_sizes
 from sparsepipe.data.parquet.scan import scan_parquet
@@ -82,6 +83,7 @@ def parquet_files(inputs: Sequence[str]) -> list[str]:
       raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
   if not files:
     raise ValueError("no input files")
+  check_each_once(files)
   return files
 
 

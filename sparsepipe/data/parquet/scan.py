@@ -45,7 +45,10 @@ def scan_parquet(
   for batch in record_batches(list(dict.fromkeys([*hashed, *integer, *dense]))):
     for c in hashed:
       values = pc.unique(_items(batch.column(c)).drop_null())
-      text = [str(v) for v in values.to_pylist()]
+      try:
+        text = [str(v) for v in values.to_pylist()]
+      except UnicodeDecodeError:
+        continue  # text that is not UTF-8: the conversion names its file, row and column
       scan.distinct[c].add(v for v in text if v)
     for c in integer:
       top = pc.max(_items(batch.column(c))).as_py()
