@@ -113,7 +113,8 @@ FIELD_DOCS = {
   "compilation_cache_dir": "Where compiled programs are kept for the next start of any job,"
   " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba-v2): auto is"
   " $XDG_CACHE_HOME/sparsepipe, else ~/.cache/sparsepipe; empty: off. A"
-  " JAX_COMPILATION_CACHE_DIR in the environment wins for JAX's programs. A job may change it.",
+  " JAX_COMPILATION_CACHE_DIR in the environment wins for JAX's programs. Not in or inside a"
+  " workdir (the job's own too), a dataset or an export. A job may change it.",
   "eval.data_dir": "A held-out dataset with the train set's features (empty: the generated"
   " split when synthetic.eval_examples > 0, else none).",
   "eval.every_steps": "Batches between evals (0: only at the end; with an eval set the job"
