@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 from typing import Any
 
+from absl import app
 from absl import flags
 
 from sparsepipe import core
@@ -79,12 +81,26 @@ def _kept_by(folder: str) -> str | None:
     return None
 
 
-def runs_folder(path: str, benchmark: str, flag: str) -> str:
-  """`path`, checked (module docstring), made and marked as `benchmark`'s.
+def runs_folder(path: str | None, benchmark: str, flag: str) -> str:
+  """`path`, checked (module docstring), made and marked as `benchmark`'s; without
+  `path`, a new temporary folder (the benchmark removes it at its end).
 
-  Raises serving's OutputPathError (a ValueError) naming `flag` before
-  anything is made.
+  Raises absl's app.UsageError naming `flag` before anything is made.
   """
+  if not path:
+    return tempfile.mkdtemp(prefix=f"sparsepipe_{benchmark}_")
+  try:
+    _check_runs_folder(path, benchmark, flag)
+  except ValueError as error:  # serving's OutputPathError
+    raise app.UsageError(str(error)) from error
+  os.makedirs(path, exist_ok=True)
+  with core.written_whole("the benchmark's marker", os.path.join(path, MARKER)) as tmp:
+    with open(tmp, "w") as f:
+      json.dump({"benchmark": benchmark}, f)
+  return os.path.abspath(path)
+
+
+def _check_runs_folder(path: str, benchmark: str, flag: str) -> None:
   given, real = os.path.abspath(path), os.path.realpath(path)
   saved_work.refuse_inside_saved_work(given, real, "runs", flag)
   saved_work.refuse_other_saved_work(given, real, flag, "", f"{benchmark}.py")
@@ -102,8 +118,3 @@ def runs_folder(path: str, benchmark: str, flag: str) -> str:
     raise saved_work.OutputPathError(
       f"{flag} '{given}' {what}: give a new or empty folder, or one {benchmark}.py kept before"
     )
-  os.makedirs(real, exist_ok=True)
-  with core.written_whole("the benchmark's marker", os.path.join(real, MARKER)) as tmp:
-    with open(tmp, "w") as f:
-      json.dump({"benchmark": benchmark}, f)
-  return given

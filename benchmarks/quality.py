@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 
 from absl import app
 from absl import flags
@@ -237,13 +236,7 @@ def _check_flags() -> None:
 def main(argv):
   del argv
   _check_flags()
-  if _WORKDIR.value:
-    try:
-      root = outputs.runs_folder(_WORKDIR.value, "quality", "--workdir")
-    except ValueError as error:
-      raise app.UsageError(str(error)) from error
-  else:
-    root = tempfile.mkdtemp(prefix="sparsepipe_quality_")
+  root = outputs.runs_folder(_WORKDIR.value, "quality", "--workdir")
   logging.set_verbosity(logging.WARNING)
   figures = {}
   try:

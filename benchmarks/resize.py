@@ -27,12 +27,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import app
 import outputs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,13 +159,10 @@ def main() -> None:
   stops = [int(s) for s in args.stops.split(",")]
   devices = [int(d) for d in args.devices.split(",")]
   assert len(devices) == len(stops) + 1, "--devices needs one count more than --stops"
-  if args.workdir:
-    try:
-      root = outputs.runs_folder(args.workdir, "resize", "--workdir")
-    except ValueError as error:
-      parser.error(str(error))
-  else:
-    root = tempfile.mkdtemp(prefix="resize_")
+  try:
+    root = outputs.runs_folder(args.workdir, "resize", "--workdir")
+  except app.UsageError as error:
+    parser.error(str(error))
   try:
     _data(root)
     runs = {}

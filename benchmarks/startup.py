@@ -274,13 +274,7 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
   del argv
-  if _DATA_ROOT.value:
-    try:
-      root = outputs.runs_folder(_DATA_ROOT.value, "startup", "--data_root")
-    except ValueError as error:
-      raise app.UsageError(str(error)) from error
-  else:
-    root = tempfile.mkdtemp(prefix="sparsepipe_startup_")
+  root = outputs.runs_folder(_DATA_ROOT.value, "startup", "--data_root")
   rows, retunes = [], []
   try:
     for name in _CONFIGS.value:

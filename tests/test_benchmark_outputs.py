@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from absl import app
 
 import paths  # pylint: disable=g-bad-import-order
 import saved_work_trees  # pylint: disable=g-bad-import-order
@@ -110,21 +111,21 @@ def test_torchrec_benchmark_replaces_only_its_own_figures(tmp_path):
 
 def test_a_runs_folder_is_new_empty_or_kept_by_the_same_benchmark(tmp_path):
   work = saved_work_trees.saved_work(tmp_path / "saved")
-  with pytest.raises(ValueError) as refused:
+  with pytest.raises(app.UsageError) as refused:
     outputs.runs_folder(work["dataset"], "resize", "--workdir")
   assert str(refused.value) == (
     f"--workdir '{work['dataset']}' is a dataset (it has manifest.json): resize.py never replaces"
     " or writes into one; give another --workdir"
   )
   inside = os.path.join(work["workdir"], "runs")
-  with pytest.raises(ValueError, match=r"^--data_root '.*/w/runs' is inside workdir '.*/w' \(it"):
+  with pytest.raises(app.UsageError, match=r"^--data_root '.*/w/runs' is inside workdir '.*/w' \(it"):
     outputs.runs_folder(inside, "startup", "--data_root")
   new = str(tmp_path / "new")
   assert outputs.runs_folder(new, "quality", "--workdir") == new
   assert json.loads((tmp_path / "new" / outputs.MARKER).read_text()) == {"benchmark": "quality"}
   (tmp_path / "new" / "ratings").mkdir()
   assert outputs.runs_folder(new, "quality", "--workdir") == new  # a rerun
-  with pytest.raises(ValueError) as refused:
+  with pytest.raises(app.UsageError) as refused:
     outputs.runs_folder(new, "resize", "--workdir")
   assert str(refused.value) == (
     f"--workdir '{new}' is kept by quality.py: give a new or empty folder, or one resize.py kept"
