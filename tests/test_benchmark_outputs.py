@@ -118,7 +118,9 @@ def test_a_runs_folder_is_new_empty_or_kept_by_the_same_benchmark(tmp_path):
     " or writes into one; give another --workdir"
   )
   inside = os.path.join(work["workdir"], "runs")
-  with pytest.raises(app.UsageError, match=r"^--data_root '.*/w/runs' is inside workdir '.*/w' \(it"):
+  with pytest.raises(
+    app.UsageError, match=r"^--data_root '.*/w/runs' is inside workdir '.*/w' \(it"
+  ):
     outputs.runs_folder(inside, "startup", "--data_root")
   new = str(tmp_path / "new")
   assert outputs.runs_folder(new, "quality", "--workdir") == new
