@@ -334,6 +334,11 @@ BASE = {
       r" \(a column takes one role\)$",
     ),
     (
+      {},
+      dict(label_column="y", sparse_columns=["title", "title"]),
+      r"^column 'title' is named twice as a sparse column: name it once$",
+    ),
+    (
       {"s": pa.array([{"a": 1}] * 3)},
       dict(label_column="y", sparse_columns=["s"]),
       r"^'{path}': sparse column 's' has Arrow type struct<a: int64>; it must hold integers or"

@@ -193,6 +193,8 @@ def _check_one_role_each(roles: Sequence[tuple[str, str]]) -> None:
   for name, role in roles:
     if name in seen:
       first, second = _ROLE_NAMES[seen[name]], _ROLE_NAMES[role]
+      if first == second:
+        raise ValueError(f"column '{name}' is named twice as {first}: name it once")
       raise ValueError(
         f"column '{name}' is named twice: as {first} and as {second} (a column takes one role)"
       )
