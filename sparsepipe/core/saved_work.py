@@ -17,6 +17,7 @@ writes an output checks it against all three: the converters
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from typing import Sequence
@@ -150,8 +151,8 @@ def describe_entry(directory: str, name: str) -> str:
   return f"{found[0]} '{name}'" if found else f"'{name}'"
 
 
-# Folders looked into below an output for saved work before giving up (and refusing).
-SEARCH_LIMIT = 10_000
+# Entries looked at below an output for saved work before giving up (and refusing).
+SEARCH_LIMIT = 100_000
 
 
 def saved_work_inside(directory: str, own: Sequence[str] = ()) -> list[str]:
@@ -161,28 +162,26 @@ def saved_work_inside(directory: str, own: Sequence[str] = ()) -> list[str]:
 
   Saved work is not looked into, nor are symbolic links followed below the
   first level (a link there to saved work counts, its target is not searched).
-  Past SEARCH_LIMIT folders the search stops, and the last entry says so: a
+  Past SEARCH_LIMIT entries the search stops, and the last entry says so: a
   folder that large is not one an output should go into.
   """
-  found, searched = [], 0
-  queue = [n for n in sorted(os.listdir(directory)) if n not in own]
+  found, looked = [], 0
+  queue = collections.deque(n for n in sorted(os.listdir(directory)) if n not in own)
   while queue:
-    relative = queue.pop(0)
+    relative = queue.popleft()
+    looked += 1
+    if looked > SEARCH_LIMIT:
+      found.append(f"more than {SEARCH_LIMIT:,} entries (not all searched for saved work)")
+      break
     path = os.path.join(directory, relative)
     kind = saved_work(path)
     if kind:
       found.append(f"{kind[0]} '{relative}'")
-      continue
-    if os.path.islink(path) or not os.path.isdir(path):
-      continue
-    searched += 1
-    if searched > SEARCH_LIMIT:
-      found.append(f"more than {SEARCH_LIMIT:,} folders (not all searched for saved work)")
-      break
-    try:
-      queue.extend(os.path.join(relative, n) for n in sorted(os.listdir(path)))
-    except OSError:  # a folder this user cannot read holds nothing this user can destroy
-      continue
+    elif os.path.isdir(path) and not os.path.islink(path):
+      try:
+        queue.extend(os.path.join(relative, n) for n in sorted(os.listdir(path)))
+      except OSError:  # a folder this user cannot read holds nothing this user can destroy
+        pass
   return found
 
 

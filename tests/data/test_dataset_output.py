@@ -183,7 +183,7 @@ def test_saved_work_at_any_depth_below_an_output_is_found(tmp_path, monkeypatch)
   )
   # A folder too large to search is refused, not searched for minutes.
   monkeypatch.setattr(saved_work, "SEARCH_LIMIT", 3)
-  many = saved_work_trees.tree(tmp_path / "many", {f"f{i}/x.txt": "" for i in range(4)})
-  with pytest.raises(ValueError, match=r"holds more than 3 folders \(not all searched for saved"):
+  many = saved_work_trees.tree(tmp_path / "many", {"f1/x.txt": "", "f2/y.txt": ""})
+  with pytest.raises(ValueError, match=r"holds more than 3 entries \(not all searched for saved"):
     check_dataset_output(many)
-  check_dataset_output(saved_work_trees.tree(tmp_path / "few", {"f1/x.txt": "", "f2/y/z.txt": ""}))
+  check_dataset_output(saved_work_trees.tree(tmp_path / "few", {"f1/x.txt": "", "f2": ""}))
