@@ -17,3 +17,4 @@ from sparsepipe.serving.output_paths import check_export_output
 from sparsepipe.serving.output_paths import check_file_output
 from sparsepipe.serving.output_paths import saved_work
 from sparsepipe.serving.predictor import Predictor
+from sparsepipe.serving.scoring import score_dataset

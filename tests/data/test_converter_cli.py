@@ -132,7 +132,8 @@ def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
   )
   assert (out.returncode, out.stderr) == (
     1,
-    "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps'\n",
+    "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps' (a"
+    " field of your own goes into a config file: --config=FILE.py, README 'Models')\n",
   )
   assert os.listdir(tmp_path) == []
 

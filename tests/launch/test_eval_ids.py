@@ -18,7 +18,7 @@ from sparsepipe.launch.export import export_checkpoint
 from sparsepipe.launch.job import checkpoints
 from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.model import JobModel
-from sparsepipe.serving.scoring import score_dataset
+from sparsepipe.serving import score_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 

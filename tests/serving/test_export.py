@@ -28,7 +28,7 @@ from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.serving.apply import apply_deltas
-from sparsepipe.serving.scoring import score_dataset
+from sparsepipe.serving import score_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order

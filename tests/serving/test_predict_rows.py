@@ -12,7 +12,7 @@ from sparsepipe import data
 from sparsepipe import serving
 from sparsepipe.launch import train_and_evaluate
 from sparsepipe.launch.export import export_checkpoint
-from sparsepipe.serving.scoring import score_dataset
+from sparsepipe.serving import score_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import paths  # pylint: disable=g-bad-import-order

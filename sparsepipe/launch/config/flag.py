@@ -119,5 +119,8 @@ def unknown_field_message(error: BaseException) -> str:
   key = match.group(2) if match else re.search(r"(\w+)", text + " ?").group(1)
   given = [a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")]
   flag = next((g for g in given if g.split(".")[-1] == key), f"--config.*.{key}")
-  hint = f"; did you mean {match.group(1)}?" if match else ""
+  if match:
+    hint = f"; did you mean {match.group(1)}?"
+  else:  # a field of a user model's own, most often
+    hint = " (a field of your own goes into a config file: --config=FILE.py, README 'Models')"
   return f"error: {flag}: the config has no field '{key}'{hint}"
