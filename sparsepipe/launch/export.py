@@ -244,6 +244,11 @@ def main(argv) -> int:
     f" {len(info.tables)} tables, {rows:,} rows, {len(info.params['paths'])} dense"
     f" parameter arrays; predict for {', '.join(info.platforms)}: {f.output}"
   )
+  if info.kind == "delta" and info.since["updates_applied"] == info.updates_applied:
+    print(
+      f"note: '{f.since}' holds the same {info.updates_applied} updates: no row changed (train"
+      " on, then export the delta)"
+    )
   return 0
 
 

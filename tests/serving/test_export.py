@@ -423,3 +423,20 @@ def test_a_rolling_apply_takes_the_deltas_made_after_it(chain, tmp_path):
     rf" {b.export_id[:8]}\): give each delta once$",
   ):
     serving.Predictor.load(str(tmp_path / "a6"), [str(root / "b")])
+
+
+def test_a_delta_with_no_row_changed_says_so(chain, tmp_path):
+  """Before: "delta of checkpoint 8 ...: 4 tables, 0 rows" and nothing more (the README's
+  task exported the delta before training on)."""
+  root, workdir = chain
+  out = tmp_path / "same"
+  status, stderr, stdout = _command(
+    "sparsepipe.launch.export", f"--workdir={workdir}", f"--output={out}", f"--since={root}/c_full"
+  )
+  assert (status, stderr) == (0, [])
+  lines = stdout.splitlines()
+  assert lines[-2].startswith("delta of checkpoint 8 (after batch 8): ") and " 0 rows" in lines[-2]
+  assert lines[-1] == (
+    f"note: '{root}/c_full' holds the same 8 updates: no row changed (train on, then export the"
+    " delta)"
+  )
