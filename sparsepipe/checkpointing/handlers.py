@@ -19,6 +19,7 @@ writes `metadata.json` (sealed). The files are plain JSON.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import threading
@@ -38,8 +39,11 @@ _IN_FLIGHT_FLOOR = 256 << 20
 
 # The size of a save's OCDBT data files: TensorStore holds a data file's bytes
 # in memory until the file is written, and Orbax's default is 2 GiB (400 MiB
-# on GCS).
-DATA_FILE_MB = 16.0
+# on GCS). With chunks that are never tiny (`chunk_byte_size`), 2 MiB files
+# made the criteo job's synchronous save at 4x vocabularies hold less than
+# 16 MiB ones (+180-210 MB, not +260-300 MB) and take half the time
+# (benchmarks/memory.py --sections growth).
+DATA_FILE_MB = 2.0
 
 
 def in_flight_bound(tree: Any) -> int:
@@ -92,17 +96,92 @@ def array_handler(
   )
 
 
+# A chunk under 1/_TINY_CHUNK of the data files' size is refused for a larger one.
+_TINY_CHUNK = 8
+
+
+@functools.lru_cache(maxsize=None)
+def _divisors(n: int) -> tuple[int, ...]:
+  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+  return tuple(sorted(set(small + [n // d for d in small])))
+
+
+def _orbax_chunk_shape(
+  global_shape: tuple[int, ...], write_shape: tuple[int, ...], itemsize: int, target: int
+) -> tuple[int, ...]:
+  """The chunk shape Orbax picks for `chunk_byte_size=target` (subchunking.
+  choose_chunk_shape without shard_axes): every dimension a divisor of the
+  written shard's, the sharded dimensions cut first, the largest first, to the
+  next smaller divisor, until the chunk holds at most `target` bytes."""
+  write = [max(1, d) for d in write_shape]
+  factors = [list(_divisors(d)) for d in write]
+  sharded = [g != w for g, w in zip(global_shape, write)]
+  total = math.prod(write)
+  while total * itemsize > target:
+    cut = [i for i in range(len(write)) if sharded[i] and factors[i][-1] > 1]
+    if not cut:
+      sharded = [True] * len(write)
+      continue
+    i = max(cut, key=lambda i: factors[i][-1])  # the first of the largest, as Orbax
+    total = total // factors[i].pop() * factors[i][-1]
+  return tuple(f[-1] for f in factors)
+
+
+def chunk_byte_size(global_shape: Any, write_shape: Any, dtype: Any, target: int) -> int:
+  """The chunk_byte_size to give Orbax for an array of `global_shape` whose
+  shards are `write_shape`, so that its chunks hold about `target` bytes.
+
+  Orbax's chunks divide the shard, so their size follows the shard's factors,
+  not the target: a stacked table's shard of 2,906,432 rows (2**6 * 45413, the
+  criteo stack at 4x vocabularies on 8 devices) is cut into chunks of 64 rows
+  (4 KiB) for a 2 MiB target, 1.4 million chunks per table and slot; TensorStore
+  and OCDBT keep per-chunk state for the whole save, and the job's save held
+  ~0.9 GB more and took 3x as long (benchmarks/memory.py). A chunk smaller than
+  1/8 of the target is therefore replaced by the smallest larger one Orbax can
+  pick (45413 rows, 2.9 MB, there): at most one shard, never tiny.
+  """
+  global_shape = tuple(int(d) for d in global_shape)
+  write_shape = tuple(int(d) for d in write_shape)
+  itemsize = jax.numpy.dtype(dtype).itemsize
+  whole = math.prod(max(1, d) for d in write_shape) * itemsize
+  if whole <= target:
+    return target
+  chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, itemsize, target)) * itemsize
+  bigger = target
+  while chunk * _TINY_CHUNK < target and bigger < whole:
+    bigger = min(2 * bigger, whole)
+    chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, itemsize, bigger)) * itemsize
+  return max(target, chunk) if chunk * _TINY_CHUNK >= target else target
+
+
+def _leaf_chunk_byte_size(leaf: Any, target: int) -> int:
+  shape = tuple(getattr(leaf, "shape", ()))
+  dtype = getattr(leaf, "dtype", None)
+  if not shape or dtype is None:
+    return target
+  sharding = getattr(leaf, "sharding", None)
+  write = sharding.shard_shape(shape) if sharding is not None else shape
+  return chunk_byte_size(shape, write, dtype, target)
+
+
 def array_save(tree: Any, data_file_mb: float = DATA_FILE_MB) -> ocp.args.PyTreeSave:
-  """Saves `tree` in chunks of at most `data_file_mb` MiB, into OCDBT data files
+  """Saves `tree` in chunks of about `data_file_mb` MiB, into OCDBT data files
   of about that size (Orbax's chunk_byte_size and ocdbt_target_data_file_size).
 
   TensorStore holds a data file's bytes in host memory until it writes the
   file, so the files' size, not the state's or a shard's, bounds what a save's
   writes hold (benchmarks/memory.py, docs/config.md "Memory and saves").
+  Chunks evenly divide a shard: where the shard's rows have no divisor near
+  the target, a chunk is the smallest larger one (`chunk_byte_size`), and the
+  data files are as large as the largest chunk.
   """
   size = int(data_file_mb * 2**20)
-  save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=size), tree)
-  return ocp.args.PyTreeSave(tree, save_args=save_args, ocdbt_target_data_file_size=size)
+  sizes = jax.tree.map(lambda leaf: _leaf_chunk_byte_size(leaf, size), tree)
+  save_args = jax.tree.map(lambda n: ocp.SaveArgs(chunk_byte_size=n), sizes)
+  file_size = max(jax.tree.leaves(sizes), default=size)
+  return ocp.args.PyTreeSave(
+    tree, save_args=save_args, ocdbt_target_data_file_size=max(size, file_size)
+  )
 
 
 def array_restore(target: Any, partial: bool = False) -> ocp.args.PyTreeRestore:

@@ -28,6 +28,7 @@ from sparsepipe.checkpointing import TrainingCheckpointManager
 from sparsepipe.checkpointing import CheckpointItems
 from sparsepipe.checkpointing import abstract_of
 from sparsepipe.checkpointing.integrity import corrupt
+from sparsepipe.checkpointing import handlers
 from sparsepipe.checkpointing import saving
 from sparsepipe.core import SparseDenseMatmulInputStats
 from sparsepipe.transforms import InputIterator
@@ -804,6 +805,61 @@ def test_in_flight_bound_is_twice_the_largest_shard():
 def _data_file_sizes(directory: pathlib.Path) -> list[int]:
   """Sizes of the OCDBT data files (in `d/` folders) under `directory`."""
   return sorted(p.stat().st_size for p in directory.rglob("*") if p.parent.name == "d")
+
+
+def test_chunks_of_shards_without_a_divisor_near_the_target_are_not_tiny():
+  # Orbax's chunks divide the shard: the criteo stack at 4x on 8 devices has shards of
+  # 2**6 * 45413 rows, cut into 64-row (4 KiB) chunks for 2 MiB files (1.4 million
+  # chunks per array; the job's save held ~0.9 GB more). The next larger chunk instead.
+  from orbax.checkpoint._src.arrays import subchunking
+
+  def orbax_chunk(global_shape, write_shape, mb, dtype=np.float32):
+    size = handlers.chunk_byte_size(global_shape, write_shape, dtype, int(mb * 2**20))
+    return subchunking.choose_chunk_shape(global_shape, write_shape, np.dtype(dtype), size)
+
+  assert tuple(orbax_chunk((23251456, 16), (2906432, 16), 2)) == (45413, 16)  # 2.9 MB
+  assert tuple(orbax_chunk((5812864, 16), (726608, 16), 2)) == (45413, 16)  # 1x: 16 rows
+  assert tuple(orbax_chunk((5812864, 16), (726608, 16), 16)) == (181652, 16)  # as Orbax
+  assert tuple(orbax_chunk((23251456,), (2906432,), 2, np.int32)) == (363304,)  # as Orbax
+  assert tuple(orbax_chunk((8 * 514, 1024), (514, 1024), 1)) == (257, 1024)  # not (2, 1024)
+  assert handlers.chunk_byte_size((4096, 13), (512, 13), np.float32, 2**20) == 2**20
+  # The predicted chunk is Orbax's, for shapes of all kinds.
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    write = tuple(int(d) for d in rng.integers(1, 3000, rng.integers(1, 4)))
+    whole = tuple(d * int(rng.choice([1, 2, 8])) for d in write)
+    for target in (100, 4096, 2**20):
+      expected = subchunking.choose_chunk_shape(whole, write, np.dtype(np.float32), target)
+      assert handlers._orbax_chunk_shape(whole, write, 4, target) == tuple(expected)
+
+
+def test_a_save_of_shards_without_small_divisors_restores_exactly(tmp_path):
+  job = Job()
+  job.advance(2)
+  devices = job.mesh.size
+  rows = NamedSharding(job.mesh, P(job.mesh.axis_names[0]))
+  # Shards of 2 * 257 rows of 4 KiB (257 is prime): Orbax alone writes 2-row chunks.
+  table = np.random.default_rng(0).random((devices * 514, 1024), np.float32)
+  job.state = (job.state[0], {**job.state[1], "table": jax.device_put(table, rows)}, job.state[2])
+  job.abstract = abstract_of(job.state)
+  with TrainingCheckpointManager(tmp_path, run_info(), data_file_mb=1.0) as m:
+    save(m, job)
+  with TrainingCheckpointManager(tmp_path, run_info()) as m:
+    restored = m.restore(job.targets())
+  toy.assert_same_trees(
+    (restored.train_state, restored.embeddings, restored.pipeline_state), job.state
+  )
+  # Chunks of 257 rows (1.05 MB), at most one a file.
+  assert _saved_chunks(tmp_path / "2" / "arrays", "embeddings.table") == [257, 1024]
+  assert max(_data_file_sizes(tmp_path)) <= 2 * 257 * 4096
+
+
+def _saved_chunks(item: pathlib.Path, array: str) -> list[int]:
+  """The chunk shape of `array` in an OCDBT array item (its zarr metadata)."""
+  import tensorstore as ts
+
+  kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{item}"}).result()
+  return json.loads(kv.read(f"{array}/.zarray").result().value)["chunks"]
 
 
 def test_a_save_writes_data_files_of_about_data_file_mb(tmp_path):

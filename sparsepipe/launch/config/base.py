@@ -101,7 +101,7 @@ def base_config(
       async_save=True,
       verify_arrays=True,
       host_copy_gb=0.0,
-      data_file_mb=16.0,
+      data_file_mb=2.0,
     )
   )
   return config
