@@ -19,7 +19,6 @@ writes `metadata.json` (sealed). The files are plain JSON.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import threading
@@ -28,6 +27,9 @@ from typing import Any, List, Mapping, Optional
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
+
+# Orbax's own choice of chunk shape (not exported; orbax-checkpoint 0.12.x).
+from orbax.checkpoint._src.arrays import subchunking
 
 from sparsepipe.checkpointing.integrity import host_fingerprint
 from sparsepipe.checkpointing.integrity import digests as integrity
@@ -100,31 +102,12 @@ def array_handler(
 _TINY_CHUNK = 8
 
 
-@functools.lru_cache(maxsize=None)
-def _divisors(n: int) -> tuple[int, ...]:
-  small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-  return tuple(sorted(set(small + [n // d for d in small])))
-
-
 def _orbax_chunk_shape(
-  global_shape: tuple[int, ...], write_shape: tuple[int, ...], itemsize: int, target: int
+  global_shape: tuple[int, ...], write_shape: tuple[int, ...], dtype: Any, target: int
 ) -> tuple[int, ...]:
-  """The chunk shape Orbax picks for `chunk_byte_size=target` (subchunking.
-  choose_chunk_shape without shard_axes): every dimension a divisor of the
-  written shard's, the sharded dimensions cut first, the largest first, to the
-  next smaller divisor, until the chunk holds at most `target` bytes."""
-  write = [max(1, d) for d in write_shape]
-  factors = [list(_divisors(d)) for d in write]
-  sharded = [g != w for g, w in zip(global_shape, write)]
-  total = math.prod(write)
-  while total * itemsize > target:
-    cut = [i for i in range(len(write)) if sharded[i] and factors[i][-1] > 1]
-    if not cut:
-      sharded = [True] * len(write)
-      continue
-    i = max(cut, key=lambda i: factors[i][-1])  # the first of the largest, as Orbax
-    total = total // factors[i].pop() * factors[i][-1]
-  return tuple(f[-1] for f in factors)
+  """The chunk shape Orbax picks for `chunk_byte_size=target` (its own choice:
+  every dimension a divisor of the written shard's, the sharded ones cut first)."""
+  return tuple(subchunking.choose_chunk_shape(global_shape, write_shape, dtype, target))
 
 
 def chunk_byte_size(global_shape: Any, write_shape: Any, dtype: Any, target: int) -> int:
@@ -142,15 +125,15 @@ def chunk_byte_size(global_shape: Any, write_shape: Any, dtype: Any, target: int
   """
   global_shape = tuple(int(d) for d in global_shape)
   write_shape = tuple(int(d) for d in write_shape)
-  itemsize = jax.numpy.dtype(dtype).itemsize
-  whole = math.prod(max(1, d) for d in write_shape) * itemsize
+  dtype = jax.numpy.dtype(dtype)
+  whole = math.prod(max(1, d) for d in write_shape) * dtype.itemsize
   if whole <= target:
     return target
-  chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, itemsize, target)) * itemsize
+  chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, dtype, target)) * dtype.itemsize
   bigger = target
   while chunk * _TINY_CHUNK < target and bigger < whole:
     bigger = min(2 * bigger, whole)
-    chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, itemsize, bigger)) * itemsize
+    chunk = math.prod(_orbax_chunk_shape(global_shape, write_shape, dtype, bigger)) * dtype.itemsize
   return max(target, chunk) if chunk * _TINY_CHUNK >= target else target
 
 
