@@ -189,8 +189,9 @@ MEMORY_SECTION = [
   "A training process holds the state (tables, slots, `updated`, dense parameters and"
   " their optimizer state), one more copy of it while an asynchronous save is in flight"
   " on CPU devices, and an overhead that grows far less than the tables (Python, JAX,"
-  " the compiler, the step's buffers, a save's writes in flight: 1.1-1.25x for tables 4x"
-  " larger, below).",
+  " the compiler, the step's buffers, a save's writes in flight: 1.07-1.21x for tables 4x"
+  " larger in the run below; with synchronous saves 1.02, 1.12 and 1.21 in three runs, a"
+  " noisy figure).",
   "",
   "On CPU devices the arrays are host memory, so the choice is:",
   "",
@@ -206,12 +207,12 @@ MEMORY_SECTION = [
   "",
   "| vocabularies | saves | state | peak | peak / state | overhead |",
   "|---|---|---|---|---|---|",
-  "| shipped | sync | 833 MB | 1,840 MB | 2.21 | 1,007 MB |",
-  "| shipped | sync, resumed | 833 MB | 1,778 MB | 2.14 | 945 MB |",
-  "| shipped | async | 833 MB | 2,763 MB | 3.32 | 1,097 MB |",
-  "| 4x | sync | 3,028 MB | 4,235 MB | 1.40 | 1,207 MB |",
-  "| 4x | sync, resumed | 3,028 MB | 4,055 MB | 1.34 | 1,027 MB |",
-  "| 4x | async | 3,028 MB | 7,421 MB | 2.45 | 1,366 MB |",
+  "| shipped | sync | 833 MB | 1,841 MB | 2.21 | 1,008 MB |",
+  "| shipped | sync, resumed | 833 MB | 1,634 MB | 1.96 | 801 MB |",
+  "| shipped | async | 833 MB | 2,684 MB | 3.22 | 1,019 MB |",
+  "| 4x | sync | 3,028 MB | 4,245 MB | 1.40 | 1,217 MB |",
+  "| 4x | sync, resumed | 3,028 MB | 3,888 MB | 1.28 | 860 MB |",
+  "| 4x | async | 3,028 MB | 7,223 MB | 2.39 | 1,168 MB |",
   "",
   '("resumed": the sync job resumed from its last checkpoint for 6 batches more.) Of the'
   " overhead, about 1 GB is there in training at both sizes (Python and JAX 0.3 GB, the"
