@@ -63,11 +63,11 @@ def argparse_path(path: str) -> str:
   return path
 
 
-def write(path: str | None, figures: Any, **json_args: Any) -> None:
-  """Writes `figures` as JSON to `path` (None: nothing); `json_args` go to
-  json.dump (default indent=1)."""
+def write(path: str | None, figures: Any, what: str = "the figures", **json_args: Any) -> None:
+  """Writes `figures` (`what`, for an error) as JSON to `path` (None: nothing),
+  whole; `json_args` go to json.dump (default indent=1)."""
   if path:
-    with core.written_whole("the figures", os.path.abspath(path)) as tmp:
+    with core.written_whole(what, os.path.abspath(path)) as tmp:
       with open(tmp, "w") as f:
         json.dump(figures, f, **{"indent": 1, **json_args})
 
@@ -94,9 +94,7 @@ def runs_folder(path: str | None, benchmark: str, flag: str) -> str:
   except ValueError as error:  # serving's OutputPathError
     raise app.UsageError(str(error)) from error
   os.makedirs(path, exist_ok=True)
-  with core.written_whole("the benchmark's marker", os.path.join(path, MARKER)) as tmp:
-    with open(tmp, "w") as f:
-      json.dump({"benchmark": benchmark}, f)
+  write(os.path.join(path, MARKER), {"benchmark": benchmark}, what="the benchmark's marker")
   return os.path.abspath(path)
 
 

@@ -63,10 +63,15 @@ def in_flight_bound(tree: Any) -> int:
   """
   largest = 0
   for leaf in jax.tree.leaves(tree):
-    sharding = getattr(leaf, "sharding", None)
-    shape = sharding.shard_shape(leaf.shape) if sharding is not None else leaf.shape
-    largest = max(largest, math.prod(shape) * jax.numpy.dtype(leaf.dtype).itemsize)
+    largest = max(largest, math.prod(_shard_shape(leaf)) * jax.numpy.dtype(leaf.dtype).itemsize)
   return max(_IN_FLIGHT_FLOOR, 2 * largest)
+
+
+def _shard_shape(leaf: Any) -> tuple[int, ...]:
+  """The shape of the shard of `leaf` one device holds (its shape without a sharding)."""
+  shape = tuple(leaf.shape)
+  sharding = getattr(leaf, "sharding", None)
+  return tuple(sharding.shard_shape(shape)) if sharding is not None else shape
 
 
 def array_handler(
@@ -138,13 +143,9 @@ def chunk_byte_size(global_shape: Any, write_shape: Any, dtype: Any, target: int
 
 
 def _leaf_chunk_byte_size(leaf: Any, target: int) -> int:
-  shape = tuple(getattr(leaf, "shape", ()))
-  dtype = getattr(leaf, "dtype", None)
-  if not shape or dtype is None:
+  if not getattr(leaf, "shape", ()) or getattr(leaf, "dtype", None) is None:
     return target
-  sharding = getattr(leaf, "sharding", None)
-  write = sharding.shard_shape(shape) if sharding is not None else shape
-  return chunk_byte_size(shape, write, dtype, target)
+  return chunk_byte_size(leaf.shape, _shard_shape(leaf), leaf.dtype, target)
 
 
 def array_save(tree: Any, data_file_mb: float = DATA_FILE_MB) -> ocp.args.PyTreeSave:
@@ -161,10 +162,8 @@ def array_save(tree: Any, data_file_mb: float = DATA_FILE_MB) -> ocp.args.PyTree
   size = int(data_file_mb * 2**20)
   sizes = jax.tree.map(lambda leaf: _leaf_chunk_byte_size(leaf, size), tree)
   save_args = jax.tree.map(lambda n: ocp.SaveArgs(chunk_byte_size=n), sizes)
-  file_size = max(jax.tree.leaves(sizes), default=size)
-  return ocp.args.PyTreeSave(
-    tree, save_args=save_args, ocdbt_target_data_file_size=max(size, file_size)
-  )
+  file_size = max(jax.tree.leaves(sizes), default=size)  # each at least `size`
+  return ocp.args.PyTreeSave(tree, save_args=save_args, ocdbt_target_data_file_size=file_size)
 
 
 def array_restore(target: Any, partial: bool = False) -> ocp.args.PyTreeRestore:
