@@ -16,7 +16,7 @@ _PUBLIC = {
   "JobResult": "sparsepipe.launch.job.context",
   "JobHook": "sparsepipe.launch.job.hooks",
   "NonFiniteLossError": "sparsepipe.launch.job.hooks",
-  "MUTABLE_CONFIG_KEYS": "sparsepipe.launch.job.run",
+  "MUTABLE_CONFIG_KEYS": "sparsepipe.launch.job.checkpoints",
   "train_and_evaluate": "sparsepipe.launch.job.run",
   "Position": "sparsepipe.launch.job.schedule",
   "Schedule": "sparsepipe.launch.job.schedule",
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
   from sparsepipe.launch.job.context import JobResult
   from sparsepipe.launch.job.hooks import JobHook
   from sparsepipe.launch.job.hooks import NonFiniteLossError
-  from sparsepipe.launch.job.run import MUTABLE_CONFIG_KEYS
+  from sparsepipe.launch.job.checkpoints import MUTABLE_CONFIG_KEYS
   from sparsepipe.launch.job.run import train_and_evaluate
   from sparsepipe.launch.job.schedule import Position
   from sparsepipe.launch.job.schedule import Schedule

@@ -33,6 +33,27 @@ def _combined(table: Any, values: np.ndarray, lengths: np.ndarray, weights, comb
   return out
 
 
+def _checked_ids(name: str, ragged: Any, num_examples: int) -> np.ndarray:
+  """A feature's ids as int64, checked against its row lengths and the examples' count:
+  numpy would broadcast, truncate float ids, or fail without naming the feature."""
+  values, lengths = np.asarray(ragged.values), np.asarray(ragged.row_lengths)
+  if lengths.shape != (num_examples,):
+    raise ValueError(
+      f"feature '{name}': row_lengths of shape {lengths.shape}, for {num_examples} examples"
+      f" (the rows of dense) it must be ({num_examples},)"
+    )
+  if not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+    raise ValueError(f"feature '{name}': row_lengths must be integers >= 0, got {lengths.dtype}")
+  if values.ndim != 1 or values.shape[0] != int(lengths.sum()):
+    raise ValueError(
+      f"feature '{name}': values of shape {values.shape}, its row_lengths sum to"
+      f" {int(lengths.sum())}: it must be ({int(lengths.sum())},)"
+    )
+  if values.size and not np.issubdtype(values.dtype, np.integer):
+    raise ValueError(f"feature '{name}': ids must be integers, got {values.dtype}")
+  return values.astype(np.int64)
+
+
 def combined_embeddings(
   tables: Mapping[str, Any], features: Sequence[Mapping[str, Any]], batch: ExampleBatch
 ) -> dict[str, np.ndarray]:
@@ -43,13 +64,14 @@ def combined_embeddings(
       table's vocabulary (naming the feature and the id), or a feature's
       combiner is not sum, mean or sqrtn.
   """
+  num_examples = int(np.shape(batch.dense)[0])
   out = {}
   for feature in features:
     name = feature["name"]
     if name not in batch.sparse:
       raise ValueError(f"the examples have no feature '{name}' (they have {sorted(batch.sparse)})")
     ragged = batch.sparse[name]
-    values = np.asarray(ragged.values, np.int64)
+    values = _checked_ids(name, ragged, num_examples)
     vocab = int(feature["vocab_size"])
     bad = np.flatnonzero((values < 0) | (values >= vocab))
     if bad.size:

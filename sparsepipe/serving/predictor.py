@@ -18,6 +18,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 import jax
 import numpy as np
 
+from sparsepipe.data.convert.arguments import name_list
 from sparsepipe.data.convert.rows import examples_from_rows
 from sparsepipe.data.convert.rows import row_columns
 from sparsepipe.data.example import ExampleBatch
@@ -51,7 +52,7 @@ def load_chain(
     raise ExportError(
       f"export '{export_dir}' is a delta: load its full export with the deltas after it"
     )
-  chain = [(delta_dir, read_info(delta_dir)) for delta_dir in deltas]
+  chain = [(delta_dir, read_info(delta_dir)) for delta_dir in name_list(deltas, "deltas")]
   delta_lib.check_chain(export_dir, base, chain)
   if deltas:
     tables = delta_lib.writable_tables(export_dir, base)
@@ -104,6 +105,10 @@ class Predictor:
         export's dense_dim, lack a feature, or hold an id outside its
         vocabulary.
     """
+    if not isinstance(batch, ExampleBatch):
+      raise TypeError(
+        f"predict takes an ExampleBatch (e.g. data.decode_batch's), not a {type(batch).__name__}"
+      )
     dense = np.asarray(batch.dense, np.float32)
     width = dense.shape[1] if dense.ndim == 2 else None
     if width != self.info.dense_dim:

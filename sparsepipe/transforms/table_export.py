@@ -136,6 +136,18 @@ def _setting(table: specs_lib.TableSpec) -> specs_lib.TableSettingInStack:
   )
 
 
+def _check_table_shape(table: specs_lib.TableSpec, value: Any) -> None:
+  """Every part of `table`'s value (a table, its slots) is [vocabulary_size, embedding_dim]."""
+  expected = (table.vocabulary_size, table.embedding_dim)
+  for part in jax.tree.leaves(value):
+    shape = tuple(np.shape(part))
+    if shape != expected:
+      raise ValueError(
+        f"table '{table.name}': a value of shape {shape}, expected {expected}"
+        " (vocabulary_size, embedding_dim)"
+      )
+
+
 def stack_and_shard_tables(
   table_specs: Nested,
   tables: Nested,
@@ -152,15 +164,23 @@ def stack_and_shard_tables(
   soon as its values are copied, as jax-tpu-embedding's does: the inputs
   are not held beside their stacked copy. Numpy inputs are left alone.
   """
+  if int(num_shards) < 1:
+    raise ValueError(f"num_shards={num_shards} must be at least 1")
   members: dict[str, tuple[specs_lib.StackedTableSpec, list]] = {}
   values: dict[str, Any] = {}
 
   def collect(table: specs_lib.TableSpec, value: Any) -> None:
+    _check_table_shape(table, value)  # all of them before any input is deleted
     stacked = _stacked_spec(table, num_shards)
     members.setdefault(stacked.stack_name, (stacked, []))[1].append(table)
     values[table.name] = value
 
-  jax.tree.map(collect, table_specs, tables, is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
+  try:
+    jax.tree.map(collect, table_specs, tables, is_leaf=lambda x: isinstance(x, specs_lib.TableSpec))
+  except ValueError as e:
+    if "pytree" not in str(e):
+      raise
+    raise ValueError(f"tables must have the structure of table_specs (a value per TableSpec): {e}")
   out = {}
   for name, (stacked, group) in members.items():
     dim = stacked.stack_embedding_dim

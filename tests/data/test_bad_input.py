@@ -9,6 +9,7 @@ import pytest
 from sparsepipe.data import InputFormatError
 from sparsepipe.data import convert_criteo
 from sparsepipe.data import convert_csv
+from sparsepipe.data import convert_parquet
 from sparsepipe.data import read_manifest
 from sparsepipe.data.convert.text_input import parse_float
 
@@ -247,3 +248,28 @@ def test_a_folder_or_an_unexpanded_pattern_given_to_a_text_converter_is_named(tm
     f"input '{tmp_path}/*.tsv' does not exist (a pattern is not expanded here: leave it unquoted"
     " for the shell to expand)"
   )
+
+
+def test_a_string_where_a_list_is_meant_is_named_not_read_letter_by_letter(tmp_path):
+  """Before: sparse_columns="user,item" named columns ['u', 's', 'e', 'r', ...], an
+  input path given alone was "input '.' is a folder", and vocab_sizes as a mapping
+  (as CsvParser documents it) was "'user' is not an integer"."""
+  path = tmp_path / "in.csv"
+  path.write_text(CSV)
+  with pytest.raises(TypeError) as refused:
+    convert_csv([str(path)], str(tmp_path / "o"), **{**CSV_ARGS, "sparse_columns": "user,item"})
+  assert str(refused.value) == (
+    "sparse_columns must be a list, not the string 'user,item': e.g."
+    " sparse_columns=['user', 'item']"
+  )
+  for convert in (convert_csv, convert_parquet):
+    with pytest.raises(TypeError) as refused:
+      convert(str(path), str(tmp_path / "o"), **CSV_ARGS)
+    assert str(refused.value) == f"inputs must be a list, not the string {str(path)!r}: e.g." + (
+      f" inputs=[{str(path)!r}]"
+    )
+  assert not os.path.exists(tmp_path / "o")
+  manifest = convert_csv(
+    [str(path)], str(tmp_path / "o"), **CSV_ARGS, vocab_sizes={"user": 10, "item": 20}
+  )
+  assert [(f.name, f.vocab_size) for f in manifest.schema.sparse] == [("user", 10), ("item", 20)]

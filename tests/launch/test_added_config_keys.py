@@ -17,7 +17,7 @@ import pytest
 from sparsepipe.checkpointing.metadata import flatten_config, to_json_value
 from sparsepipe.launch import MUTABLE_CONFIG_KEYS
 from sparsepipe.launch.config.shipped import config_path
-from sparsepipe.launch.job.run import ADDED_CONFIG_KEYS
+from sparsepipe.launch.job.checkpoints import ADDED_CONFIG_KEYS
 
 from paths import REPO_ROOT
 

@@ -19,9 +19,11 @@ import pytest
 
 from sparsepipe import checkpointing
 from sparsepipe import core
+from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import serving
 from sparsepipe.launch import train_and_evaluate
+from sparsepipe.launch.evaluate import evaluate_checkpoint
 from sparsepipe.launch.export import export_checkpoint
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job.checkpoints import JobCheckpoints
@@ -439,4 +441,94 @@ def test_a_delta_with_no_row_changed_says_so(chain, tmp_path):
   assert lines[-1] == (
     f"note: '{root}/c_full' holds the same 8 updates: no row changed (train on, then export the"
     " delta)"
+  )
+
+
+def test_a_damaged_newest_step_of_an_extended_job_falls_back_with_one_warning(
+  chain, tmp_path, caplog
+):
+  """Before: export and evaluate read the config of the newest step (num_steps=8) and
+  restored the newest intact one (num_steps=6), then refused the pair as "written
+  with another config": num_steps may differ between a job's steps."""
+  _, workdir = chain
+  copy = tmp_path / "job"
+  shutil.copytree(workdir, copy)
+  for path in (copy / "checkpoints" / "8" / "arrays").rglob("ocdbt.process_0/d/*"):
+    path.write_bytes(b"")
+  info = export_checkpoint(str(copy), str(tmp_path / "export"))
+  assert (info.checkpoint_step, info.batches_trained) == (6, 6)
+  warning = f"Skipped checkpoint at {copy / 'checkpoints'} step 8: item '"
+  assert [r.getMessage().startswith(warning) for r in caplog.records] == [True]
+  step, trained, _ = evaluate_checkpoint(str(copy))
+  assert (step, trained) == (6, 6)
+
+
+def test_a_newest_step_deleted_before_its_config_is_read_exports_the_next(
+  chain, tmp_path, monkeypatch
+):
+  """A running job saves and deletes its old steps while launch.export reads the
+  newest: before, "[Errno 2] No such file or directory: .../checkpoints/8"."""
+  _, workdir = chain
+  copy = tmp_path / "job"
+  shutil.copytree(workdir, copy)
+  original = checkpointing.TrainingCheckpointManager.read_metadata
+
+  def deleted_first(self, step):
+    if step == 8 and (copy / "checkpoints" / "8").exists():
+      shutil.rmtree(copy / "checkpoints" / "8")
+    return original(self, step)
+
+  monkeypatch.setattr(checkpointing.TrainingCheckpointManager, "read_metadata", deleted_first)
+  info = export_checkpoint(str(copy), str(tmp_path / "export"))
+  assert (info.checkpoint_step, info.batches_trained) == (6, 6)
+
+
+def test_a_batch_whose_parts_disagree_is_named_not_broadcast_or_truncated(chain):
+  """Before: float ids were truncated and scored, and ids, row lengths and dense rows
+  of different counts failed inside numpy or jax.export's shape checks."""
+  root, _ = chain
+  predictor = serving.Predictor.load(str(root / "c_full"))
+  features = predictor.info.features
+  n = 4
+
+  def batch(**change):
+    sparse = {
+      f["name"]: data.RaggedBatch(np.arange(n, dtype=np.int32), np.ones(n, np.int32))
+      for f in features
+    }
+    name = features[0]["name"]
+    sparse[name] = sparse[name]._replace(**change)
+    dense = np.zeros((n, predictor.info.dense_dim), np.float32)
+    return data.ExampleBatch(np.zeros(n, np.float32), dense, sparse)
+
+  assert predictor.predict(batch()).shape == (n,)
+  name = features[0]["name"]
+  cases = [
+    (
+      dict(values=np.arange(n) + 0.9),
+      f"feature '{name}': ids must be integers, got float64",
+    ),
+    (
+      dict(row_lengths=np.ones(n - 1, np.int32), values=np.arange(n - 1)),
+      f"feature '{name}': row_lengths of shape ({n - 1},), for {n} examples (the rows of"
+      f" dense) it must be ({n},)",
+    ),
+    (
+      dict(values=np.arange(n - 1)),
+      f"feature '{name}': values of shape ({n - 1},), its row_lengths sum to {n}: it must"
+      f" be ({n},)",
+    ),
+    (
+      dict(row_lengths=np.array([2, -1, 2, 1])),
+      f"feature '{name}': row_lengths must be integers >= 0, got int64",
+    ),
+  ]
+  for change, message in cases:
+    with pytest.raises(ValueError) as refused:
+      predictor.predict(batch(**change))
+    assert str(refused.value) == message
+  with pytest.raises(TypeError) as refused:
+    predictor.predict([batch()])
+  assert (
+    str(refused.value) == "predict takes an ExampleBatch (e.g. data.decode_batch's), not a list"
   )

@@ -279,3 +279,38 @@ def test_the_predict_command_names_a_dataset_of_another_dense_width(exported, tm
     " convert it with the same columns and options"
   ]
   assert not os.path.exists(tmp_path / "scores.npy")
+
+
+def test_ignore_columns_and_rows_given_otherwise_than_as_lists_are_named(exported):
+  """Before: ignore_columns="timestamp" was read letter by letter (and the column called
+  unknown), ignore_columns naming a feature silently kept it, a label that is not a
+  number failed although ignored, and one row given alone was "line 1: a str"."""
+  root, _ = exported
+  predictor = serving.Predictor.load(str(root / "export"))
+  good = {"userId": "3", "title": "Heat (1995)", "genres": "Action", "age": "30"}
+  with pytest.raises(TypeError) as e:
+    predictor.predict_rows([{**good, "timestamp": "1"}], ignore_columns="timestamp")
+  assert str(e.value) == (
+    "ignore_columns must be a list, not the string 'timestamp': e.g. ignore_columns=['timestamp']"
+  )
+  with pytest.raises(ValueError) as e:
+    predictor.predict_rows([good], ignore_columns=["userId", "age"])
+  assert str(e.value) == (
+    "ignore_columns names column(s) ['age', 'userId'] that the model reads: they cannot be"
+    " left out (a missing value is None, or the column left out of the row)"
+  )
+  np.testing.assert_array_equal(
+    predictor.predict_rows([{**good, "rating": "?"}], ignore_columns=["rating"]),
+    predictor.predict_rows([good]),
+  )
+  with pytest.raises(TypeError) as e:
+    predictor.predict_rows(good)
+  assert str(e.value) == (
+    "rows must be an iterable of {column: value} mappings, not a dict: give one row as [row]"
+  )
+  with pytest.raises(TypeError) as e:
+    predictor.predict_rows(None)
+  assert str(e.value) == "rows must be an iterable of {column: value} mappings, not a NoneType"
+  with pytest.raises(TypeError) as e:
+    serving.Predictor.load(str(root / "export"), deltas=str(root / "export"))
+  assert str(e.value).startswith("deltas must be a list, not the string '")

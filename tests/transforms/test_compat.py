@@ -307,3 +307,30 @@ def test_stack_and_shard_tables_frees_its_device_inputs_when_asked(delete_input)
   again = T.stack_and_shard_tables(tables, values, 2, delete_input=delete_input)
   np.testing.assert_array_equal(again["ab"], expected["ab"])
   np.testing.assert_array_equal(values["fa"], np.arange(40, dtype=np.float32).reshape(10, 4))
+
+
+def test_stack_and_shard_tables_refuses_values_of_another_shape_before_deleting_any():
+  """Before: a value short of rows or columns was padded with pad_value (NaN rows
+  inside the vocabulary), and one with more rows raised numpy's "index can't contain
+  negative values"."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  specs = _two_table_stack()
+  tables = {k: f.table_spec for k, f in specs.items()}
+  good = {"fa": np.zeros((10, 4), np.float32), "fb": np.zeros((6, 8), np.float32)}
+  for feature, shape in [("fa", (9, 4)), ("fa", (10, 2)), ("fb", (7, 8))]:
+    values = {k: jax.device_put(v) for k, v in good.items()}
+    values[feature] = jax.device_put(np.zeros(shape, np.float32))
+    expected = (10, 4) if feature == "fa" else (6, 8)
+    name = tables[feature].name
+    with pytest.raises(ValueError) as refused:
+      T.stack_and_shard_tables(tables, values, 2, delete_input=True)
+    assert str(refused.value) == (
+      f"table '{name}': a value of shape {shape}, expected {expected}"
+      " (vocabulary_size, embedding_dim)"
+    )
+    assert not any(v.is_deleted() for v in values.values())
+  with pytest.raises(ValueError, match=r"^num_shards=0 must be at least 1$"):
+    T.stack_and_shard_tables(tables, good, 0)
+  with pytest.raises(ValueError, match=r"^tables must have the structure of table_specs"):
+    T.stack_and_shard_tables(tables, {"fa": good["fa"]}, 2)

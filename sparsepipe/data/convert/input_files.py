@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from sparsepipe.data.convert.arguments import name_list
+
 
 def check_each_once(paths: Sequence[str]) -> None:
   """ValueError naming the first input file given twice, by either of its paths."""
+  name_list(paths, "inputs")
   seen: dict[str, str] = {}
   for path in paths:
     real = os.path.realpath(path)
@@ -29,6 +32,7 @@ def check_each_once(paths: Sequence[str]) -> None:
 def check_text_files(paths: Sequence[str]) -> None:
   """Raises unless every path is a file, each given once (check_each_once): the text
   converters (CSV, Criteo) read files, not folders, and expand no glob."""
+  name_list(paths, "inputs")
   for path in paths:
     if os.path.isdir(path):
       raise IsADirectoryError(f"input '{path}' is a folder: give the files in it")

@@ -21,6 +21,7 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 from sparsepipe.data.criteo import convert as criteo
 from sparsepipe.data.csv import convert as csv
 from sparsepipe.data.example import ExampleBatch
+from sparsepipe.data.convert.arguments import name_list
 from sparsepipe.data.convert.row_values import ROWS, check_columns, field_text
 from sparsepipe.data.convert.text_input import InputFormatError
 from sparsepipe.data.schema import ExampleSchema
@@ -120,9 +121,21 @@ def examples_from_rows(
       converter did not read (InputFormatError names row i as line i of
       "rows").
   """
+  if isinstance(rows, Mapping) or not isinstance(rows, Iterable):
+    raise TypeError(
+      f"rows must be an iterable of {{column: value}} mappings, not a {type(rows).__name__}"
+      + (": give one row as [row]" if isinstance(rows, Mapping) else "")
+    )
   rows = list(rows)  # read twice below; a reader or generator is read once
   known = set(row_columns(info))
-  ignore = set(ignore_columns)
+  ignore = set(name_list(ignore_columns, "ignore_columns"))
+  label = info.get("label_column", "label")
+  read = sorted((ignore & known) - {label})
+  if read:
+    raise ValueError(
+      f"ignore_columns names column(s) {read} that the model reads: they cannot be left"
+      " out (a missing value is None, or the column left out of the row)"
+    )
   for i, row in enumerate(rows):
     if not isinstance(row, Mapping):
       raise InputFormatError(
@@ -131,6 +144,8 @@ def examples_from_rows(
         f"a {type(row).__name__}, not a {{column: text}} mapping (e.g. dict(zip(header, fields)))",
       )
     check_columns(row, known, ignore, i + 1)
+  if label in ignore:  # as a row without its label (taken as 0): the model reads no label
+    rows = [{c: v for c, v in row.items() if c != label} for row in rows]
   if info.get("converter") == "sparsepipe.data.csv":
     return _csv_examples(info, rows)
   return _criteo_examples(info, schema, rows)

@@ -39,6 +39,7 @@ from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
+from sparsepipe.data.convert.arguments import checked_columns
 from sparsepipe.data.convert.input_files import check_text_files
 from sparsepipe.data.convert.text_input import (
   InputFormatError,
@@ -58,15 +59,21 @@ _CHUNK = 4096
 
 
 def parse_vocab_sizes(
-  entries: Sequence[str] | int | None, columns: Sequence[str], *, allow_unsized: bool = False
+  entries: Sequence[str] | Mapping[str, int] | int | None,
+  columns: Sequence[str],
+  *,
+  allow_unsized: bool = False,
 ) -> dict[str, int]:
-  """`["1000", "user_id=6041"]` -> {column: size} for every sparse column.
+  """`["1000", "user_id=6041"]` (or {"user_id": 6041}, or 1000) -> {column: size} for
+  every sparse column.
 
   With `allow_unsized`, a column without an entry (and no default N) is left
   out: the converter sizes it from the data (sparsepipe.data.convert.vocab_sizing).
   """
   if isinstance(entries, int):
     entries = [str(entries)]
+  elif isinstance(entries, Mapping):
+    entries = [f"{name}={size}" for name, size in entries.items()]
   default, sizes = None, {}
   for entry in entries or ():
     entry = str(entry).strip()
@@ -354,7 +361,7 @@ def convert_csv(
   manifest returned is the train split's.
   """
   check_text_files(inputs)
-  columns = _resolve_from_data(inputs, delimiter, columns)
+  columns = _resolve_from_data(inputs, delimiter, checked_columns(columns))
   sizing = columns.pop("vocab_sizing")
   parser, batches = read_csv(inputs, delimiter=delimiter, **columns)
   return write_converted(

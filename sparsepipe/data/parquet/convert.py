@@ -52,6 +52,8 @@ from sparsepipe.data.parquet.arrays import Rows
 from sparsepipe.data.parquet.columns import ParquetColumns, comparable_type
 from sparsepipe.data.parquet.nulls import NullColumns
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
+from sparsepipe.data.convert.arguments import checked_columns
+from sparsepipe.data.convert.arguments import name_list
 from sparsepipe.data.convert.from_data import resolve_from_data
 from sparsepipe.data.convert.input_files import check_each_once
 from sparsepipe.data.convert.output import write_converted
@@ -64,7 +66,7 @@ DEFAULT_BATCH_ROWS = 65_536
 def parquet_files(inputs: Sequence[str]) -> list[str]:
   """The input files: each file as given, each directory's .parquet files in path order."""
   files = []
-  for path in inputs:
+  for path in name_list(inputs, "inputs"):
     if os.path.isdir(path):
       found = []
       for dirpath, dirnames, filenames in os.walk(path):
@@ -188,6 +190,7 @@ def convert_parquet(
   a second dataset there; the manifest returned is the train split's.
   """
   files = parquet_files(inputs)
+  columns = checked_columns(columns)
   sparse = list(columns.get("sparse_columns", ()))
   given = parse_vocab_sizes(columns.get("vocab_sizes"), sparse, allow_unsized=True)
 

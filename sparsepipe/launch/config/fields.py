@@ -189,9 +189,8 @@ MEMORY_SECTION = [
   "A training process holds the state (tables, slots, `updated`, dense parameters and"
   " their optimizer state), one more copy of it while an asynchronous save is in flight"
   " on CPU devices, and an overhead that grows far less than the tables (Python, JAX,"
-  " the compiler, the step's buffers, a save's writes in flight: 1.07-1.21x for tables 4x"
-  " larger in the run below; with synchronous saves 1.02, 1.12 and 1.21 in three runs, a"
-  " noisy figure).",
+  " the compiler, the step's buffers, a save's writes in flight: 1.12-1.23x for tables 4x"
+  " larger, medians of the three runs below; one run's figure moves by about 0.15).",
   "",
   "On CPU devices the arrays are host memory, so the choice is:",
   "",
@@ -202,22 +201,24 @@ MEMORY_SECTION = [
   " (a longer pause per save).",
   "",
   "Measured by `python benchmarks/memory.py --sections growth --batches 12 --examples"
-  " 49152 --save_every 6` (criteo config on 8 CPU devices, peak resident set;"
-  " overhead = peak - state, minus one more state for asynchronous saves):",
+  " 49152 --save_every 6 --repeats 3` (criteo config on 8 CPU devices, peak resident set;"
+  " overhead = peak - state, minus one more state for asynchronous saves; medians of"
+  " three runs, with each run's overhead growth):",
   "",
-  "| vocabularies | saves | state | peak | peak / state | overhead |",
-  "|---|---|---|---|---|---|",
-  "| shipped | sync | 833 MB | 1,841 MB | 2.21 | 1,008 MB |",
-  "| shipped | sync, resumed | 833 MB | 1,634 MB | 1.96 | 801 MB |",
-  "| shipped | async | 833 MB | 2,684 MB | 3.22 | 1,019 MB |",
-  "| 4x | sync | 3,028 MB | 4,245 MB | 1.40 | 1,217 MB |",
-  "| 4x | sync, resumed | 3,028 MB | 3,888 MB | 1.28 | 860 MB |",
-  "| 4x | async | 3,028 MB | 7,223 MB | 2.39 | 1,168 MB |",
+  "| vocabularies | saves | state | peak | peak / state | overhead | overhead / shipped (runs) |",
+  "|---|---|---|---|---|---|---|",
+  "| shipped | sync | 833 MB | 1,849 MB | 2.22 | 1,016 MB | |",
+  "| shipped | sync, resumed | 833 MB | 1,637 MB | 1.97 | 804 MB | |",
+  "| shipped | async | 833 MB | 2,708 MB | 3.25 | 1,043 MB | |",
+  "| 4x | sync | 3,028 MB | 4,167 MB | 1.38 | 1,140 MB | 1.12 (1.12, 1.17, 1.10) |",
+  "| 4x | sync, resumed | 3,028 MB | 4,002 MB | 1.32 | 974 MB | 1.23 (1.23, 1.32, 1.11) |",
+  "| 4x | async | 3,028 MB | 7,251 MB | 2.39 | 1,195 MB | 1.15 (1.03, 1.15, 1.22) |",
   "",
   '("resumed": the sync job resumed from its last checkpoint for 6 batches more.) Of the'
   " overhead, about 1 GB is there in training at both sizes (Python and JAX 0.3 GB, the"
-  " step's buffers 0.37 GB, sized for the worst case of a batch until FDO's first pass, and"
-  " freed heap glibc keeps); a synchronous save adds 0-50 MB to it at the shipped size and"
+  " step's buffers 0.37 GB, sized by the starting limits (`limits.*`) until FDO's first"
+  " pass, and freed heap glibc keeps); at the shipped size the peak comes before that"
+  " pass; a synchronous save adds 0-50 MB to it at the shipped size and"
   " 150-300 MB at 4x. A resumed job's restore read every shard at once and its fingerprint"
   " check held a second copy of each array: its peak was 2.24x the state at 4x (overhead"
   " 3.7 GB) before both were bounded.",

@@ -36,6 +36,44 @@ from sparsepipe.launch.job.schedule import Position
 # launcher steps counted pipeline steps.
 BATCH_STEPS_FORMAT = 4
 
+# Config keys a resumed job may change (dotted, fnmatch patterns).
+MUTABLE_CONFIG_KEYS = (
+  "config.num_steps",
+  "config.num_epochs",
+  "config.data.num_workers",
+  "config.data.allow_id_dropping",
+  "config.log_every_steps",
+  "config.compilation_cache_dir",
+  "config.fdo.every_steps",
+  "config.fdo.first_after",
+  "config.fdo.compile_ahead",
+  "config.fdo.steps_per_doubling",
+  "config.checkpoint.*",
+  "config.eval.*",
+)
+
+# Config keys added since 0.3.0 -> the value that does what jobs saved before
+# them did, so that those jobs resume (a saved config without the key has it).
+ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
+
+# Config keys of paths: a job saves them absolute (resolved from the directory it
+# was started in), and a step saved with a relative one resumes where it names
+# the same place.
+PATH_CONFIG_KEYS = ("config.data.dir",)
+
+# How the configs of a job's steps may differ: what a job resumes with, and
+# what evaluate and export restore with (the newest intact step may be older
+# than the one whose config they read).
+CONFIG_RULES = dict(
+  mutable_config_keys=MUTABLE_CONFIG_KEYS,
+  added_config_keys=ADDED_CONFIG_KEYS,
+  path_config_keys=PATH_CONFIG_KEYS,
+)
+
+
+# Reads of the newest step's config while a running job deletes its older steps.
+_READ_ATTEMPTS = 5
+
 
 @dataclasses.dataclass
 class Restored:
@@ -278,12 +316,21 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
   directory = os.path.join(os.path.abspath(workdir), checkpointing.CHECKPOINTS_DIRNAME)
   if not os.path.isdir(directory):
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
-  with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
-    config_step = reader.latest_step() if step is None else step
-    if config_step is None:
-      raise ValueError(f"no checkpoint in '{directory}'")
-    saved = reader.read_metadata(config_step)
-  return directory, ml_collections.ConfigDict(saved.run.config)
+  for _ in range(_READ_ATTEMPTS):
+    with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
+      config_step = reader.latest_step() if step is None else step
+      if config_step is None:
+        raise ValueError(f"no checkpoint in '{directory}'")
+      try:
+        return directory, ml_collections.ConfigDict(reader.read_metadata(config_step).run.config)
+      except (checkpointing.StepNotKeptError, FileNotFoundError):
+        # The newest step, deleted since it was listed: the job saved newer ones.
+        if step is not None or os.path.isdir(os.path.join(directory, str(config_step))):
+          raise
+  raise ValueError(
+    f"the newest checkpoint in '{directory}' was deleted while it was read,"
+    f" {_READ_ATTEMPTS} times in a row (a job saving faster than it can be read): give --step"
+  )
 
 
 def in_flight_bytes(model: JobModel) -> int:
@@ -297,7 +344,7 @@ def restore_saved_model(
 ) -> Restored:
   """The model of `step`, or of the newest intact step as of now (read-only)."""
   with checkpointing.TrainingCheckpointManager(
-    directory, run, read_only=True, in_flight_bytes=in_flight_bytes(model)
+    directory, run, read_only=True, in_flight_bytes=in_flight_bytes(model), **CONFIG_RULES
   ) as mngr:
     restored = JobCheckpoints(mngr, model).restore_model(step)
   if restored is None:

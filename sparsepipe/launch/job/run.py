@@ -30,6 +30,7 @@ from sparsepipe.launch.job import announce
 from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job import fdo
 from sparsepipe.launch.job.checkpoints import BATCH_STEPS_FORMAT
+from sparsepipe.launch.job.checkpoints import CONFIG_RULES
 from sparsepipe.launch.job.checkpoints import in_flight_bytes
 from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.checkpoints import resolve_job_defaults
@@ -47,31 +48,6 @@ from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
 from sparsepipe.launch.workdir.lock import WorkdirLease
 from sparsepipe.launch.workdir.placement import check_workdir
-
-# Config keys a resumed job may change (dotted, fnmatch patterns).
-MUTABLE_CONFIG_KEYS = (
-  "config.num_steps",
-  "config.num_epochs",
-  "config.data.num_workers",
-  "config.data.allow_id_dropping",
-  "config.log_every_steps",
-  "config.compilation_cache_dir",
-  "config.fdo.every_steps",
-  "config.fdo.first_after",
-  "config.fdo.compile_ahead",
-  "config.fdo.steps_per_doubling",
-  "config.checkpoint.*",
-  "config.eval.*",
-)
-
-# Config keys added since 0.3.0 -> the value that does what jobs saved before
-# them did, so that those jobs resume (a saved config without the key has it).
-ADDED_CONFIG_KEYS = {"config.data.shuffle_window": 0}
-
-# Config keys of paths: a job saves them absolute (resolved from the directory it
-# was started in), and a step saved with a relative one resumes where it names
-# the same place.
-PATH_CONFIG_KEYS = ("config.data.dir",)
 
 # What to do when a batch exceeds the COO limits: the first limits (config.limits),
 # or FDO's, tuned on the batches before it. A rerun that drops such ids resumes the
@@ -145,9 +121,7 @@ class _Job:
       host_copy_gb=float(ckpt.host_copy_gb),
       data_file_mb=float(ckpt.data_file_mb),
       in_flight_bytes=in_flight_bytes(self.model),
-      mutable_config_keys=MUTABLE_CONFIG_KEYS,
-      added_config_keys=ADDED_CONFIG_KEYS,
-      path_config_keys=PATH_CONFIG_KEYS,
+      **CONFIG_RULES,
     ) as mngr:
       job = None
       try:
