@@ -93,6 +93,13 @@ class OptimizerSpec(abc.ABC):
             f"{type(self).__name__}: {field.name} must be a scalar, got shape {np.shape(value)}"
           )
         object.__setattr__(self, field.name, np.asarray(value).item())
+      elif isinstance(value, (str, bytes)) or value is None and field.name == "learning_rate":
+        # A number written as text would fail in the first step, far from here.
+        raise TypeError(
+          f"{type(self).__name__}: {field.name} must be a number"
+          + (" or a schedule (a callable)" if field.name == "learning_rate" else "")
+          + f", got {type(value).__name__} {value!r}"
+        )
 
   def get_learning_rate(self, step: Any = None) -> jax.Array:
     """The learning rate (float32) at `step`; a schedule needs the step."""

@@ -10,7 +10,9 @@ def is_power_of_two(n: int) -> bool:
 
 
 def round_up(value: int, multiple: int) -> int:
-  """Smallest multiple of `multiple` that is >= value."""
+  """Smallest multiple of `multiple` (>= 1) that is >= value."""
+  if int(multiple) < 1:
+    raise ValueError(f"round_up: multiple={multiple} must be at least 1")
   return -(-int(value) // multiple) * multiple
 
 

@@ -114,7 +114,26 @@ class TableSpec:
   stacked_table_spec: StackedTableSpec | None = None
 
   def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name:
+      raise ValueError(f"a table's name must be a non-empty string, got {self.name!r}")
     check_combiner(self.combiner, f"table '{self.name}'")
+    for field in ("vocabulary_size", "embedding_dim"):
+      value = getattr(self, field)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+          f"table '{self.name}': {field} must be an integer, got {type(value).__name__} {value!r}"
+        )
+    if not isinstance(self.optimizer, OptimizerSpec):
+      raise TypeError(
+        f"table '{self.name}': optimizer must be an OptimizerSpec (e.g."
+        f" core.AdagradOptimizerSpec()), got {type(self.optimizer).__name__}"
+        f" {self.optimizer!r}"
+      )
+    if not callable(self.initializer):
+      raise TypeError(
+        f"table '{self.name}': initializer must be a callable (key, shape, dtype) -> array,"
+        f" got {type(self.initializer).__name__} {self.initializer!r}"
+      )
     if self.vocabulary_size <= 0 or self.embedding_dim <= 0:
       raise ValueError(
         f"table '{self.name}': vocabulary_size={self.vocabulary_size} and"
@@ -141,6 +160,11 @@ class FeatureSpec:
   id_transformation: FeatureIdTransformation | None = None
 
   def __post_init__(self):
+    if not isinstance(self.table_spec, TableSpec):
+      raise TypeError(
+        f"feature '{self.name}': table_spec must be a TableSpec, got"
+        f" {type(self.table_spec).__name__} {self.table_spec!r}"
+      )
     object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
     object.__setattr__(self, "output_shape", _as_shape(self.output_shape))
 

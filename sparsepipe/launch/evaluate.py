@@ -29,7 +29,9 @@ def _define_flags() -> None:
   flags.DEFINE_string("eval_data_dir", None, "Eval dataset (default: the job's).")
   flags.DEFINE_string("json", None, "Also write the metrics to this JSON file.")
   flags.DEFINE_bool("overwrite", False, "Replace an existing --json file.")
-  flags.DEFINE_integer("cpu_devices", 0, "Simulate this many CPU devices.")
+  flags.DEFINE_integer(
+    "cpu_devices", 0, "Simulate this many CPU devices (0: the platform's devices).", lower_bound=0
+  )
   flags.DEFINE_bool("verbose", False, "On an error, print the traceback.")
 
 

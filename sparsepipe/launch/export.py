@@ -182,6 +182,7 @@ def export_checkpoint(
       job_id=restored.job_id,
       updates_applied=restored.position.updates_applied,
       where=f"checkpoint {restored.checkpoint_step} of '{workdir}'",
+      previous_dir=since or "",
     )
     params = jax.device_get(restored.train_state.params)
     leaves, treedef = jax.tree.flatten(params)

@@ -117,6 +117,7 @@ def rows_to_export(
   job_id: str | None,
   updates_applied: int,
   where: str,
+  previous_dir: str = "",
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
   """({table: rows to write}, {table: their ids} or None) of a full export or a delta.
 
@@ -125,17 +126,19 @@ def rows_to_export(
     previous: the export a delta is made on top of, or None for a full one.
     job_id, updates_applied: of the checkpoint exported.
     where: names the checkpoint in errors.
+    previous_dir: names the earlier export in errors.
   """
+  earlier = f"the earlier export '{previous_dir}'" if previous_dir else "the earlier export"
   if previous is None:
     return {t: rows for t, (rows, _) in tables.items()}, None
   if previous.job_id is None or previous.job_id != job_id:
     raise ExportError(
-      f"the earlier export is of job {previous.job_id}, {where} of job {job_id}: a delta is"
+      f"{earlier} is of job {previous.job_id}, {where} of job {job_id}: a delta is"
       " made on top of an export of the same job"
     )
   if previous.updates_applied > updates_applied:
     raise ExportError(
-      f"the earlier export holds the updates of {previous.updates_applied} batches, {where}"
+      f"{earlier} holds the updates of {previous.updates_applied} batches, {where}"
       f" only {updates_applied}: a delta goes forward from an older export"
     )
   values, ids = {}, {}

@@ -38,6 +38,11 @@ def test_num_epochs_sets_the_batches_and_evaluate_names_the_steps_kept(tmp_path)
     f"error: {workdir}/checkpoints holds no step 3: the steps kept are 9, 10 (a job keeps its"
     " newest checkpoint.keep steps)\n",
   )
+  negative = _run("sparsepipe.launch.evaluate", f"--workdir={workdir}", "--cpu_devices=-1")
+  assert (negative.returncode, negative.stderr) == (
+    1,
+    "error: --cpu_devices=-1: -1 is not a non-negative integer\n",  # before: accepted
+  )
 
   # --json never replaces saved work or an existing file (without --overwrite), and is
   # checked before the eval runs.

@@ -130,6 +130,15 @@ def test_round_up_to_steps_gives_8_values_per_doubling_less_than_an_eighth_above
   assert ladder == [288, 320, 352, 384, 416, 448, 480, 512, 576, 640, 704, 768, 832, 896, 960, 1024]
 
 
+def test_round_up_refuses_a_multiple_below_one():
+  """Before: round_up(5, -2) was 4, below the value, and round_up(5, 0) ZeroDivisionError."""
+  assert [core.round_up(v, 8) for v in (0, 1, 8, 9)] == [0, 8, 8, 16]
+  for multiple in (0, -2):
+    with pytest.raises(ValueError) as refused:
+      core.round_up(5, multiple)
+    assert str(refused.value) == f"round_up: multiple={multiple} must be at least 1"
+
+
 def test_scale_stats_rounds_to_steps_per_doubling_then_aligns_buffers_to_8():
   # x 1.5: max_ids 300, 306 and 314 -> 450, 459, 471: one limit, 480, with 8 steps.
   scaled = fdo_retune.scale_stats(_stats([300, 306, 314], [7, 0, 9], [40, 17, 1117]), 1.5, 8)

@@ -7,6 +7,7 @@ one (the export never needs the training mesh).
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -174,10 +175,11 @@ def test_a_delta_refuses_another_job_or_order(chain, tmp_path):
   root, _ = chain
   other = str(tmp_path / "other")
   train_and_evaluate(_config(num_steps=4), other)
+  # The earlier export named by its path (before: only by its job's id).
   with pytest.raises(
     serving.ExportError,
-    match=r"^the earlier export is of job \w+, checkpoint 4 of .* of job \w+: a delta is made"
-    r" on top of an export of the same job$",
+    match=rf"^the earlier export '{re.escape(str(root / 'a'))}' is of job \w+, checkpoint 4"
+    r" of .* of job \w+: a delta is made on top of an export of the same job$",
   ):
     export_checkpoint(other, str(tmp_path / "x"), since=str(root / "a"))
   export_checkpoint(other, str(tmp_path / "other_a"))
@@ -532,3 +534,20 @@ def test_a_batch_whose_parts_disagree_is_named_not_broadcast_or_truncated(chain)
   assert (
     str(refused.value) == "predict takes an ExampleBatch (e.g. data.decode_batch's), not a list"
   )
+
+
+def test_an_export_given_as_a_workdir_is_named_as_an_export(chain):
+  """Before: "no checkpoints in 'E' (no 'E/checkpoints')"."""
+  root, _ = chain
+  for command in (export_checkpoint, evaluate_checkpoint):
+    args = (
+      (str(root / "a"), str(root / "unused"))
+      if command is export_checkpoint
+      else (str(root / "a"),)
+    )
+    with pytest.raises(ValueError) as refused:
+      command(*args)
+    assert str(refused.value) == (
+      f"'{root / 'a'}' is an export (it has export.json), not a job's workdir: give the"
+      " --workdir the job trained in"
+    )

@@ -410,3 +410,40 @@ def test_row_id_equal_to_the_padding_value_is_refused():
     T.StackingError, match=r"table 'b' reaches column 2147483647 \(col_offset 1073741824"
   ):
     T.stack_tables(specs, ["a", "b"], 1, 1)
+
+
+def test_specs_of_the_wrong_kind_are_named_where_they_are_made():
+  """Before: a string optimizer, an int initializer, a string table_spec or a text
+  learning rate were taken, and failed later with AttributeError or TypeError deep
+  in initialisation or the step."""
+  cases = [
+    (
+      lambda: core.TableSpec("t", 10, 8, optimizer="sgd"),
+      "table 't': optimizer must be an OptimizerSpec (e.g. core.AdagradOptimizerSpec()),"
+      " got str 'sgd'",
+    ),
+    (
+      lambda: core.TableSpec("t", 10, 8, initializer=3),
+      "table 't': initializer must be a callable (key, shape, dtype) -> array, got int 3",
+    ),
+    (
+      lambda: core.TableSpec("t", 10, "8"),
+      "table 't': embedding_dim must be an integer, got str '8'",
+    ),
+    (
+      lambda: core.FeatureSpec("f", "t", (8, 1), (8, 8)),
+      "feature 'f': table_spec must be a TableSpec, got str 't'",
+    ),
+    (
+      lambda: core.AdagradOptimizerSpec(learning_rate="0.1"),
+      "AdagradOptimizerSpec: learning_rate must be a number or a schedule (a callable),"
+      " got str '0.1'",
+    ),
+  ]
+  for make, message in cases:
+    with pytest.raises(TypeError) as refused:
+      make()
+    assert str(refused.value) == message
+  with pytest.raises(ValueError, match=r"^a table's name must be a non-empty string, got ''$"):
+    core.TableSpec("", 10, 8)
+  assert core.TableSpec("t", np.int64(10), 8).vocabulary_size == 10

@@ -26,6 +26,8 @@ import ml_collections
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe import transforms
+from sparsepipe.core.saved_work import a_kind
+from sparsepipe.core.saved_work import saved_work
 from sparsepipe.launch.config import packing
 from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
 from sparsepipe.launch.job.model import JobModel
@@ -315,6 +317,12 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
   """
   directory = os.path.join(os.path.abspath(workdir), checkpointing.CHECKPOINTS_DIRNAME)
   if not os.path.isdir(directory):
+    other = saved_work(workdir)
+    if other is not None and other[0] != "workdir":  # e.g. an export given for its job
+      raise ValueError(
+        f"'{workdir}' is {a_kind(other[0])} (it has {other[1]}), not a job's"
+        " workdir: give the --workdir the job trained in"
+      )
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
   for _ in range(_READ_ATTEMPTS):
     with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
