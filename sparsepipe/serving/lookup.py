@@ -44,10 +44,11 @@ def _checked_ids(name: str, ragged: Any, num_examples: int) -> np.ndarray:
     )
   if not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
     raise ValueError(f"feature '{name}': row_lengths must be integers >= 0, got {lengths.dtype}")
-  if values.ndim != 1 or values.shape[0] != int(lengths.sum()):
+  total = int(lengths.sum())
+  if values.ndim != 1 or values.shape[0] != total:
     raise ValueError(
-      f"feature '{name}': values of shape {values.shape}, its row_lengths sum to"
-      f" {int(lengths.sum())}: it must be ({int(lengths.sum())},)"
+      f"feature '{name}': values of shape {values.shape}, its row_lengths sum to {total}: it"
+      f" must be ({total},)"
     )
   if values.size and not np.issubdtype(values.dtype, np.integer):
     raise ValueError(f"feature '{name}': ids must be integers, got {values.dtype}")

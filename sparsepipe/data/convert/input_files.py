@@ -16,7 +16,6 @@ from sparsepipe.data.convert.arguments import name_list
 
 def check_each_once(paths: Sequence[str]) -> None:
   """ValueError naming the first input file given twice, by either of its paths."""
-  name_list(paths, "inputs")
   seen: dict[str, str] = {}
   for path in paths:
     real = os.path.realpath(path)
