@@ -9,7 +9,7 @@ from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.manager import DEFAULT_RELAYOUTS
 from sparsepipe.checkpointing.manager import TrainingCheckpointManager
 from sparsepipe.checkpointing.handlers import in_flight_bound
-from sparsepipe.checkpointing.integrity.corrupt import drop_orbax_leftovers
+from sparsepipe.checkpointing.integrity.failed_saves import quiet_failed_saves
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import CHECKPOINT_FORMAT_VERSION
 from sparsepipe.checkpointing.metadata import LoopPosition

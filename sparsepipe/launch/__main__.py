@@ -23,7 +23,6 @@ import logging as std_logging
 import os
 import sys
 import traceback
-import warnings
 
 from sparsepipe.launch import stopping
 
@@ -76,21 +75,6 @@ class _SaveWaitNotice(std_logging.Filter):
     return not record.getMessage().startswith("Waiting for previous save to complete")
 
 
-class _OrbaxTracebacks(std_logging.Filter):
-  """Drops the ERROR records of a save failing in Orbax's background threads (a full
-  disk): each thread logs it with a traceback (absl, some 100 lines each), and
-  asyncio its write tasks' exceptions "never retrieved", before the save's error
-  reaches the job, which names it in one line. --verbose shows them."""
-
-  def filter(self, record: std_logging.LogRecord) -> bool:
-    if record.levelno < std_logging.ERROR:
-      return True
-    orbax = f"{os.sep}orbax{os.sep}"
-    if record.name == "asyncio":  # "Task exception was never retrieved", an Orbax task
-      return orbax not in record.getMessage()
-    return not (orbax in record.pathname and record.exc_info)
-
-
 def workdir() -> str:
   """--workdir, or ./workdir/<config name> (each config its own)."""
   name = config_name(flags.FLAGS["config"].config_filename)
@@ -133,11 +117,7 @@ def main(argv) -> int:
   from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   if not _VERBOSE.value:  # a failed save is the job's one error line
-    for logger in (absl_logger, std_logging.getLogger("asyncio")):
-      logger.addFilter(_OrbaxTracebacks())
-    checkpointing.drop_orbax_leftovers()
-    # ... and its write coroutines, never awaited once one failed, are reported at exit.
-    warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
+    checkpointing.quiet_failed_saves()
   started, peers = False, None
   try:
     started = distributed.initialize(

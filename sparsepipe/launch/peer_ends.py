@@ -14,7 +14,8 @@ without the shutdown barrier. Every process polls that store in a thread
 naming that process and what it said, and exits too: with status 42 if that
 process was stopped (nothing to save, or saved), else 1, without saving its
 own work since the newest checkpoint. Process 0 holds the store, so when it
-ends it waits (at most WAIT_FOR_PEERS_S) until the others have read it.
+ends it waits (at most WAIT_FOR_PEERS_S) until the others have read it, and
+then EXIT_GRACE_S for them to be gone.
 A process killed outright (SIGKILL) records nothing: JAX's heartbeat
 timeout still ends the others.
 """
@@ -35,6 +36,11 @@ _ENDED = "sparsepipe/ended/"  # + process index: {"status": int, "line": str}
 _SEEN = "sparsepipe/seen/"  # + process index: it has read an end, or ended itself
 POLL_S = 1.0
 WAIT_FOR_PEERS_S = 10.0
+# Process 0, once the others have marked themselves gone, waits this long before it
+# exits: each exits right after marking, but a process still connected when the
+# service ends is aborted by JAX's client (SIGABRT and a stack dump; seen on a
+# loaded machine).
+EXIT_GRACE_S = 2.0
 
 
 class PeerEnds:
@@ -132,7 +138,8 @@ def _follow(process: int, end: dict) -> NoReturn:
 
 def _leave(status: int) -> NoReturn:
   """Marks this process as gone; process 0, which holds the store, first waits
-  (at most WAIT_FOR_PEERS_S) for the others to have read it. Then exits."""
+  (at most WAIT_FOR_PEERS_S) for the others to have read it, and EXIT_GRACE_S
+  for them to exit. Then exits."""
   me, count = _process_index_and_count()
   try:
     client = coordination_client()
@@ -142,6 +149,8 @@ def _leave(status: int) -> NoReturn:
       if time.monotonic() > deadline:
         break
       time.sleep(0.1)
+    if me == 0 and count > 1:
+      time.sleep(EXIT_GRACE_S)
   except Exception:  # pylint: disable=broad-exception-caught
     pass  # the service is gone: nothing to wait for
   _exit(status)

@@ -188,3 +188,28 @@ def test_a_workdir_another_job_holds_is_named_by_every_process(tmp_path):
   for i, (_, _, lines) in enumerate(results):
     assert len(lines) == 1 and holder in lines[0], (i, lines)
   assert [_ for _, _, lines in results if lines[0].startswith(f"error: {holder}")]
+
+
+_SLOW_TO_EXIT = """
+import time
+from sparsepipe.launch import peer_ends
+
+_exit = peer_ends._exit
+
+def slow_exit(status):
+  time.sleep(0.3)  # descheduled (a loaded machine) between marking itself seen and exiting
+  _exit(status)
+
+peer_ends._exit = slow_exit
+"""
+
+
+def test_a_process_slow_to_exit_after_process_0s_end_is_not_aborted(tmp_path):
+  """Process 0 exited, ending the coordination service, as soon as process 1 had marked
+  itself seen; process 1, not yet gone, was aborted by JAX's client (SIGABRT, its
+  'Terminating process because the JAX distributed service detected fatal errors')."""
+  from sparsepipe.launch import exclusive_workdir  # pylint: disable=g-import-not-at-top
+
+  with exclusive_workdir(str(tmp_path / "job")):  # both processes end: another job holds it
+    results = _run_two(tmp_path, {1: _SLOW_TO_EXIT})
+  assert [status for status, _, _ in results] == [1, 1], results
