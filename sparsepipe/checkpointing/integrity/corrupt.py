@@ -54,17 +54,35 @@ def _is_orbax_leftover(unraisable: Any) -> bool:
   return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
 
 
-class _FailedReadTasks(std_logging.Filter):
-  """Drops asyncio's "Task exception was never retrieved" for a TensorStore
-  read: a sibling of a failed read (reported as CorruptCheckpointError),
-  logged whenever its task is collected."""
+# What marks Orbax's TensorStore reads and writes in an error or a task's report:
+# TensorStore's spec dump, the OCDBT database a step's arrays live in (any storage),
+# a step's temporary folder (local disks), Orbax's code in a coroutine's repr.
+_ORBAX_IO_MARKERS = (
+  *_SPEC_DUMPS,
+  " in OCDBT database at ",
+  ".orbax-checkpoint-tmp",
+  f"{os.sep}orbax{os.sep}",
+)
+
+
+class _UnretrievedOrbaxIO(std_logging.Filter):
+  """Drops asyncio's "Task (or Future) exception was never retrieved" for Orbax's
+  TensorStore reads and writes: the siblings of a failed read (reported as
+  CorruptCheckpointError) or write (the save's error), logged whenever they are
+  collected. Every other record passes."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
     error = record.exc_info[1] if record.exc_info else None
-    return error is None or not any(marker in str(error) for marker in _SPEC_DUMPS)
+    text = f"{record.getMessage()} {error}"
+    return not any(marker in text for marker in _ORBAX_IO_MARKERS)
 
 
-_FAILED_READ_TASKS = _FailedReadTasks()
+_UNRETRIEVED_ORBAX_IO = _UnretrievedOrbaxIO()
+
+
+def drop_unretrieved_orbax_io() -> None:
+  """From here on, asyncio's reports of Orbax reads and writes nobody awaited are dropped."""
+  std_logging.getLogger("asyncio").addFilter(_UNRETRIEVED_ORBAX_IO)  # once: same object
 
 
 @contextlib.contextmanager
@@ -79,7 +97,7 @@ def quiet_reads() -> Iterator[None]:
   (after a failed read, also later), and so are asyncio's reports of the
   read tasks whose failure nobody retrieved; anything else passes through.
   """
-  std_logging.getLogger("asyncio").addFilter(_FAILED_READ_TASKS)  # once: same object
+  drop_unretrieved_orbax_io()
   logger = std_logging.getLogger("absl")
   level = logger.level
   logger.setLevel(max(level, std_logging.CRITICAL))

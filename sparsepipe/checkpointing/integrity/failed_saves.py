@@ -16,34 +16,25 @@ import os
 import warnings
 
 from sparsepipe.checkpointing.integrity.corrupt import drop_orbax_leftovers
+from sparsepipe.checkpointing.integrity.corrupt import drop_unretrieved_orbax_io
 
-# What marks an Orbax write in a record: its code's path in a task's repr, or what a
-# TensorStore write error names: the step's temporary folder (local disks) or the
-# OCDBT database Orbax writes arrays into (any storage).
-_ORBAX_MARKERS = (f"{os.sep}orbax{os.sep}", ".orbax-checkpoint-tmp", " in OCDBT database at ")
+_ORBAX_CODE = f"{os.sep}orbax{os.sep}"
 
 
 class OrbaxWriteFailures(std_logging.Filter):
-  """Drops the ERROR records of a failed Orbax write: absl's records logged from
-  Orbax's code with a traceback, and asyncio's "Task/Future exception was never
-  retrieved" for an Orbax task or a write into an Orbax temporary folder. Every
-  other record passes."""
+  """Drops absl's ERROR records logged from Orbax's code with a traceback (each
+  thread of a failed save logs one). Every other record passes."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    if record.levelno < std_logging.ERROR:
-      return True
-    if record.name == "asyncio":
-      error = record.exc_info[1] if record.exc_info else None
-      text = f"{record.getMessage()} {error}"
-      return not any(marker in text for marker in _ORBAX_MARKERS)
-    return not (_ORBAX_MARKERS[0] in record.pathname and record.exc_info)
+    orbax_traceback = _ORBAX_CODE in record.pathname and record.exc_info
+    return record.levelno < std_logging.ERROR or not orbax_traceback
 
 
 def quiet_failed_saves() -> None:
   """From here on, a failed save leaves only the error it raises to the saver."""
-  for name in ("absl", "asyncio"):
-    logger = std_logging.getLogger(name)
-    if not any(isinstance(f, OrbaxWriteFailures) for f in logger.filters):
-      logger.addFilter(OrbaxWriteFailures())
+  absl_logger = std_logging.getLogger("absl")
+  if not any(isinstance(f, OrbaxWriteFailures) for f in absl_logger.filters):
+    absl_logger.addFilter(OrbaxWriteFailures())
+  drop_unretrieved_orbax_io()
   drop_orbax_leftovers()
   warnings.filterwarnings("ignore", r"coroutine '.*' was never awaited", RuntimeWarning)
