@@ -17,6 +17,8 @@ def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
   shardings are given by NamedShardings and shard_map, not by types.
   """
   devices = jax.devices() if devices is None else list(devices)
+  if not devices:
+    raise ValueError("make_mesh was given no devices (None: all of jax.devices())")
   return jax.make_mesh(
     (len(devices),), (DATA_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
   )

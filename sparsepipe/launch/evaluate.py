@@ -82,11 +82,10 @@ def main(argv) -> int:
   step, trained, metrics = evaluate_checkpoint(
     f.workdir, step=f.step, eval_data_dir=f.eval_data_dir
   )
-  from sparsepipe.launch.job.evaluation import describe  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.metrics import json_line  # pylint: disable=g-import-not-at-top
 
   record = {"step": step, "batch": trained, **metrics.as_dict()}
-  print(f"checkpoint {step} (after batch {trained}): {describe(metrics)}")
+  print(f"checkpoint {step} (after batch {trained}): {metrics.describe()}")
   if f.json:
     with written_whole("the metrics", os.path.abspath(f.json)) as tmp:
       with open(tmp, "w") as out:

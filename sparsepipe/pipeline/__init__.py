@@ -89,6 +89,7 @@ from sparsepipe.pipeline.evaluation.metrics import EvalMetrics
 from sparsepipe.pipeline.evaluation.metrics import auc
 from sparsepipe.pipeline.evaluation.metrics import calibration
 from sparsepipe.pipeline.evaluation.metrics import compute_metrics
+from sparsepipe.pipeline.evaluation.metrics import format_metric
 from sparsepipe.pipeline.evaluation.metrics import log_loss
 from sparsepipe.pipeline.evaluation.metrics import gather_examples_across_processes
 from sparsepipe.pipeline.evaluation.metrics import normalized_entropy

@@ -2,7 +2,7 @@
 
 Scores every example of a converted dataset (in its order) with an export
 (and its deltas), writes the click probabilities as a float32 .npy and
-prints the dataset's AUC and log loss when its labels are clicks (0/1).
+prints the dataset's metrics (AUC, log loss, NE, calibration) when it has labels.
 The output is checked before anything is scored: an existing file is
 replaced only with --overwrite, and never one inside a workdir, a dataset
 or an export (output_paths.check_file_output).
@@ -53,7 +53,7 @@ def main(argv) -> int:
   line = f"{len(scores):,} scores: {output}"
   if labels.size:  # labels in [0, 1] (pipeline.compute_metrics)
     metrics = pipeline.compute_metrics(labels, scores)
-    line += f"; AUC {metrics.auc:.4f}, log loss {metrics.logloss:.4f}"
+    line += f"; {metrics.describe()}"
   print(line)
   return 0
 

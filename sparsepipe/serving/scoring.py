@@ -39,6 +39,11 @@ def score_dataset(
       export's training data (naming the dataset, the export and the first
       differences: features, vocabularies, hashing, dense columns).
   """
+  if not isinstance(predictor, Predictor):
+    raise TypeError(
+      f"score_dataset takes a Predictor (serving.Predictor.load(export)), got"
+      f" {type(predictor).__name__} {predictor!r}"
+    )
   if batch_size < 1:
     raise ValueError(f"batch_size={batch_size} must be >= 1")
   manifest = read_manifest(data_dir)

@@ -12,7 +12,6 @@ from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch import distributed
 from sparsepipe.launch.job import fdo as fdo_retune
-from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.hooks import CheckpointHook
 from sparsepipe.launch.job.metrics import MetricsLog
 from sparsepipe.launch.job.metrics import ProgressLine
@@ -77,8 +76,16 @@ def test_the_eval_line_counts_one_example_as_one():
   metrics = pipeline.EvalMetrics(
     auc=float("nan"), logloss=0.25, ne=float("nan"), calibration=float("nan"), examples=1
   )
-  assert describe(metrics) == ("AUC nan, log loss 0.2500, NE nan, calibration nan (1 example)")
-  assert describe(pipeline.EvalMetrics(0.75, 0.45, 0.8, 1.0, 4096)) == (
+  assert metrics.describe() == (
+    "AUC n/a, log loss 0.2500, NE n/a, calibration n/a (1 example, all negative: AUC and NE"
+    " are undefined)"
+  )
+  positives = pipeline.EvalMetrics(float("nan"), 0.1, float("nan"), 0.9, 2)
+  assert positives.describe() == (
+    "AUC n/a, log loss 0.1000, NE n/a, calibration 0.900 (2 examples, all positive: AUC and NE"
+    " are undefined)"
+  )
+  assert pipeline.EvalMetrics(0.75, 0.45, 0.8, 1.0, 4096).describe() == (
     "AUC 0.7500, log loss 0.4500, NE 0.8000, calibration 1.000 (4,096 examples)"
   )
 

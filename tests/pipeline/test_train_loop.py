@@ -553,3 +553,9 @@ def test_a_mesh_of_explicit_axes_is_refused_with_how_to_make_one(setup):
     "the mesh has axes ('batch',): sparsepipe needs one axis 'data' over every device"
     " (sparsepipe.core.make_mesh())"
   )
+
+
+def test_a_mesh_of_no_devices_is_refused():
+  # Was jax's IndexError.
+  with pytest.raises(ValueError, match=r"^make_mesh was given no devices \(None: all of"):
+    make_mesh([])

@@ -248,6 +248,12 @@ def test_a_dataset_converted_otherwise_is_refused_naming_the_differences(exporte
     r" there, \['userId'\] in the export; convert it with the same columns and options$",
   ):
     score_dataset(predictor, hashed)
+  # An export's path for the predictor was "'str' object has no attribute 'info'".
+  with pytest.raises(
+    TypeError,
+    match=r"^score_dataset takes a Predictor \(serving.Predictor.load\(export\)\), got str '",
+  ):
+    score_dataset(str(root / "export"), other)
   # The same options on other inputs (here: the same file again) score.
   again = _convert(tmp_path, path, "again")
   np.testing.assert_array_equal(

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import jax
 
+from sparsepipe import pipeline
 from sparsepipe.launch.job.context import JobContext
 from sparsepipe.launch.job.context import JobResult
 
@@ -180,7 +181,7 @@ def done(job: JobContext) -> JobResult:
   if out.last_loss is not None:
     parts.append(f"last loss {out.last_loss:.4f}")
   if out.last_eval is not None:
-    parts.append(f"eval AUC {out.last_eval.auc:.4f}")
+    parts.append(f"eval AUC {pipeline.format_metric(out.last_eval.auc)}")
   if out.last_loss is not None:
     steady = out.steady_examples_per_second
     rate = f"{out.examples_per_second:,.0f} examples/s"

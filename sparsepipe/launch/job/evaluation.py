@@ -68,12 +68,3 @@ class JobEval:
   def run(self, train_state: Any, stop: Any = None) -> pipeline.EvalMetrics | None:
     """One full pass over the eval set; None if `stop()` abandoned it (pipeline.evaluate)."""
     return pipeline.evaluate(self.step, train_state, iter(self.dataset), stop=stop)
-
-
-def describe(metrics: pipeline.EvalMetrics) -> str:
-  """'AUC 0.7512, log loss 0.4510, NE 0.8123, calibration 1.012 (4,096 examples)'."""
-  return (
-    f"AUC {metrics.auc:.4f}, log loss {metrics.logloss:.4f}, NE {metrics.ne:.4f},"
-    f" calibration {metrics.calibration:.3f} ({metrics.examples:,}"
-    f" example{'' if metrics.examples == 1 else 's'})"
-  )

@@ -26,7 +26,6 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe.launch.job.fdo import AheadCompiles
 from sparsepipe.launch.job.context import JobContext
-from sparsepipe.launch.job.evaluation import describe
 from sparsepipe.launch.job.metrics import IntervalMeter
 from sparsepipe.launch.job.metrics import SteadyRate
 from sparsepipe.launch.job.startup import CompileCounter
@@ -416,7 +415,7 @@ class EvalHook(JobHook):
       return False
     self.last_eval = metrics
     job.output.event(
-      "eval", job.batch, f"eval after batch {job.batch}: {describe(metrics)}", **metrics.as_dict()
+      "eval", job.batch, f"eval after batch {job.batch}: {metrics.describe()}", **metrics.as_dict()
     )
     return True
 

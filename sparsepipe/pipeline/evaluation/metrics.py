@@ -22,6 +22,7 @@ Conventions:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from jax.experimental import multihost_utils
@@ -53,6 +54,24 @@ class EvalMetrics:
   def as_dict(self, prefix: str = "") -> dict[str, float]:
     """{prefix + name: value}, e.g. for TensorBoard scalars or JSON lines."""
     return {f"{prefix}{k}": v for k, v in dataclasses.asdict(self).items()}
+
+  def describe(self) -> str:
+    """'AUC 0.7512, log loss 0.4510, NE 0.8123, calibration 1.012 (4,096 examples)';
+    a set whose labels are all of one class says so (AUC and NE need both)."""
+    count = f"{self.examples:,} example{'' if self.examples == 1 else 's'}"
+    if math.isnan(self.auc) and self.examples:
+      kind = "negative" if math.isnan(self.calibration) else "positive"
+      count += f", all {kind}: AUC and NE are undefined"
+    return (
+      f"AUC {format_metric(self.auc)}, log loss {format_metric(self.logloss)},"
+      f" NE {format_metric(self.ne)}, calibration {format_metric(self.calibration, '.3f')}"
+      f" ({count})"
+    )
+
+
+def format_metric(value: float, spec: str = ".4f") -> str:
+  """`value` formatted by `spec`, or "n/a" where it is undefined (NaN, infinite)."""
+  return format(value, spec) if math.isfinite(value) else "n/a"
 
 
 def _check(labels: Any, scores: Any) -> tuple[np.ndarray, np.ndarray]:

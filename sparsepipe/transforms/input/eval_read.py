@@ -48,6 +48,11 @@ class EvalExamples(NamedTuple):
 
 def num_eval_batches(num_examples: int, global_batch_size: int) -> int:
   """Global batches of one eval pass: every example once, the last batch padded."""
+  if int(global_batch_size) < 1 or int(num_examples) < 0:
+    raise ValueError(
+      f"an eval pass of {num_examples} examples in global batches of {global_batch_size}:"
+      " the batch size must be >= 1 and the examples >= 0"
+    )
   return -(-int(num_examples) // int(global_batch_size))
 
 

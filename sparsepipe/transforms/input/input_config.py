@@ -70,6 +70,15 @@ class InputConfig:
       raise ValueError(f"shuffle_window={self.shuffle_window} records must be >= 0")
     if not 0 <= self.seed < 2**32:
       raise ValueError(f"seed={self.seed} must be in [0, 2**32)")
+    if self.num_epochs is not None and self.num_epochs < 1:
+      raise ValueError(f"num_epochs={self.num_epochs} must be >= 1 (or None: repeat forever)")
+    for name in ("num_sc_per_device", "worker_buffer_size"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+    if self.reader_max_parallelism < 0:
+      raise ValueError(f"reader_max_parallelism={self.reader_max_parallelism} must be >= 0")
+    if str(self.sharding_strategy).upper() != "MOD":
+      raise ValueError(f"sharding_strategy {self.sharding_strategy!r} is not supported; only MOD")
 
   @classmethod
   def from_config(cls, config: Any) -> InputConfig:

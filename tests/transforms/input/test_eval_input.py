@@ -174,3 +174,14 @@ def test_records_that_disagree_with_the_manifest_are_an_error(tmp_path):
     r" implies 2\n",
   ):
     list(ds)
+
+
+def test_an_eval_pass_of_batches_below_one_example_is_refused():
+  # Was a ZeroDivisionError.
+  assert [eval_read.num_eval_batches(n, 4) for n in (0, 1, 4, 5)] == [0, 1, 1, 2]
+  with pytest.raises(
+    ValueError,
+    match=r"^an eval pass of 10 examples in global batches of 0: the batch size must be >= 1"
+    r" and the examples >= 0$",
+  ):
+    eval_read.num_eval_batches(10, 0)

@@ -3,6 +3,7 @@
 import itertools
 import json
 import os
+import re
 import signal
 
 import datasets
@@ -469,6 +470,24 @@ def test_config_from_config_dict_and_spec_checks(dataset):
   other = {"zz": core.FeatureSpec("zz", core.TableSpec("t", 10, 8), (12, 1), (12, 8))}
   with pytest.raises(ValueError, match=r"feature 'zz' is not in the dataset"):
     host_input(dataset, T.prepare_feature_specs_for_training(other, 2, S), 12)
+
+
+@pytest.mark.parametrize(
+  "field, message",
+  [
+    ({"num_epochs": 0}, "num_epochs=0 must be >= 1 (or None: repeat forever)"),
+    ({"sharding_strategy": "DIV"}, "sharding_strategy 'DIV' is not supported; only MOD"),
+    ({"num_sc_per_device": 0}, "num_sc_per_device=0 must be >= 1"),
+    ({"worker_buffer_size": 0}, "worker_buffer_size=0 must be >= 1"),
+    ({"reader_max_parallelism": -1}, "reader_max_parallelism=-1 must be >= 0"),
+  ],
+)
+def test_input_settings_no_batch_could_follow_are_refused_where_made(field, message):
+  # They were refused only when the first batch was read (or an epoch of no batches
+  # ended the input at once), far from the setting.
+  with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    T.InputConfig(data_dir="d", per_host_batch_size=4, **field)
+  assert T.InputConfig(data_dir="d", per_host_batch_size=4, sharding_strategy="mod")
 
 
 # ------------------------------------------------- worker processes (slow)
