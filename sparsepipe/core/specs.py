@@ -167,6 +167,28 @@ class FeatureSpec:
       )
     object.__setattr__(self, "input_shape", _as_shape(self.input_shape))
     object.__setattr__(self, "output_shape", _as_shape(self.output_shape))
+    self._check_shapes()
+
+  def _check_shapes(self) -> None:
+    """(batch, ids per sample) in, (batch, at most the table's embedding_dim) out (a
+    feature may read the first columns only): other shapes failed far from here,
+    in preprocessing or inside the lookup's shard_map."""
+    what = f"feature '{self.name}'"
+    if len(self.input_shape) != 2 or min(self.input_shape) < 1:
+      raise ValueError(
+        f"{what}: input_shape {self.input_shape} must be (global batch, ids per sample), both >= 1"
+      )
+    dim = self.table_spec.embedding_dim
+    if len(self.output_shape) != 2 or not 1 <= self.output_shape[1] <= dim:
+      raise ValueError(
+        f"{what}: output_shape {self.output_shape} must be (global batch, columns), the"
+        f" columns at most table '{self.table_spec.name}''s embedding_dim {dim}"
+      )
+    if self.output_shape[0] != self.input_shape[0]:
+      raise ValueError(
+        f"{what}: output_shape {self.output_shape} and input_shape {self.input_shape}"
+        " name other global batch sizes"
+      )
 
   @property
   def global_batch_size(self) -> int:

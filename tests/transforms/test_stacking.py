@@ -447,3 +447,38 @@ def test_specs_of_the_wrong_kind_are_named_where_they_are_made():
   with pytest.raises(ValueError, match=r"^a table's name must be a non-empty string, got ''$"):
     core.TableSpec("", 10, 8)
   assert core.TableSpec("t", np.int64(10), 8).vocabulary_size == 10
+
+
+@pytest.mark.parametrize(
+  "shapes, message",
+  [
+    (
+      ((8,), (8, 4)),
+      "feature 'f': input_shape (8,) must be (global batch, ids per sample), both >= 1",
+    ),
+    (
+      ((8, 0), (8, 4)),
+      "feature 'f': input_shape (8, 0) must be (global batch, ids per sample), both >= 1",
+    ),
+    (
+      ((8, 1), (8, 6)),
+      "feature 'f': output_shape (8, 6) must be (global batch, columns), the columns at most"
+      " table 't''s embedding_dim 4",
+    ),
+    (
+      ((8, 1), (8, 2, 4)),
+      "feature 'f': output_shape (8, 2, 4) must be (global batch, columns), the columns at"
+      " most table 't''s embedding_dim 4",
+    ),
+    (
+      ((8, 1), (16, 4)),
+      "feature 'f': output_shape (16, 4) and input_shape (8, 1) name other global batch sizes",
+    ),
+  ],
+)
+def test_feature_shapes_no_lookup_could_take_are_refused_where_made(shapes, message):
+  # They failed in preprocessing or inside the lookup's shard_map.
+  table = core.TableSpec("t", 10, 4)
+  with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    core.FeatureSpec("f", table, *shapes)
+  assert core.FeatureSpec("f", table, (8, 3), (8, 2)).output_shape == (8, 2)  # 2 columns of 4

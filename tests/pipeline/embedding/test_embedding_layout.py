@@ -247,7 +247,7 @@ def test_layout_errors_name_the_problem():
   twice = {"a": specs["f0"], "b": dataclasses.replace(specs["f1"], name="f0")}
   with pytest.raises(EmbeddingLayoutError, match=r"feature names are not unique: \['f0'\]"):
     stack_layouts(twice, 4)
-  odd = dict(specs, f2=dataclasses.replace(specs["f2"], output_shape=(10, 16)))
+  odd = dict(specs, f2=dataclasses.replace(specs["f2"], input_shape=(10, 4), output_shape=(10, 16)))
   with pytest.raises(
     EmbeddingLayoutError,
     match="stack 't2', feature 'f2': global batch size 10 is not a multiple"
