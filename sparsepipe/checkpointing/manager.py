@@ -77,14 +77,18 @@ from sparsepipe.checkpointing.step_items import ARRAYS
 DEFAULT_RELAYOUTS: Mapping[str, Relayout] = {"train_state": resize_zero_padded}
 
 
-class _ReadOnlyNotice(std_logging.Filter):
-  """Drops Orbax's warning that a read-only manager's directory is read-only."""
+class _ReadOnlyNotices(std_logging.Filter):
+  """Drops Orbax's warnings that a read-only manager's directory is read-only, and
+  that a step's metadata file does not exist: a running job deletes its old steps
+  while a reader (evaluate, export) lists them, and a step the reader cannot read
+  is named in its own words (a corrupt step's warning, or the next newest read)."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Given directory is read only")
+    message = record.getMessage()
+    return not message.startswith(("Given directory is read only", "Metadata file does not exist"))
 
 
-_READ_ONLY_NOTICE = _ReadOnlyNotice()
+_READ_ONLY_NOTICE = _ReadOnlyNotices()
 
 
 def _options(interval: int, keep_latest: int, async_save: bool, read_only: bool):

@@ -456,6 +456,18 @@ def test_a_read_only_manager_changes_nothing(saved, caplog):
   assert sorted(os.listdir(directory)) == ["2", "4", "6.orbax-checkpoint-tmp"]
 
 
+def test_a_reader_listing_a_step_deleted_meanwhile_logs_no_orbax_warning(saved, caplog):
+  # Reading a running job (launch.export, evaluate) printed Orbax's "Metadata file does
+  # not exist: .../4/_CHECKPOINT_METADATA" when the job deleted a step being listed;
+  # here the file is gone, as it is between the listing and its read.
+  directory, _ = saved
+  (directory / "4" / "_CHECKPOINT_METADATA").unlink()
+  with caplog.at_level(logging.WARNING):
+    with TrainingCheckpointManager(directory, run_info(), read_only=True) as manager:
+      assert manager.all_steps() == [2, 4]
+  assert [r.getMessage() for r in caplog.records] == []
+
+
 def test_a_step_deleted_while_it_is_read_is_named_so(saved, caplog):
   # A running job deletes its old steps while a reader (launch.evaluate)
   # reads them: that is not corruption.
