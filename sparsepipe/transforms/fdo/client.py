@@ -99,9 +99,14 @@ class StatsAccumulator:
 def merge_stats(
   *stats: coo_types.SparseDenseMatmulInputStats,
 ) -> coo_types.SparseDenseMatmulInputStats:
-  """Element-wise maximum of several statistics (batches, hosts)."""
+  """Element-wise maximum of several statistics (batches, hosts): merge_stats(a, b, ...)."""
   acc = StatsAccumulator()
-  for s in stats:
+  for i, s in enumerate(stats):
+    if not all(hasattr(s, field) for field in FIELD_SUFFIXES):  # also the reference's type
+      raise TypeError(
+        f"merge_stats argument {i} is a {type(s).__name__}, not SparseDenseMatmulInputStats"
+        " (give them as separate arguments: merge_stats(*stats_list))"
+      )
     acc.add(s)
   return acc.stats()
 

@@ -265,6 +265,13 @@ def test_merge_stats():
   _assert_stats(merged, [9], [9], [16], 0, stack="t")
   with pytest.raises(T.FDOStatsError, match="has shape \\(3,\\), but earlier"):
     T.merge_stats(_stats(ids=(1, 2)), _stats(ids=(1, 2, 3)))
+  # A list given as one argument was "'list' object has no attribute ...".
+  with pytest.raises(
+    TypeError,
+    match=r"^merge_stats argument 1 is a list, not SparseDenseMatmulInputStats \(give them as"
+    r" separate arguments: merge_stats\(\*stats_list\)\)$",
+  ):
+    T.merge_stats(_stats(ids=(1, 2)), [_stats(ids=(1, 2))])
 
 
 def test_interchange_with_reference_client(tmp_path, monkeypatch):
