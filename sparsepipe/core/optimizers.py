@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import inspect
 import math
-from typing import Any, Callable, Union
+from typing import Any, Callable, ClassVar, Union
 
 import jax
 import jax.numpy as jnp
@@ -64,7 +64,10 @@ def _f32(value: Any) -> jax.Array:
 
 
 def _one_minus_power(beta: float, t: Any) -> jax.Array:
-  """1 - beta^t as -expm1(t log beta): no cancellation when beta^t ~ 1."""
+  """1 - beta^t as -expm1(t log beta): no cancellation when beta^t ~ 1 (beta 0: 1,
+  and 0 at t = 0, as the power gives)."""
+  if beta == 0:
+    return jnp.where(_f32(t) > 0, 1.0, 0.0).astype(jnp.float32)
   return -jnp.expm1(_f32(t) * math.log(beta))
 
 
@@ -83,6 +86,9 @@ class OptimizerSpec(abc.ABC):
   """
 
   learning_rate: LearningRate = 0.001
+  # Hyperparameter -> its interval, ("[", low, high, ")") for [low, high): values
+  # outside made NaN or infinite updates, or a math domain error at the first step.
+  _RANGES: ClassVar[dict[str, tuple[str, float, float, str]]] = {}
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -99,6 +105,20 @@ class OptimizerSpec(abc.ABC):
           f"{type(self).__name__}: {field.name} must be a number"
           + (" or a schedule (a callable)" if field.name == "learning_rate" else "")
           + f", got {type(value).__name__} {value!r}"
+        )
+    self._check_ranges()
+
+  def _check_ranges(self) -> None:
+    ranges = dict(self._RANGES)
+    if not callable(self.learning_rate):
+      ranges["learning_rate"] = ("[", 0, math.inf, ")")
+    for name, (opening, low, high, closing) in ranges.items():
+      value = getattr(self, name)
+      above = low <= value if opening == "[" else low < value
+      below = value <= high if closing == "]" else value < high
+      if not (above and below):  # also NaN
+        raise ValueError(
+          f"{type(self).__name__}: {name}={value!r} must be in {opening}{low}, {high}{closing}"
         )
 
   def get_learning_rate(self, step: Any = None) -> jax.Array:
@@ -195,6 +215,11 @@ class AdamOptimizerSpec(OptimizerSpec):
   beta_1: float = 0.9
   beta_2: float = 0.999
   epsilon: float = 1e-8
+  _RANGES: ClassVar[dict[str, tuple[str, float, float, str]]] = {
+    "beta_1": ("[", 0, 1, ")"),
+    "beta_2": ("[", 0, 1, ")"),
+    "epsilon": ("[", 0, math.inf, ")"),
+  }
 
   def slot_defaults(self) -> dict[str, float]:
     return {"momentum": 0.0, "velocity": 0.0}
@@ -250,6 +275,11 @@ class AdagradMomentumOptimizerSpec(OptimizerSpec):
   use_nesterov: bool = False
   initial_accumulator_value: float = 0.1
   initial_momentum_value: float = 0.0
+  _RANGES: ClassVar[dict[str, tuple[str, float, float, str]]] = {
+    "beta2": ("[", 0, 1, "]"),
+    "epsilon": ("[", 0, math.inf, ")"),
+    "exponent": ("(", 0, math.inf, ")"),
+  }
 
   def slot_defaults(self) -> dict[str, float]:
     return {
@@ -359,6 +389,11 @@ class LaPropOptimizerSpec(OptimizerSpec):
   eps: float = 1e-30
   rms_clip_threshold: float | None = None
   initial_slot_value: float = 0.0
+  _RANGES: ClassVar[dict[str, tuple[str, float, float, str]]] = {
+    "b1": ("[", 0, 1, ")"),
+    "b2": ("[", 0, 1, ")"),
+    "eps": ("[", 0, math.inf, ")"),
+  }
 
   def __post_init__(self):
     super().__post_init__()

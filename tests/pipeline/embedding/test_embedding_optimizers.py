@@ -367,3 +367,51 @@ def test_hyperparameters_match_the_reference():
     ):
       key = jax.random.key(0)
       np.testing.assert_array_equal(init(key, (2, 3)), theirs_init(key, (2, 3), jnp.float32))
+
+
+def test_a_zero_beta_updates_as_its_power_gives():
+  # Adam with beta_1=0 (no momentum) failed every step with "math domain error" (log 0).
+  from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+
+  spec = core.AdamOptimizerSpec(1.0, beta_1=0.0)
+  for step in (0, 1, 999):
+    update = [x.item() for x in optimizers.step_hyperparameters(spec, jnp.int32(step))]
+    c2 = math.sqrt(1 - 0.999 ** (step + 1))
+    exact = [c2, 0.0, 0.999, 1e-8 * c2]
+    np.testing.assert_array_max_ulp(np.float32(update), np.float32(exact), maxulp=2)
+  laprop = core.LaPropOptimizerSpec(0.1, b2=0.0)  # decay b2 (1 - b2^s) / (1 - b2^(s+1)) = 0
+  assert [laprop.get_decay_rate(s).item() for s in (0, 1, 5)] == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+  "make, message",
+  [
+    (
+      lambda: core.SGDOptimizerSpec(-1.0),
+      "SGDOptimizerSpec: learning_rate=-1.0 must be in [0, inf)",
+    ),
+    (
+      lambda: core.AdagradOptimizerSpec(float("nan")),
+      "AdagradOptimizerSpec: learning_rate=nan must be in [0, inf)",
+    ),
+    (lambda: core.AdamOptimizerSpec(beta_1=2.0), "AdamOptimizerSpec: beta_1=2.0 must be in [0, 1)"),
+    (lambda: core.AdamOptimizerSpec(beta_2=1.0), "AdamOptimizerSpec: beta_2=1.0 must be in [0, 1)"),
+    (
+      lambda: core.AdamOptimizerSpec(epsilon=-1e-8),
+      "AdamOptimizerSpec: epsilon=-1e-08 must be in [0, inf)",
+    ),
+    (
+      lambda: core.AdagradMomentumOptimizerSpec(exponent=0.0),
+      "AdagradMomentumOptimizerSpec: exponent=0.0 must be in (0, inf)",
+    ),
+    (
+      lambda: core.AdagradMomentumOptimizerSpec(beta2=1.5),
+      "AdagradMomentumOptimizerSpec: beta2=1.5 must be in [0, 1]",
+    ),
+    (lambda: core.LaPropOptimizerSpec(b1=1.0), "LaPropOptimizerSpec: b1=1.0 must be in [0, 1)"),
+  ],
+)
+def test_hyperparameters_outside_their_range_are_refused_where_given(make, message):
+  # They were taken, and made NaN or infinite rows (or a math domain error) in training.
+  with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+    make()
