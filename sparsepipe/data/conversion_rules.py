@@ -78,6 +78,19 @@ def dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
   return value
 
 
+def rules_of(info: Mapping[str, Any], schema: ExampleSchema) -> dict[str, Any]:
+  """A dataset's rules as JSON (its maker, dense columns and transforms, RULES): equal
+  for datasets whose raw values became ids and dense floats alike."""
+  made_by = maker(info)
+  rules = {key: _normalized(key, info.get(key, default)) for key, default in RULES.items()}
+  return {
+    **rules,
+    "maker": _SAME_RULES_AS.get(made_by, made_by),
+    "dense_columns": list(schema.dense_names),
+    "dense_transform": dense_transforms(info, schema),
+  }
+
+
 def rule_differences(
   got: tuple[Mapping[str, Any], ExampleSchema],
   want: tuple[Mapping[str, Any], ExampleSchema],

@@ -53,7 +53,8 @@ def evaluate_checkpoint(
     config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh()
-  model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
+  data_dir = dataset.ensure_dataset(config, workdir, show_progress=False)
+  model = JobModel(config, data_dir, mesh)
   eval_dir = (
     dataset.given_dataset("--eval_data_dir", eval_data_dir)
     if eval_data_dir
@@ -65,6 +66,7 @@ def evaluate_checkpoint(
   # Without `step`, the newest intact step as of now: a running job may have
   # deleted the step whose config was read (it keeps only its newest steps).
   restored = checkpoints.restore_saved_model(directory, model, run, step)
+  checkpoints.check_training_data(directory, restored.checkpoint_step, data_dir)
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)

@@ -60,6 +60,7 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   model = JobModel(config, data_dir, mesh)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=0)
   restored = checkpoints.restore_saved_model(directory, model, run, step)
+  checkpoints.check_training_data(directory, restored.checkpoint_step, data_dir)
   yield model, restored, data_dir
 
 

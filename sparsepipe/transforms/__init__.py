@@ -45,6 +45,7 @@ from sparsepipe.transforms.input.window_read import take_examples
 from sparsepipe.transforms.input.train_batches import ParsedBatch
 from sparsepipe.transforms.input.train_batches import ReadTrainBatch
 from sparsepipe.transforms.input.train_batches import WINDOW_LANES
+from sparsepipe.transforms.input.host_input import conversion_fingerprint
 from sparsepipe.transforms.input.host_input import dataset_fingerprint
 from sparsepipe.transforms.input.host_input import make_example_batches
 from sparsepipe.transforms.input.host_input import make_host_eval_input

@@ -360,6 +360,37 @@ def restore_saved_model(
   return restored
 
 
+def check_training_data(directory: str, step: int, data_dir: str) -> None:
+  """ValueError unless the dataset at `data_dir` is the one checkpoint `step` was
+  trained on, by the fingerprints its data iterator saved (transforms: schema,
+  shards and counts; the conversion's rules where recorded). Export and evaluate
+  read the training data's description and rules from there: a dataset converted
+  again since, e.g. with another dense transform, gave an export that scored raw
+  rows otherwise than the model was trained, without a word."""
+  from sparsepipe import data  # pylint: disable=g-import-not-at-top
+
+  where = os.path.join(directory, str(step))
+  if not os.path.isdir(where):  # a running job deleted it since it was read
+    return
+  (saved, *_) = checkpointing.read_iterator_states(os.path.join(where, "data_iter"), where=where)
+  manifest = data.read_manifest(data_dir)
+  now = {
+    "dataset": transforms.dataset_fingerprint(manifest),
+    "conversion": transforms.conversion_fingerprint(manifest),
+  }
+  changed = [
+    f"{key} {now[key]} there, {saved['metadata'][key]} in the checkpoint"
+    for key in now
+    if key in saved["metadata"] and saved["metadata"][key] != now[key]
+  ]
+  if changed:
+    raise ValueError(
+      f"the training data '{data_dir}' is not the dataset checkpoint {step} was trained on"
+      f" (fingerprints: {'; '.join(changed)}): it was converted or generated again since."
+      " Put the job's dataset back there (same inputs and options)"
+    )
+
+
 def _newest_saved_config(workdir: str) -> Any:
   """The config of the newest checkpoint of `workdir`; None without one."""
   try:

@@ -33,6 +33,7 @@ import jax
 
 from sparsepipe.core.memory import keep_freed_memory
 from sparsepipe.core.signals import ignore_stop_signals_in_worker
+from sparsepipe.data.conversion_rules import rules_of
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.transforms.input.eval_read import PreprocessEval
 from sparsepipe.transforms.input.eval_read import ReadEvalExamples
@@ -190,11 +191,23 @@ def _runner(
   return run
 
 
+def _fingerprint(value: Any) -> str:
+  return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def dataset_fingerprint(manifest: Manifest) -> str:
   """Identifies the data (schema, shards, counts; not its directory or info)."""
   d = manifest.to_dict()
   del d["info"]
-  return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+  return _fingerprint(d)
+
+
+def conversion_fingerprint(manifest: Manifest) -> str:
+  """Identifies the rules that made the data's ids and dense values
+  (data.conversion_rules.rules_of: hashing, id rules, dense transforms): a dataset
+  converted again with other options under the same path has the same schema,
+  shards and counts, so `dataset_fingerprint` alone took it for the same data."""
+  return _fingerprint(rules_of(manifest.info, manifest.schema))
 
 
 def _metadata(config: InputConfig, manifest: Manifest, index: int, count: int) -> dict[str, Any]:
@@ -212,6 +225,7 @@ def _metadata(config: InputConfig, manifest: Manifest, index: int, count: int) -
     "shuffle": config.shuffle,
     "num_records": manifest.num_records,
     "dataset": dataset_fingerprint(manifest),
+    "conversion": conversion_fingerprint(manifest),
   }
 
 

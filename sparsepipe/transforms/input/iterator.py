@@ -36,6 +36,9 @@ from sparsepipe.transforms.input.stats import StatsSizes
 from sparsepipe.transforms.input.stats import StatsTotals
 
 STATE_VERSION = 2
+# Metadata keys that states saved by older versions lack: compared only where the
+# saved state has them, so those checkpoints still resume.
+ADDED_METADATA_KEYS = ("conversion",)
 
 
 class IteratorStateMismatchError(ValueError):
@@ -234,6 +237,8 @@ class InputIterator(grain.DatasetIterator):
   def set_state(self, state: Mapping[str, Any]) -> None:
     saved = state.get("metadata", {})
     for key in sorted(self.metadata):
+      if key in ADDED_METADATA_KEYS and key not in saved:
+        continue
       if saved.get(key) != self.metadata[key]:
         raise IteratorStateMismatchError(
           f"data iterator state was saved with {key}={saved.get(key)!r}, but this"

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from sparsepipe.transforms.input.iterator import ADDED_METADATA_KEYS
 from sparsepipe.transforms.input.iterator import IteratorStateMismatchError
 from sparsepipe.transforms.input.stats import StatsTotals
 
@@ -53,6 +54,8 @@ def _check_metadata(saved: list[Mapping[str, Any]], target: Mapping[str, Any]) -
   """Same data, seed and global batch in every saved state and the target."""
   for key in sorted(set(target) - set(_PER_PROCESS_KEYS)):
     for i, state in enumerate(saved):
+      if key in ADDED_METADATA_KEYS and key not in state["metadata"]:
+        continue
       value = state["metadata"].get(key)
       if value != target[key]:
         raise IteratorStateMismatchError(

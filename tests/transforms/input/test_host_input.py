@@ -311,6 +311,7 @@ def test_state_is_small_json_with_position(dataset):
     "shuffle": True,
     "num_records": 19,
     "dataset": T.dataset_fingerprint(data.read_manifest(dataset)),
+    "conversion": T.conversion_fingerprint(data.read_manifest(dataset)),
   }
   # The window shuffle is in the metadata (another order); without it, the metadata is 0.3's.
   windowed = host_input(dataset, specs, 12, shuffle_window=3).get_state()["metadata"]
@@ -338,6 +339,19 @@ def test_a_state_of_another_pipeline_is_an_error(dataset):
     match=(r"saved with dataset='0123456789abcdef', but this pipeline has dataset='[0-9a-f]{16}'"),
   ):
     it.set_state(state)
+  # The same data converted by other rules (a rebuilt dataset under the same path).
+  state = it.get_state()
+  state["metadata"]["conversion"] = "0123456789abcdef"
+  with pytest.raises(
+    T.IteratorStateMismatchError,
+    match=r"saved with conversion='0123456789abcdef', but this pipeline has conversion='[0-9a-f]",
+  ):
+    it.set_state(state)
+  # States saved before the conversion was recorded still resume, also resized.
+  del state["metadata"]["conversion"]
+  it.set_state(state)
+  saved = [dict(state, metadata=dict(state["metadata"], process_count=1))]
+  it.set_state(T.resize_iterator_state(saved, it.metadata))
 
 
 def test_rebuild_with_new_specs_continues_from_state(dataset):
