@@ -107,14 +107,15 @@ def main(argv) -> int:
     absl_logger.addFilter(_SaveWaitNotice())
   quiet = stopping.QuietAfterTheStopLine()
   absl_logger.addFilter(quiet)
-  import jax  # pylint: disable=g-import-not-at-top
+  with stopping.imports_uninterrupted():
+    import jax  # pylint: disable=g-import-not-at-top
 
-  if _CPU_DEVICES.value:
-    jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
-  from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch import distributed  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch import peer_ends  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
+    if _CPU_DEVICES.value:
+      jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
+    from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
+    from sparsepipe.launch import distributed  # pylint: disable=g-import-not-at-top
+    from sparsepipe.launch import peer_ends  # pylint: disable=g-import-not-at-top
+    from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top
 
   if not _VERBOSE.value:  # a failed save is the job's one error line
     checkpointing.quiet_failed_saves()

@@ -27,13 +27,14 @@ ABORTED_EXIT_CODE, and a rerun trains again from the newest checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import signal
 import sys
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 # Equals checkpointing.PREEMPTED_EXIT_CODE (a test checks; importing it here
 # would import JAX before the handlers are installed).
@@ -58,6 +59,7 @@ class _StopOutsideTraining:
   def __init__(self) -> None:
     self.phase = "starting"
     self.stopping = False
+    self.importing = False  # the exit waits for the block's end (imports_uninterrupted)
     self.line = ""  # the stop line printed
 
   def __call__(self, signum: int, frame: Any) -> None:
@@ -71,7 +73,7 @@ class _StopOutsideTraining:
       f" {_NOTHING_TO_SAVE[self.phase]}; run the same command again to go on"
     )
     os.write(2, (self.line + "\n").encode())
-    if self.phase == "starting":
+    if self.phase == "starting" and not self.importing:
       raise SystemExit(STOPPED_EXIT_CODE)
     # Closing (saved and written): it finishes, a moment, and the launch exits 42.
     # Raised here, the exit cut the data workers' close short, and their threads and
@@ -95,6 +97,21 @@ def stop_outside_training() -> None:
   signal.signal(signal.SIGINT, _HANDLER)
   if getattr(sys.unraisablehook, "func", None) is not _drop_swallowed_stop:
     sys.unraisablehook = functools.partial(_drop_swallowed_stop, report=sys.unraisablehook)
+
+
+@contextlib.contextmanager
+def imports_uninterrupted() -> Iterator[None]:
+  """While starting, a stop signal during the block prints its line at once and ends
+  the launch when the block ends. The block imports native extensions (jaxlib,
+  TensorStore): a SystemExit raised inside one's initialisation once aborted the
+  process (SIGABRT, "SetTimeZone() has already been called") after the stop line."""
+  _HANDLER.importing = True
+  try:
+    yield
+  finally:
+    _HANDLER.importing = False
+  if _HANDLER.stopping and _HANDLER.phase == "starting":
+    raise SystemExit(STOPPED_EXIT_CODE)
 
 
 def stop_requested() -> bool:

@@ -215,6 +215,33 @@ def test_a_stop_whose_exit_python_swallowed_ends_the_launch_before_training(capf
   assert capfd.readouterr().err == _STARTING + "\n"  # no "Exception ignored" report
 
 
+def test_a_stop_while_importing_says_its_line_at_once_and_exits_when_the_imports_end(capfd):
+  """Raised inside TensorStore's initialisation, the stop's SystemExit once aborted the
+  launch (SIGABRT and a dump after the stop line)."""
+  handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+  hook = sys.unraisablehook
+  imported = []
+  try:
+    stopping.stop_outside_training()
+    with pytest.raises(SystemExit) as stopped:
+      with stopping.imports_uninterrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs here: the line, no exit
+        assert capfd.readouterr().err == _STARTING.replace("SIGTERM", "Ctrl-C") + "\n"
+        imported.append(True)  # the rest of the block runs
+    assert stopped.value.code == stopping.STOPPED_EXIT_CODE and imported == [True]
+    stopping._HANDLER.stopping = False  # pylint: disable=protected-access
+    with pytest.raises(SystemExit):  # outside the block, at once as before
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(0.01)
+    assert capfd.readouterr().err == _STARTING + "\n"
+  finally:
+    for signum, handler in handlers.items():
+      signal.signal(signum, handler)
+    sys.unraisablehook = hook
+    stopping._HANDLER.stopping = False  # pylint: disable=protected-access
+
+
 def test_a_second_ctrl_c_is_one_line_and_status_130(tmp_path):
   data_dir = ensure_dataset(launch_testing.tiny_config(), str(tmp_path), show_progress=False)
   launch = _Launch(
