@@ -38,6 +38,36 @@ def test_converter_error_is_one_line_and_verbose_shows_the_traceback(tmp_path):
   assert out.stderr.rstrip().endswith("line 1: column label value 'x' is not a number")
 
 
+def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
+  # Was a KeyboardInterrupt traceback (every command but the launcher).
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text(
+    "from sparsepipe.data.criteo import convert\n"
+    "def interrupted(*args, **kwargs):\n"
+    "  raise KeyboardInterrupt\n"
+    "convert.check_text_files = interrupted\n"
+  )
+  path = tmp_path / "day.tsv"
+  path.write_text(LINE + "\n")
+  out = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.data.criteo", "--input", str(path)]
+    + ["--output", str(tmp_path / "out")],
+    capture_output=True,
+    text=True,
+    env={**ENV, "PYTHONPATH": os.pathsep.join((str(site), ENV["PYTHONPATH"]))},
+    check=False,
+    timeout=120,
+    cwd=ROOT,
+  )
+  assert (out.returncode, out.stderr) == (
+    130,
+    "stopped by Ctrl-C; its output is written whole or not at all: run the same command"
+    " again to make it\n",
+  )
+  assert sorted(os.listdir(tmp_path)) == ["day.tsv", "site"]
+
+
 def test_flag_values_and_missing_inputs_are_one_line(tmp_path):
   out = _run(
     "sparsepipe.data.criteo",

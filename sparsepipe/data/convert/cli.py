@@ -230,8 +230,18 @@ def parse_flags(argv: Sequence[str], help_epilog: Callable[[], str] | None = Non
     sys.exit(1)
 
 
+# A command's Ctrl-C (the shell's status for it). Its outputs are written whole or
+# not at all (written_whole, the writers' temporary folders).
+INTERRUPTED_EXIT_CODE = 130
+INTERRUPTED_LINE = (
+  "stopped by Ctrl-C; its output is written whole or not at all: run the same command"
+  " again to make it"
+)
+
+
 def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
-  """Wraps a command's main: USER_ERRORS become one line on stderr (exit_with_error)."""
+  """Wraps a command's main: USER_ERRORS become one line on stderr (exit_with_error),
+  and Ctrl-C one line and status 130 (was Python's KeyboardInterrupt traceback)."""
 
   def wrapped(argv: Sequence[str]) -> Any:
     try:
@@ -240,6 +250,11 @@ def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[s
       if flags.FLAGS.verbose:
         raise
       exit_with_error(e)
+    except KeyboardInterrupt:
+      if flags.FLAGS.verbose:
+        raise
+      print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
+      sys.exit(INTERRUPTED_EXIT_CODE)
 
   return wrapped
 
