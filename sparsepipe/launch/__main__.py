@@ -62,17 +62,21 @@ _CPU_DEVICES = flags.DEFINE_integer(
 )
 
 
-class _SaveWaitNotice(std_logging.Filter):
-  """Drops Orbax's warning "Waiting for previous save to complete took N seconds".
+class _ExpectedNotices(std_logging.Filter):
+  """Drops two absl WARNINGs the launcher says otherwise (start_command's WARNING
+  level lets them through; --verbosity shows them again):
 
-  The job saves asynchronously, so on a small job a save often meets the
-  previous one still writing; the wait is expected, and its time is in the
-  summary's examples/s. Orbax logs it as an absl WARNING, which
-  start_command's WARNING level lets through; --verbosity shows it again.
+  - Orbax's "Waiting for previous save to complete took N seconds": the job saves
+    asynchronously, so on a small job a save often meets the previous one still
+    writing; the wait is expected, and its time is in the summary's examples/s.
+  - the preemption watcher's "Received signal N: saving step S and exiting": the
+    launcher's own lines say so ("Ctrl-C: saving at the next ...", "preempted;
+    checkpoint after batch S saved, exiting").
   """
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    return not record.getMessage().startswith("Waiting for previous save to complete")
+    message = record.getMessage()
+    return not message.startswith(("Waiting for previous save to complete", "Received signal "))
 
 
 def workdir() -> str:
@@ -104,7 +108,7 @@ def main(argv) -> int:
   cli.start_command(argv)
   absl_logger = std_logging.getLogger("absl")
   if not flags.FLAGS["verbosity"].present:
-    absl_logger.addFilter(_SaveWaitNotice())
+    absl_logger.addFilter(_ExpectedNotices())
   quiet = stopping.QuietAfterTheStopLine()
   absl_logger.addFilter(quiet)
   with stopping.imports_uninterrupted():
