@@ -136,6 +136,8 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
   """
   directory = os.path.abspath(directory)
   path = os.path.join(directory, MANIFEST_NAME)
+  if os.path.isfile(directory):
+    raise ManifestError(f"'{directory}' is a file, not a dataset (a folder with {MANIFEST_NAME})")
   if not os.path.exists(path):
     raise ManifestError(f"no {MANIFEST_NAME} in '{directory}' (not a finished dataset)")
   try:

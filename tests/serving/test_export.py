@@ -551,3 +551,23 @@ def test_an_export_given_as_a_workdir_is_named_as_an_export(chain):
       f"'{root / 'a'}' is an export (it has export.json), not a job's workdir: give the"
       " --workdir the job trained in"
     )
+
+
+def test_a_file_given_as_a_workdir_or_dataset_is_named_a_file(tmp_path):
+  """Before: "no checkpoints in 'F' (no 'F/checkpoints')" and "no manifest.json in 'F'"."""
+  afile = tmp_path / "afile"
+  afile.write_text("x")
+  for command in (
+    lambda: export_checkpoint(str(afile), str(tmp_path / "e")),
+    lambda: evaluate_checkpoint(str(afile)),
+  ):
+    with pytest.raises(
+      ValueError, match=f"^'{re.escape(str(afile))}' is a file, not a job's workdir$"
+    ):
+      command()
+  with pytest.raises(
+    data.ManifestError,
+    match=f"^'{re.escape(str(afile))}' is a file, not a dataset \\(a folder with manifest.json\\)$",
+  ):
+    data.read_manifest(str(afile))
+  assert sorted(os.listdir(tmp_path)) == ["afile"]

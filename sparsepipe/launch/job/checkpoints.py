@@ -323,6 +323,8 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
         f"'{workdir}' is {a_kind(other[0])} (it has {other[1]}), not a job's"
         " workdir: give the --workdir the job trained in"
       )
+    if os.path.isfile(workdir):
+      raise ValueError(f"'{workdir}' is a file, not a job's workdir")
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
   for _ in range(_READ_ATTEMPTS):
     with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
