@@ -3,6 +3,7 @@ process, and a run of another config is told whose workdir it is."""
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -10,7 +11,9 @@ import pytest
 from sparsepipe import checkpointing
 from sparsepipe import launch
 from sparsepipe.launch.workdir.owner import JOB_FILENAME
+from sparsepipe.launch.workdir import lock
 from sparsepipe.launch.workdir.owner import JobRecord
+from sparsepipe.launch.workdir.owner import new_job_record
 from sparsepipe.launch.workdir.owner import read_job_record
 
 import launch_testing  # pylint: disable=g-bad-import-order
@@ -55,6 +58,13 @@ def test_another_config_in_a_workdir_is_told_whose_workdir_it_is(tmp_path):
     " over)\n"
   )
   assert read_job_record(workdir) == record  # the refused run changed nothing
+
+
+def test_a_jobs_start_and_a_lock_holders_are_both_utc():
+  # job.json said "GMT" (strftime's %Z of a UTC time on glibc), the lock's holder "UTC".
+  stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+  assert re.fullmatch(stamp, new_job_record("ab" * 16, "demo").started)
+  assert re.fullmatch(stamp, json.loads(lock._owner())["started"])  # pylint: disable=protected-access
 
 
 def test_a_job_record_reads_back_and_a_damaged_one_is_none(tmp_path):

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import socket
-import time
 from typing import IO, Iterator, Sequence
 
 import jax
@@ -33,6 +32,7 @@ from jax.experimental import multihost_utils
 
 from sparsepipe.core.write_errors import write_error
 from sparsepipe.launch.distributed import coordination_client
+from sparsepipe.launch.workdir.owner import utc_now
 
 LOCK_FILENAME = "job.lock"
 # + the call's number in this process: why process 0 could not take the workdir.
@@ -45,8 +45,7 @@ class WorkdirInUseError(OSError):
 
 
 def _owner() -> str:
-  started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-  return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started})
+  return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now()})
 
 
 def _in_use(workdir: str, owner_text: str) -> str:

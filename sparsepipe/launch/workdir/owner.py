@@ -53,8 +53,13 @@ def new_job_id() -> str:
   return digits.tobytes().hex()
 
 
+def utc_now() -> str:
+  """Now as "2026-11-26 08:01:02 UTC" (strftime's %Z of a UTC time says "GMT" on glibc)."""
+  return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
 def new_job_record(job_id: str, config_name: str) -> JobRecord:
-  return JobRecord(job_id, config_name, time.strftime("%Y-%m-%d %H:%M:%S %Z", time.gmtime()))
+  return JobRecord(job_id, config_name, utc_now())
 
 
 def write_job_record(workdir: str, record: JobRecord) -> None:
