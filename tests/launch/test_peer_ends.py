@@ -213,3 +213,32 @@ def test_a_process_slow_to_exit_after_process_0s_end_is_not_aborted(tmp_path):
   with exclusive_workdir(str(tmp_path / "job")):  # both processes end: another job holds it
     results = _run_two(tmp_path, {1: _SLOW_TO_EXIT})
   assert [status for status, _, _ in results] == [1, 1], results
+
+
+_LATE_TO_LOOK_FOR_CHECKPOINTS = """
+import time
+from sparsepipe.launch.job import checkpoints
+
+_newest = checkpoints._newest_saved_config
+
+def late(workdir):
+  time.sleep(4)  # process 0 meanwhile opens the job's checkpoints (making their folder)
+  return _newest(workdir)
+
+checkpoints._newest_saved_config = late
+"""
+
+
+def test_a_process_late_to_look_for_checkpoints_opens_them_with_the_others(tmp_path):
+  """Each process looked for the job's checkpoints itself: process 1, later, found the
+  folder process 0 had made for its manager and opened a reader of them, while process 0
+  opened the job's manager: "sync_global_devices name mismatch" (seen in CI)."""
+  from sparsepipe.launch.job.dataset import ensure_dataset  # pylint: disable=g-import-not-at-top
+
+  # A given dataset: generating one is a barrier after the look (process 0 writes it).
+  data_dir = ensure_dataset(
+    launch_testing.tiny_config(), str(tmp_path / "gen"), show_progress=False
+  )
+  given = [f"--config.data.dir={data_dir}"]
+  results = _run_two(tmp_path, {1: _LATE_TO_LOOK_FOR_CHECKPOINTS}, {0: given, 1: given})
+  assert [status for status, _, _ in results] == [0, 0], results

@@ -21,7 +21,10 @@ import dataclasses
 import os
 from typing import Any
 
+import jax
 import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
 
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
@@ -394,7 +397,20 @@ def check_training_data(directory: str, step: int, data_dir: str) -> None:
 
 
 def _newest_saved_config(workdir: str) -> Any:
-  """The config of the newest checkpoint of `workdir`; None without one."""
+  """The config of the newest checkpoint of `workdir`; None without one.
+
+  Whether there is a checkpoints folder is process 0's answer on every process:
+  Orbax's managers open together (their barriers), and another process may
+  already have made the folder for its own manager. Each process looked for
+  itself, and a process that came later opened a reader while the others opened
+  the job's manager ("sync_global_devices name mismatch", seen in CI).
+  """
+  directory = os.path.join(os.path.abspath(workdir), checkpointing.CHECKPOINTS_DIRNAME)
+  found = os.path.isdir(directory)
+  if jax.process_count() > 1:
+    found = bool(multihost_utils.broadcast_one_to_all(np.int32(found)))
+  if not found:
+    return None
   try:
     _, saved = saved_config(workdir, None)
   except ValueError:  # no checkpoint yet, or one that restore will name
