@@ -27,6 +27,8 @@ from jax.experimental import multihost_utils
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
 
 CORRUPT_SUFFIX = ".corrupt"
+# Orbax's code in a path: a coroutine's file, a log record's, a task's repr.
+ORBAX_CODE = f"{os.sep}orbax{os.sep}"
 
 
 _SPEC_DUMPS = (" [tensorstore_spec=", " See full TensorStore details")
@@ -51,7 +53,7 @@ def _is_orbax_leftover(unraisable: Any) -> bool:
   if isinstance(value, RuntimeError) and "Event loop is closed" in str(value):
     return True
   code = getattr(getattr(unraisable, "object", None), "cr_code", None)
-  return code is not None and f"{os.sep}orbax{os.sep}" in code.co_filename
+  return code is not None and ORBAX_CODE in code.co_filename
 
 
 # What marks Orbax's TensorStore reads and writes in an error or a task's report:
@@ -61,7 +63,7 @@ _ORBAX_IO_MARKERS = (
   *_SPEC_DUMPS,
   " in OCDBT database at ",
   ".orbax-checkpoint-tmp",
-  f"{os.sep}orbax{os.sep}",
+  ORBAX_CODE,
 )
 
 

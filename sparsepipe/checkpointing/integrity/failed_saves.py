@@ -12,13 +12,11 @@ holds all of those back for the rest of the process.
 from __future__ import annotations
 
 import logging as std_logging
-import os
 import warnings
 
+from sparsepipe.checkpointing.integrity.corrupt import ORBAX_CODE
 from sparsepipe.checkpointing.integrity.corrupt import drop_orbax_leftovers
 from sparsepipe.checkpointing.integrity.corrupt import drop_unretrieved_orbax_io
-
-_ORBAX_CODE = f"{os.sep}orbax{os.sep}"
 
 
 class OrbaxWriteFailures(std_logging.Filter):
@@ -26,7 +24,7 @@ class OrbaxWriteFailures(std_logging.Filter):
   thread of a failed save logs one). Every other record passes."""
 
   def filter(self, record: std_logging.LogRecord) -> bool:
-    orbax_traceback = _ORBAX_CODE in record.pathname and record.exc_info
+    orbax_traceback = ORBAX_CODE in record.pathname and record.exc_info
     return record.levelno < std_logging.ERROR or not orbax_traceback
 
 
