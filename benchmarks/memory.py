@@ -86,6 +86,7 @@ import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top,wrong-impo
 
 from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -349,7 +350,7 @@ def _child_job(workdir: str, out: str, variant: str) -> None:
 
 def _job_model(data_dir: str) -> Any:
 
-  return model.JobModel(_config(), data_dir, core.make_mesh())
+  return model.JobModel(_config(), data.read_manifest(data_dir), core.make_mesh())
 
 
 def _one_program_init(

@@ -42,6 +42,7 @@ from absl import flags
 from jax.sharding import NamedSharding, PartitionSpec
 
 from sparsepipe import core
+from sparsepipe import data
 from sparsepipe import pipeline as P
 from sparsepipe import transforms
 from sparsepipe.data.synthetic.generate import zipf_ids
@@ -297,7 +298,7 @@ def setup(rounds_steps: int, root: str) -> tuple[dict[str, Callable], Callable, 
   config = heavy_config(examples=_BATCH.value * (4 * _E2E.value + 64))
   mesh = core.make_mesh()
   data_dir = dataset.ensure_dataset(config, root, show_progress=False)
-  job = JobModel(config, data_dir, mesh)
+  job = JobModel(config, data.read_manifest(data_dir), mesh)
   specs = _tuned_specs(job, root)
   trainer, state = job.make_trainer(specs), job.fresh_train_state()
   source = _in_process_iterator(job, specs)
@@ -305,16 +306,16 @@ def setup(rounds_steps: int, root: str) -> tuple[dict[str, Callable], Callable, 
     host = [jax.device_get(next(source)) for _ in range(_HOST_BATCHES)]
   finally:
     source.close()
-  data = core.data_sharding(mesh)
+  batch_sharding = core.data_sharding(mesh)
   # The input's placed batches: one packed buffer each, split inside the job's step.
-  place = lambda i: jax.device_put(host[i % len(host)], data)
+  place = lambda i: jax.device_put(host[i % len(host)], batch_sharding)
   arrays = lambda i: place(i).unpacked()
   variants = {
     f"heavy_{k}": v for k, v in _stage_runners(trainer, state, arrays, rounds_steps).items()
   }
   variants["heavy_pipelined"] = _pipelined(trainer, state, place, rounds_steps)
   base_host = [_baseline_host_batch(job.base_specs, s) for s in range(_HOST_BATCHES)]
-  base_place = lambda i: jax.device_put(base_host[i % len(base_host)], data)
+  base_place = lambda i: jax.device_put(base_host[i % len(base_host)], batch_sharding)
   base_trainer, base_state = _baseline_trainer(job, job.base_specs, base_place(0))
   # The same TC stage as above: not timed again.
   base = _stage_runners(base_trainer, base_state, base_place, rounds_steps, dense_stage=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import glob
 import importlib.util
 import json
@@ -14,6 +15,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from sparsepipe import data
 from sparsepipe.launch.config.shipped import config_path
 
 DEMO_CONFIG = config_path("demo")
@@ -213,3 +215,34 @@ def tensorboard_view(logdir: str) -> dict[tuple[int, str], float]:
       assert key not in points, f"{key} shown twice"
       points[key] = value.simple_value
   return points
+
+
+def write_ratings_csv(path: str, *, seed: int) -> str:
+  """Writes 400 random rating rows (userId, genre, age, rating) as CSV; returns `path`."""
+  rng = np.random.default_rng(seed)
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["userId", "genre", "age", "rating"])
+    for _ in range(400):
+      row = [rng.integers(0, 50), f"g{rng.integers(0, 9)}", rng.integers(18, 70)]
+      writer.writerow([*row, rng.integers(1, 6)])
+  return path
+
+
+def convert_ratings(path: str, output: str, eval_output: str, **options: Any) -> None:
+  """Converts `write_ratings_csv`'s file (a quarter held out; replacing `output`):
+  label rating >= 4, integer user ids, a hashed genre, a dense age."""
+  data.convert_csv(
+    [path],
+    output,
+    eval_output=eval_output,
+    eval_fraction=0.25,
+    overwrite=True,
+    label_column="rating",
+    label_threshold=4.0,
+    dense_columns=["age"],
+    sparse_columns=["userId", "genre"],
+    integer_id_columns=["userId"],
+    vocab_sizes=["64"],
+    **options,
+  )

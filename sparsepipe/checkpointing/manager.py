@@ -273,13 +273,16 @@ class TrainingCheckpointManager:
     progress: LoopPosition,
     *,
     feature_limits: FeatureLimits | None = None,
+    training_data: Mapping[str, Any] | None = None,
     force: bool = False,
   ) -> bool:
     """Starts saving `state` as `step`; returns whether a save started.
 
     Without `force`, only the steps of should_save() are saved. A step that
     already exists is never overwritten (returns False): e.g. a preemption
-    save right after a regular save of that step.
+    save right after a regular save of that step. `training_data`: the
+    trained dataset's manifest JSON, kept in the step's metadata
+    (CheckpointMetadata.training_data).
     """
     if self._read_only:
       raise ValueError(f"{self.directory} was opened read-only; step {step} not saved")
@@ -294,6 +297,7 @@ class TrainingCheckpointManager:
       self._run,
       progress,
       feature_limits=feature_limits,
+      training_data=training_data,
       fingerprints=self._fingerprint_arrays,
       async_save=self._async,
       data_file_mb=self._data_file_mb,

@@ -148,12 +148,19 @@ class LoopPosition:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointMetadata:
-  """Everything in a step's "metadata" item except the integrity section."""
+  """Everything in a step's "metadata" item except the integrity section.
+
+  `training_data` is the JSON of the trained dataset's manifest
+  (data.Manifest.to_dict), so that a step can be evaluated and exported
+  once the data is gone; None where the saver gave none (and in steps
+  saved by 0.3 and earlier).
+  """
 
   run: RunInfo
   progress: LoopPosition
   feature_limits: FeatureLimits = dataclasses.field(default_factory=dict)
   format_version: int = CHECKPOINT_FORMAT_VERSION
+  training_data: Mapping[str, Any] | None = None
 
   def to_json(self) -> dict[str, Any]:
     return {
@@ -167,6 +174,7 @@ class CheckpointMetadata:
       "pipeline_drained": self.progress.pipeline_drained,
       "in_flight": None if self.progress.in_flight is None else list(self.progress.in_flight),
       "feature_limits": to_json_value(self.feature_limits, "feature_limits"),
+      "training_data": to_json_value(self.training_data, "training_data"),
     }
 
   @classmethod
@@ -206,7 +214,17 @@ class CheckpointMetadata:
       ),
       feature_limits=field("feature_limits", dict),
       format_version=version,
+      training_data=_training_data(data, where),
     )
+
+
+def _training_data(data: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+  value = data.get("training_data")  # absent from steps saved by 0.3 and earlier
+  if value is not None and not isinstance(value, dict):
+    raise CorruptCheckpointError(
+      f"{where}: metadata 'training_data' is {type(value).__name__}, not a JSON object"
+    )
+  return value
 
 
 def _in_flight(data: Mapping[str, Any], where: str) -> tuple[int | None, int | None] | None:

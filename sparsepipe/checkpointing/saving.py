@@ -73,10 +73,14 @@ def _metadata(
   progress: LoopPosition,
   feature_limits: FeatureLimits | None,
   fingerprints: bool,
+  training_data: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
   """The metadata item's JSON, with digests of the JSON items of every process."""
   meta = CheckpointMetadata(
-    run, progress, to_json_value(feature_limits or {}, "feature_limits")
+    run,
+    progress,
+    to_json_value(feature_limits or {}, "feature_limits"),
+    training_data=training_data,
   ).to_json()
   data_iter_digests, fdo_digests = _gather_digests(
     integrity.digest(iterator_state(state.data_iter)), integrity.digest(fdo)
@@ -117,6 +121,7 @@ def save_step(
   fingerprints: bool,
   async_save: bool,
   data_file_mb: float,
+  training_data: Mapping[str, Any] | None = None,
 ) -> None:
   """Calls `save` (Orbax's, for one step) with the arguments of every item.
 
@@ -130,7 +135,7 @@ def save_step(
     for item in ARRAY_ITEMS:
       host_fingerprint.check_tree(getattr(state, item), item)
     fdo = to_json_value(state.fdo, "fdo")
-    meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints)
+    meta = _metadata(state, fdo, run, progress, feature_limits, fingerprints, training_data)
     pending = PendingShards() if fingerprints else None
     trees = {item: getattr(state, item) for item in ARRAY_ITEMS}
     args = step_items.array_args(

@@ -82,6 +82,45 @@ class Manifest:
       "info": dict(self.info),
     }
 
+  @classmethod
+  def from_dict(cls, d: Any, directory: str, *, where: str) -> Manifest:
+    """The Manifest of `to_dict`'s JSON for the dataset at `directory`, checked
+    as `read_manifest` checks the file; ManifestError naming `where` (the file,
+    or a checkpoint's copy of it) otherwise."""
+    if not isinstance(d, Mapping):
+      raise ManifestError(f"{where}: a manifest is a JSON object, not {type(d).__name__}")
+    if d.get("format") != MANIFEST_FORMAT:
+      raise ManifestError(f"{where}: format {d.get('format')!r} is not {MANIFEST_FORMAT!r}")
+    if d.get("format_version") != FORMAT_VERSION:
+      raise ManifestError(
+        f"{where}: format_version {d.get('format_version')!r} is not supported"
+        f" (expected {FORMAT_VERSION})"
+      )
+    try:
+      shards = tuple(
+        ShardInfo(str(s["path"]), int(s["num_records"]), int(s["num_examples"]))
+        for s in d["shards"]
+      )
+      manifest = cls(
+        directory=directory,
+        schema=ExampleSchema.from_dict(d["schema"]),
+        shards=shards,
+        examples_per_record=int(d["examples_per_record"]),
+        format_version=int(d["format_version"]),
+        info=d.get("info", {}),
+      )
+    except (KeyError, TypeError) as e:
+      raise ManifestError(f"{where}: missing or malformed field {e}") from e
+    if not shards:
+      raise ManifestError(f"{where}: dataset has no shards")
+    for key, total in (
+      ("num_records", manifest.num_records),
+      ("num_examples", manifest.num_examples),
+    ):
+      if d.get(key) != total:
+        raise ManifestError(f"{where}: shards add up to {key}={total}, manifest says {d.get(key)}")
+    return manifest
+
 
 @dataclasses.dataclass(frozen=True)
 class RecordLocator:
@@ -145,39 +184,11 @@ def read_manifest(directory: str, *, verify_shards: bool = False) -> Manifest:
       d = json.load(f)
   except json.JSONDecodeError as e:
     raise ManifestError(f"'{path}' is not valid JSON: {e}") from e
-  if d.get("format") != MANIFEST_FORMAT:
-    raise ManifestError(f"'{path}': format {d.get('format')!r} is not {MANIFEST_FORMAT!r}")
-  if d.get("format_version") != FORMAT_VERSION:
-    raise ManifestError(
-      f"'{path}': format_version {d.get('format_version')!r} is not supported"
-      f" (expected {FORMAT_VERSION})"
-    )
-  try:
-    shards = tuple(
-      ShardInfo(str(s["path"]), int(s["num_records"]), int(s["num_examples"])) for s in d["shards"]
-    )
-    manifest = Manifest(
-      directory=directory,
-      schema=ExampleSchema.from_dict(d["schema"]),
-      shards=shards,
-      examples_per_record=int(d["examples_per_record"]),
-      format_version=int(d["format_version"]),
-      info=d.get("info", {}),
-    )
-  except (KeyError, TypeError) as e:
-    raise ManifestError(f"'{path}': missing or malformed field {e}") from e
-  if not shards:
-    raise ManifestError(f"'{path}': dataset has no shards")
-  for key, total in (
-    ("num_records", manifest.num_records),
-    ("num_examples", manifest.num_examples),
-  ):
-    if d.get(key) != total:
-      raise ManifestError(f"'{path}': shards add up to {key}={total}, manifest says {d.get(key)}")
+  manifest = Manifest.from_dict(d, directory, where=f"'{path}'")
   if verify_shards:
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
 
-    for shard, full in zip(shards, manifest.shard_paths()):
+    for shard, full in zip(manifest.shards, manifest.shard_paths()):
       if not os.path.exists(full):
         raise ManifestError(f"shard '{full}' listed in '{path}' does not exist")
       try:

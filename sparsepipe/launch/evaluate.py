@@ -47,14 +47,15 @@ def evaluate_checkpoint(
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
   workdir = os.path.abspath(workdir)
-  directory, config = checkpoints.saved_config(workdir, step)
+  saved = checkpoints.saved_job(workdir, step)
+  config = saved.config
   # The job's compilation cache (core/compile_cache.py), before anything compiles.
   core.compile_cache.enable(
     config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh()
-  data_dir = dataset.ensure_dataset(config, workdir, show_progress=False)
-  model = JobModel(config, data_dir, mesh)
+  manifest = checkpoints.training_manifest(saved, workdir)
+  model = JobModel(config, manifest, mesh)
   eval_dir = (
     dataset.given_dataset("--eval_data_dir", eval_data_dir)
     if eval_data_dir
@@ -65,8 +66,8 @@ def evaluate_checkpoint(
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=int(config.data.num_workers))
   # Without `step`, the newest intact step as of now: a running job may have
   # deleted the step whose config was read (it keeps only its newest steps).
-  restored = checkpoints.restore_saved_model(directory, model, run, step)
-  checkpoints.check_training_data(directory, restored.checkpoint_step, data_dir)
+  restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
+  checkpoints.check_training_data(saved.directory, restored.checkpoint_step, manifest)
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)

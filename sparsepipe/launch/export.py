@@ -14,7 +14,6 @@ deltas=[...])`) applies. Nothing in the workdir changes.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from typing import Any, Iterator
 
@@ -41,27 +40,27 @@ def check_platforms(platforms: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
-  """(model on one CPU device, restored model, saved position) of a workdir's checkpoint."""
+  """(model on one CPU device, restored model) of a workdir's checkpoint; the training
+  data's description comes from the checkpoint (its data need not be there)."""
   import jax  # pylint: disable=g-import-not-at-top
 
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
-  directory, config = checkpoints.saved_config(workdir, step)
+  saved = checkpoints.saved_job(workdir, step)
   # The job's compilation cache (core/compile_cache.py), before anything compiles.
   core.compile_cache.enable(
-    config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
+    saved.config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh(jax.devices("cpu")[:1])
-  data_dir = dataset.ensure_dataset(config, os.path.abspath(workdir), show_progress=False)
-  model = JobModel(config, data_dir, mesh)
-  run = checkpointing.RunInfo.create(config, mesh, data_worker_count=0)
-  restored = checkpoints.restore_saved_model(directory, model, run, step)
-  checkpoints.check_training_data(directory, restored.checkpoint_step, data_dir)
-  yield model, restored, data_dir
+  manifest = checkpoints.training_manifest(saved, workdir)
+  model = JobModel(saved.config, manifest, mesh)
+  run = checkpointing.RunInfo.create(saved.config, mesh, data_worker_count=0)
+  restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
+  checkpoints.check_training_data(saved.directory, restored.checkpoint_step, manifest)
+  yield model, restored
 
 
 def _tables(model: Any, restored: Any) -> dict[str, Any]:
@@ -95,12 +94,11 @@ def _serialized_predict(model: Any, leaves: list[np.ndarray], treedef: Any, feat
   return exported.serialize(), lowered_for
 
 
-def _features(model: Any, data_dir: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _features(model: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
   """(features of the export, the converter section: manifest info and schema)."""
-  from sparsepipe import data  # pylint: disable=g-import-not-at-top
   from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top
 
-  manifest = data.read_manifest(data_dir)
+  manifest = model.manifest
   dims = pipeline.feature_dims_of(model.base_specs)
   features = []
   for name, feature in sorted(model.config.features.items()):
@@ -175,7 +173,7 @@ def export_checkpoint(
   inputs = [("the --workdir", workdir)] + ([("the --since export", since)] if since else [])
   serving.check_export_output(output, overwrite=overwrite, inputs=inputs)
   previous = serving.read_info(since) if since else None
-  with _checkpoint(workdir, step) as (model, restored, data_dir):
+  with _checkpoint(workdir, step) as (model, restored):
     tables = _tables(model, restored)
     values, ids = serving.rows_to_export(
       {t: (v.table, v.updated) for t, v in tables.items()},
@@ -187,7 +185,7 @@ def export_checkpoint(
     )
     params = jax.device_get(restored.train_state.params)
     leaves, treedef = jax.tree.flatten(params)
-    features, converter = _features(model, data_dir)
+    features, converter = _features(model)
     predict, lowered_for = _serialized_predict(model, leaves, treedef, features, platforms)
     shapes = {
       t: {"vocab_size": int(v.table.shape[0]), "dim": int(v.table.shape[1]), "rows": len(values[t])}

@@ -124,6 +124,20 @@ def test_metadata_json_round_trip():
   assert CheckpointMetadata.from_json(flying.to_json(), WHERE) == flying
 
 
+def test_the_training_data_copy_round_trips_and_is_none_in_older_steps():
+  manifest = {"format": "m", "schema": {"sparse": [{"name": "a"}]}, "info": {"x": [1.5]}}
+  meta = CheckpointMetadata(run_info(), LoopPosition(4, 4), {}, training_data=manifest)
+  assert CheckpointMetadata.from_json(meta.to_json(), WHERE).training_data == manifest
+  older = metadata().to_json()
+  del older["training_data"]  # steps of 0.3 and earlier
+  assert CheckpointMetadata.from_json(older, WHERE).training_data is None
+  older["training_data"] = ["not", "an", "object"]
+  with pytest.raises(
+    CorruptCheckpointError, match=f"^{WHERE}: metadata 'training_data' is list, not a JSON object$"
+  ):
+    CheckpointMetadata.from_json(older, WHERE)
+
+
 @pytest.mark.parametrize("value", [[1], [1, -2], "x", [1.5, None]])
 def test_malformed_in_flight_batches_are_corruption(value):
   data = metadata().to_json()

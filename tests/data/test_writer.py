@@ -9,6 +9,7 @@ import pytest
 
 from sparsepipe.data import Example
 from sparsepipe.data import ExampleBatch
+from sparsepipe.data import Manifest
 from sparsepipe.data import ManifestError
 from sparsepipe.data import RaggedBatch
 from sparsepipe.data import RecordCodec
@@ -89,6 +90,20 @@ def test_writer_packs_records_and_shards(tmp_path):
   # The stored stream equals the generator's stream, in order.
   expected = concat_batches(list(generate_batches(FEATURES, 3, 103, seed=5)))
   _assert_same(_all_examples(manifest), expected)
+
+
+def test_a_manifest_from_its_json_elsewhere_equals_the_one_read(tmp_path):
+  manifest = write_synthetic(str(tmp_path / "ds"), FEATURES, num_examples=9, num_dense=3, seed=1)
+  copy = Manifest.from_dict(manifest.to_dict(), manifest.directory, where="the copy")
+  assert copy == manifest and copy.info == manifest.info
+  short = manifest.to_dict()
+  short["num_examples"] = 8
+  with pytest.raises(
+    ManifestError, match="^the copy: shards add up to num_examples=9, manifest says 8$"
+  ):
+    Manifest.from_dict(short, manifest.directory, where="the copy")
+  with pytest.raises(ManifestError, match="^the copy: a manifest is a JSON object, not list$"):
+    Manifest.from_dict([], manifest.directory, where="the copy")
 
 
 def _compression(path):

@@ -70,7 +70,8 @@ def _eval_step_scores(workdir, eval_dir, **overrides):
   """(scores, EvalMetrics) of the job's eval step over every example of `eval_dir`,
   from the job's checkpoint, its model made with the saved config changed by
   `overrides` (dotted keys)."""
-  directory, saved = checkpoints.saved_config(workdir, None)
+  saved_job = checkpoints.saved_job(workdir, None)
+  directory, saved = saved_job.directory, saved_job.config
   config = saved.copy_and_resolve_references()
   for key, value in overrides.items():
     node = config
@@ -79,7 +80,7 @@ def _eval_step_scores(workdir, eval_dir, **overrides):
       node = node[p]
     node[leaf] = value
   mesh = core.make_mesh()
-  model = JobModel(config, config.data.dir, mesh)
+  model = JobModel(config, data.read_manifest(config.data.dir), mesh)
   run = checkpointing.RunInfo.create(saved, mesh, data_worker_count=0)
   restored = checkpoints.restore_saved_model(directory, model, run, None)
   evaluation = JobEval(model, data_dir=eval_dir)

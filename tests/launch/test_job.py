@@ -358,7 +358,7 @@ def test_relative_dataset_paths_are_saved_absolute(tmp_path, monkeypatch):
   config = launch_testing.tiny_config(num_steps=3, data__dir="maker/data")
   config.eval.data_dir = "maker/data"
   train_and_evaluate(config, "job")
-  _, saved = checkpoints.saved_config(str(tmp_path / "job"), None)
+  saved = checkpoints.saved_job(str(tmp_path / "job"), None).config
   assert (saved.data.dir, saved.eval.data_dir) == (str(tmp_path / "maker" / "data"),) * 2
   (tmp_path / "elsewhere").mkdir()
   monkeypatch.chdir(tmp_path / "elsewhere")

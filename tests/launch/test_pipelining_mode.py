@@ -11,7 +11,7 @@ from sparsepipe import pipeline
 from sparsepipe.launch import train_and_evaluate
 from sparsepipe.launch.config.base import base_config
 from sparsepipe.launch.config.pipelining import resolve_pipelining
-from sparsepipe.launch.job.checkpoints import saved_config
+from sparsepipe.launch.job.checkpoints import saved_job
 from sparsepipe.launch.job.dataset import ensure_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
@@ -63,7 +63,7 @@ def _config(data_dir, num_steps, pipelining):
 
 
 def _saved_mode(workdir):
-  return saved_config(workdir, None)[1].pipelining
+  return saved_job(workdir, None).config.pipelining
 
 
 def test_auto_on_cpu_trains_and_records_the_sequential_step(data_dir, tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 from initial_values import assert_same_draws
 import launch_testing
 from sparsepipe import core
+from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe.core import AdagradOptimizerSpec
 from sparsepipe.core import FeatureSpec
@@ -121,9 +122,8 @@ def test_init_equals_each_tables_own_initializer_in_few_programs():
 
 def test_fresh_state_makes_the_dense_params_in_one_program(tmp_path):
   config = launch_testing.tiny_config(seed=5)
-  model = JobModel(
-    config, dataset.ensure_dataset(config, str(tmp_path), show_progress=False), _mesh(1)
-  )
+  data_dir = dataset.ensure_dataset(config, str(tmp_path), show_progress=False)
+  model = JobModel(config, data.read_manifest(data_dir), _mesh(1))
   variables._init_programs.cache_clear()
   counter = CompileCounter()
   try:

@@ -76,7 +76,8 @@ def eval_step_scores(workdir, step):
     .run.config
   )
   mesh = core.make_mesh()
-  model = JobModel(config, dataset.ensure_dataset(config, workdir, show_progress=False), mesh)
+  data_dir = dataset.ensure_dataset(config, workdir, show_progress=False)
+  model = JobModel(config, data.read_manifest(data_dir), mesh)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=0)
   with checkpointing.TrainingCheckpointManager(
     os.path.join(workdir, "checkpoints"), run, read_only=True

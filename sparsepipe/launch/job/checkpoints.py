@@ -27,12 +27,14 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from sparsepipe import checkpointing
+from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import saved_work
 from sparsepipe.launch.config import packing
 from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
+from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.schedule import Position
@@ -188,6 +190,7 @@ class JobCheckpoints:
       state,
       loop,
       feature_limits=fdo["limits"],
+      training_data=self.model.manifest.to_dict(),
       force=force,
     )
 
@@ -311,8 +314,26 @@ class JobCheckpoints:
     return self._read(step, with_setup=False)
 
 
-def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
-  """(checkpoint directory, the ConfigDict of `step`, else of the newest step) of a workdir.
+@dataclasses.dataclass(frozen=True)
+class SavedJob:
+  """What a checkpoint of a workdir says of its job, read without restoring it.
+
+  Attributes:
+    directory: the workdir's checkpoints directory.
+    step: the step read.
+    config: the job's config as saved there.
+    training_data: the trained dataset's manifest JSON as saved there (None
+      in steps saved by 0.3 and earlier).
+  """
+
+  directory: str
+  step: int
+  config: ml_collections.ConfigDict
+  training_data: Any
+
+
+def saved_job(workdir: str, step: int | None) -> SavedJob:
+  """The SavedJob of checkpoint `step`, else of the newest step, of a workdir.
 
   Read-only, as everything that reads a job's checkpoints from outside the
   job (evaluate, export): the job may be running and writing there, and a
@@ -335,15 +356,36 @@ def saved_config(workdir: str, step: int | None) -> tuple[str, Any]:
       if config_step is None:
         raise ValueError(f"no checkpoint in '{directory}'")
       try:
-        return directory, ml_collections.ConfigDict(reader.read_metadata(config_step).run.config)
+        meta = reader.read_metadata(config_step)
       except (checkpointing.StepNotKeptError, FileNotFoundError):
         # The newest step, deleted since it was listed: the job saved newer ones.
         if step is not None or os.path.isdir(os.path.join(directory, str(config_step))):
           raise
+        continue
+      config = ml_collections.ConfigDict(meta.run.config)
+      return SavedJob(directory, config_step, config, meta.training_data)
   raise ValueError(
     f"the newest checkpoint in '{directory}' was deleted while it was read,"
     f" {_READ_ATTEMPTS} times in a row (a job saving faster than it can be read): give --step"
   )
+
+
+def training_manifest(saved: SavedJob, workdir: str) -> data.Manifest:
+  """The manifest of the data the saved job trained on: the checkpoint's copy,
+  so that export and evaluate need no training data; for steps saved by 0.3
+  and earlier, which hold none, the dataset's own (which must then be there)."""
+  if saved.training_data is not None:
+    data_dir = dataset.training_data_dir(saved.config, os.path.abspath(workdir))
+    where = f"checkpoint {saved.step} in '{saved.directory}' (its copy of the data's manifest)"
+    return data.Manifest.from_dict(saved.training_data, data_dir, where=where)
+  try:
+    data_dir = dataset.ensure_dataset(saved.config, os.path.abspath(workdir), show_progress=False)
+  except data.ManifestError as e:
+    raise data.ManifestError(
+      f"{e}: checkpoint {saved.step} holds no copy of the training data's manifest (steps"
+      " saved by sparsepipe 0.3 and earlier), so the job's dataset must be there"
+    ) from None
+  return data.read_manifest(data_dir)
 
 
 def in_flight_bytes(model: JobModel) -> int:
@@ -365,20 +407,19 @@ def restore_saved_model(
   return restored
 
 
-def check_training_data(directory: str, step: int, data_dir: str) -> None:
-  """ValueError unless the dataset at `data_dir` is the one checkpoint `step` was
+def check_training_data(directory: str, step: int, manifest: data.Manifest) -> None:
+  """ValueError unless `manifest` describes the dataset checkpoint `step` was
   trained on, by the fingerprints its data iterator saved (transforms: schema,
   shards and counts; the conversion's rules where recorded). Export and evaluate
   read the training data's description and rules from there: a dataset converted
   again since, e.g. with another dense transform, gave an export that scored raw
-  rows otherwise than the model was trained, without a word."""
-  from sparsepipe import data  # pylint: disable=g-import-not-at-top
-
+  rows otherwise than the model was trained, without a word (steps saved by 0.3
+  and earlier hold no copy of the manifest: the dataset's own is read)."""
   where = os.path.join(directory, str(step))
   if not os.path.isdir(where):  # a running job deleted it since it was read
     return
   (saved, *_) = checkpointing.read_iterator_states(os.path.join(where, "data_iter"), where=where)
-  manifest = data.read_manifest(data_dir)
+  data_dir = manifest.directory
   now = {
     "dataset": transforms.dataset_fingerprint(manifest),
     "conversion": transforms.conversion_fingerprint(manifest),
@@ -412,10 +453,9 @@ def _newest_saved_config(workdir: str) -> Any:
   if not found:
     return None
   try:
-    _, saved = saved_config(workdir, None)
+    return saved_job(workdir, None).config
   except ValueError:  # no checkpoint yet, or one that restore will name
     return None
-  return saved
 
 
 def resolve_job_defaults(config: Any, workdir: str, mesh: Any) -> None:

@@ -49,7 +49,7 @@ def ensure_dataset(
   """
   if config.data.dir:
     return given_dataset("config.data.dir", config.data.dir)
-  directory = os.path.join(workdir, GENERATED_DIRNAMES[0])
+  directory = training_data_dir(config, workdir)
   if jax.process_index() == 0:
     try:
       _resolve_packing(config, data.read_manifest(directory))
@@ -90,6 +90,11 @@ def ensure_dataset(
       f" use a new --workdir, or delete '{directory}' to generate the data again"
     )
   return directory
+
+
+def training_data_dir(config: Any, workdir: str) -> str:
+  """Where the job's training data is: config.data.dir, else <workdir>/data."""
+  return os.path.abspath(config.data.dir or os.path.join(workdir, GENERATED_DIRNAMES[0]))
 
 
 def _resolve_packing(config: Any, generated: data.Manifest | None) -> None:

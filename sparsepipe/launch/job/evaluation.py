@@ -41,7 +41,7 @@ class JobEval:
   def __init__(self, model: JobModel, *, data_dir: str):
     config = model.config
     manifest = data.read_manifest(data_dir)
-    check_manifests_agree(data.read_manifest(model.input_config.data_dir), manifest)
+    check_manifests_agree(model.manifest, manifest)
     self.every = int(config.eval.every_steps)
     if self.every < 0:
       raise ValueError(f"eval.every_steps={self.every} must be >= 0 (0: only at the end)")

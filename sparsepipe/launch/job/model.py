@@ -40,14 +40,19 @@ def close_iterator(iterator: Any) -> None:
 
 
 class JobModel:
-  """The config's model on a mesh: feature specs, model, optimizers, input."""
+  """The config's model on a mesh: feature specs, model, optimizers, input.
 
-  def __init__(self, config: Any, data_dir: str, mesh: jax.sharding.Mesh):
+  `manifest` describes the training data (at `manifest.directory`): read from
+  the dataset by a training job, or a checkpoint's copy of it where export and
+  evaluate run without the data (checkpoints.training_manifest).
+  """
+
+  def __init__(self, config: Any, manifest: data.Manifest, mesh: jax.sharding.Mesh):
     self.config = config
     self.mesh = mesh
+    self.manifest = manifest
     self.num_sc = int(config.num_sc_per_device)
     self.global_batch = config_specs.global_batch_size(config, jax.process_count())
-    manifest = data.read_manifest(data_dir)
     check_max_ids(config, manifest)
     check_vocab_sizes(config, manifest)
     self.num_dense = manifest.schema.num_dense
@@ -61,7 +66,7 @@ class JobModel:
     self.dense_optimizer = config_specs.dense_optimizer(config, mesh)
     # The specs' names and order only (limits do not matter to the model).
     self.tc_stage = pipeline.make_tc_stage(self.model, self.dense_optimizer, mesh, self.base_specs)
-    self.input_config = config_specs.input_config(config, data_dir)
+    self.input_config = config_specs.input_config(config, manifest.directory)
     # The job's FDO retune points (RetunePoints.last_at_or_before), set once it
     # has a schedule: the input then switches limits at them without a restart.
     # Its workers receive it, so it is of the transforms layer, not the job's.

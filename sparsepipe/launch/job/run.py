@@ -18,6 +18,7 @@ from typing import Any, Callable
 import jax
 
 from sparsepipe import checkpointing
+from sparsepipe import data
 from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
@@ -97,7 +98,7 @@ class _Job:
       show_progress=is_chief,
       check_owner=lambda: owner.refuse_another_config(self.workdir, config_name),
     )
-    self.model = JobModel(config, data_dir, self.mesh)
+    self.model = JobModel(config, data.read_manifest(data_dir), self.mesh)
     if by_epochs:  # num_steps follows from the data's size
       config.num_steps = config_specs.num_steps_of_epochs(config, self.model.epoch_examples)
       self.schedule = Schedule.from_config(config)
