@@ -201,10 +201,11 @@ def test_the_dataset_config_prints_its_features_and_the_steady_state_rate(tmp_pa
   assert out.lines[:4] == [
     f"sparsepipe: training 12 batches of 64 (0.75 epochs of 1,024 examples) on 1 device"
     f" (1 process); workdir {workdir}",
+    # In the data's column order, not sorted.
+    "  feature 'user': vocab 128, 1 id per example, combiner sum, table dim 16",
+    "  feature 'movie': vocab 128, 1 id per example, combiner sum, table dim 16",
     "  feature 'genres': vocab 128, up to 2 ids per example (mean 1.33), combiner mean, table"
     " dim 16",
-    "  feature 'movie': vocab 128, 1 id per example, combiner sum, table dim 16",
-    "  feature 'user': vocab 128, 1 id per example, combiner sum, table dim 16",
   ]
   assert re.fullmatch(
     r"sparsepipe: done: 12 batches, last loss [0-9.]+, [0-9,]+ examples/s \([0-9,]+ in steady"

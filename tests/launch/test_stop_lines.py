@@ -159,6 +159,51 @@ def test_a_stop_as_the_checkpoints_open_is_the_last_line_and_leaves_no_workdir(t
   assert sorted(os.listdir(tmp_path)) == ["site"]
 
 
+# SIGTERM once the job has made or restored its state, before its first step.
+_STOP_ONCE_THE_STATE_IS_MADE = """
+import os, signal
+from sparsepipe.launch.job import run
+
+start = run._Job._start
+
+def start_then_stop(self, *args):
+  job = start(self, *args)
+  os.kill(os.getpid(), signal.SIGTERM)  # the job's watcher takes it
+  return job
+
+run._Job._start = start_then_stop
+"""
+
+
+def test_a_stop_while_the_state_is_made_trains_no_batch_first(tmp_path):
+  """It trained batch 1 (compiling the step first) and saved it before it exited."""
+  (tmp_path / "site").mkdir()
+  (tmp_path / "site" / "sitecustomize.py").write_text(_STOP_ONCE_THE_STATE_IS_MADE)
+  workdir = tmp_path / "job"
+  flags = launch_testing.flag_overrides(num_steps=4, checkpoint__every_steps=2)
+  assert _Launch(workdir, *flags).finish() == 0  # checkpoints 2 and 4
+  flags = launch_testing.flag_overrides(num_steps=6, checkpoint__every_steps=2)
+  for kept in ("nothing trained yet", "checkpoint 4 kept"):
+    if kept.startswith("nothing"):
+      launch = _Launch(tmp_path / "fresh", *flags, site_dir=tmp_path / "site")
+    else:
+      launch = _Launch(workdir, *flags, site_dir=tmp_path / "site")
+    assert launch.finish() == stopping.STOPPED_EXIT_CODE, launch.err
+    assert launch.out[-1] == (
+      f"sparsepipe: preempted before training; {kept}, exiting (run the same command again to"
+      " go on)"
+    ), launch.out
+    assert not any(line.startswith("batch ") for line in launch.out), launch.out
+  assert not os.path.exists(tmp_path / "fresh" / "checkpoints" / "1")
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["2", "4"]
+  again = _Launch(workdir, *flags)
+  assert again.finish() == 0, again.err
+  assert launch_testing.batch_losses(str(workdir)).keys() == set(range(1, 7))
+  again = _Launch(tmp_path / "fresh", *flags)
+  assert again.finish() == 0, again.err
+  assert launch_testing.batch_losses(str(tmp_path / "fresh")).keys() == set(range(1, 7))
+
+
 # SIGTERM at the very end of a launch that finished (an atexit callback runs
 # after main() returned). The launcher's handler printed "stopped by SIGTERM
 # while closing ... run the same command again" and the status stayed 0; later

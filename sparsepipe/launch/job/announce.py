@@ -46,10 +46,14 @@ def _ids(lo: int, hi: int, recorded: Any) -> str:
 
 
 def features(job: JobContext) -> list[str]:
-  """One line per feature: vocabulary, ids per example, combiner, table dim."""
+  """One line per feature (vocabulary, ids per example, combiner, table dim), in the
+  data's column order (C1, C2, ..., C10), not the config's sorted one (C1, C10, ...)."""
   lines = []
   recorded = getattr(job.model, "ids_per_example", {})
-  for name, feature in sorted(job.config.features.items()):
+  in_data = {name: i for i, name in enumerate(job.model.manifest.schema.feature_names)}
+  for name, feature in sorted(
+    job.config.features.items(), key=lambda item: (in_data.get(item[0], len(in_data)), item[0])
+  ):
     ids = _ids(int(feature.min_ids), int(feature.max_ids), recorded.get(name))
     lines.append(
       f"  feature '{name}': vocab {int(feature.vocab_size):,}, {ids},"

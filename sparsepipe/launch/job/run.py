@@ -237,6 +237,8 @@ class _Job:
     hooks = make_hooks(job)
     for hook in job.hooks.values():
       hook.start()
+    if job.watcher.should_stop(job.batch):  # every process asks at the same boundary
+      return _stopped_before_training(job)
     while True:
       if not job.position.finished:
         job.train_state, job.pipeline_state, metrics = pipeline.train(
@@ -337,6 +339,22 @@ class _Job:
         limits=transforms.get_stack_limits(specs),
         dropped_ids_largest_host=dropped,
       )
+
+
+def _stopped_before_training(job: JobContext) -> JobResult:
+  """A stop that came while the job made or restored its state (its checkpoints open):
+  no batch is trained and nothing saved first, since the newest checkpoint, if any,
+  holds all the job trained. A stop during the first step's compile trains that
+  step and saves it (the program compiles as it first runs)."""
+  job.preempted = True
+  job.watcher.uninstall()
+  kept = "nothing trained yet" if job.resumed_from is None else f"checkpoint {job.batch} kept"
+  job.output.event(
+    "preempted",
+    job.batch,
+    f"sparsepipe: preempted before training; {kept}, exiting (run the same command again to go on)",
+  )
+  return announce.result(job)
 
 
 def _finished(job: JobContext) -> JobResult:
