@@ -1,4 +1,10 @@
-"""Examples on disk: schema, record codec, ArrayRecord writers and converters."""
+"""Examples on disk: schema, record codec, ArrayRecord writers and converters.
+
+`convert_parquet` loads on first use (PEP 562): it needs pyarrow, whose import
+(about 30 MB and 50-90 ms) every training process and data worker paid.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema
@@ -54,4 +60,16 @@ from sparsepipe.data.synthetic.click_model import synthetic_click_probabilities
 from sparsepipe.data.criteo.convert import convert_criteo
 from sparsepipe.data.criteo.convert import criteo_schema
 from sparsepipe.data.csv.convert import convert_csv
-from sparsepipe.data.parquet.convert import convert_parquet
+
+if TYPE_CHECKING:
+  from sparsepipe.data.parquet.convert import convert_parquet
+
+
+def __getattr__(name: str) -> Any:
+  """`convert_parquet`, imported with pyarrow on first use."""
+  if name != "convert_parquet":
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  from sparsepipe.data.parquet.convert import convert_parquet  # pylint: disable=g-import-not-at-top
+
+  globals()[name] = convert_parquet
+  return convert_parquet

@@ -59,6 +59,18 @@ def _ragged(batch, name):
   return rb.values.tolist(), rb.row_lengths.tolist()
 
 
+def test_a_training_job_and_its_data_workers_do_not_import_pyarrow():
+  """It cost each of them about 30 MB and 50-90 ms (sparsepipe.data imported
+  convert_parquet); `from sparsepipe.data import convert_parquet` still works."""
+  probe = (
+    "import sys; from sparsepipe.launch.job import run; before = 'pyarrow' in sys.modules;"
+    " from sparsepipe.data import convert_parquet; print(before, 'pyarrow' in sys.modules,"
+    " convert_parquet.__module__)"
+  )
+  out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+  assert out.stdout == "False True sparsepipe.data.parquet.convert\n"
+
+
 def test_scalar_and_list_columns_give_exact_examples(tmp_path):
   path = _write(
     tmp_path,
