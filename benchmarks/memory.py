@@ -49,10 +49,7 @@ train, save; six fresh processes). For each: the state bytes, the
 peak RSS, the overhead (peak - state; for async saves peak - 2 x state, the
 save's host copy being a second state on CPU devices), peak / state (goals
 <= 1.6 sync and resumed, <= 2.6 async), and overhead(scaled) / overhead(shipped)
-(goal <= 1.2). Two more rows run the scaled sync job, and its resume, with
-saves and restores holding two of the largest shards at once, as up to 0.3
-(`checkpointing.in_flight_bound` now holds one): that change's before, in
-the same run. A few minutes with e.g. --sections growth --batches 12
+(goal <= 1.2). A few minutes with e.g. --sections growth --batches 12
 --examples 49152 --save_every 6. One run's growth moves by about 0.15 on a
 shared machine: --repeats N runs the six jobs N times and shows each
 figure's median, with every run's growth beside it.
@@ -109,9 +106,6 @@ _OUT = flags.DEFINE_string("out", None, "Internal: where the child writes its fi
 _SECTIONS = flags.DEFINE_list("sections", ["phases", "growth"], "phases, growth (see above).")
 _GROWTH_SCALE = flags.DEFINE_integer("growth_scale", 4, "Vocabulary factor of the growth rows.")
 _VOCAB_SCALE = flags.DEFINE_integer("vocab_scale", 1, "Internal: every vocabulary times this.")
-_TWO_SHARDS = flags.DEFINE_bool(
-  "two_shards_in_flight", False, "Internal: saves and restores hold two shards at once (0.3)."
-)
 _REPEATS = flags.DEFINE_integer(
   "repeats",
   1,
@@ -336,10 +330,6 @@ def _child_job(workdir: str, out: str, variant: str) -> None:
     pipeline.init_embedding_variables = _one_program_init
   if variant == "job_heap_kept":
     core.release_freed_heap = lambda: False
-  if _TWO_SHARDS.value:  # as up to 0.3: twice the largest shard
-    checkpointing.in_flight_bound = lambda tree: max(
-      checkpointing.handlers.IN_FLIGHT_FLOOR, 2 * checkpointing.handlers.largest_shard_bytes(tree)
-    )
   start = time.perf_counter()
   config = _config(async_save=variant not in ("job_sync_saves", _RESUMED))
   if variant == _RESUMED:  # the job in `workdir` trained to --batches: a few batches more
@@ -619,52 +609,24 @@ def _growth(root: str) -> dict[str, Any]:
       if mode == "async":
         shutil.rmtree(workdir, ignore_errors=True)
       job = _run_child(child, root, tag=tag, workdir=workdir, vocab_scale=scale)
-      rows[f"x{scale} {mode}"] = _growth_row(job, scale, mode, copies)
+      state = sum(job["state"].values())
+      rows[f"x{scale} {mode}"] = {
+        "vocab_scale": scale,
+        "saves": mode,
+        "state_bytes": state,
+        "peak_rss": job["max_rss"],
+        "overhead": job["max_rss"] - copies * state,
+        "peak_over_state": job["max_rss"] / state,
+        "goal_peak_over_state": 2.6 if mode == "async" else 1.6,
+        "seconds": job["seconds"],
+        "peak_phase": max(job["phases"], key=lambda p: job["peak"][p]["VmRSS"]),
+        "phase_peaks": {p: job["peak"][p]["VmRSS"] for p in job["phases"]},
+      }
     shutil.rmtree(workdir, ignore_errors=True)
   for mode, _, _ in runs:
     big = rows[f"x{_GROWTH_SCALE.value} {mode}"]
     big["overhead_growth"] = big["overhead"] / rows[f"x1 {mode}"]["overhead"]
-  rows.update(_two_shards_rows(root, rows))
   return rows
-
-
-def _two_shards_rows(root: str, rows: dict[str, Any]) -> dict[str, Any]:
-  """The scaled sync and resumed jobs again with saves and restores holding two of
-  the largest shards at once, as up to 0.3: the same run's before of that change."""
-  scale, out = _GROWTH_SCALE.value, {}
-  workdir = os.path.join(root, f"growth_x{scale}_two_shards")
-  for mode, child in (("sync", "job_sync_saves"), ("resumed", _RESUMED)):
-    job = _run_child(
-      child,
-      root,
-      tag=f"_x{scale}_{mode}_two_shards",
-      workdir=workdir,
-      vocab_scale=scale,
-      two_shards_in_flight=True,
-    )
-    row = _growth_row(job, scale, mode, copies=1)
-    row["overhead_growth"] = row["overhead"] / rows[f"x1 {mode}"]["overhead"]
-    out[f"x{scale} {mode}, 2 shards (0.3)"] = row
-  shutil.rmtree(workdir, ignore_errors=True)
-  return out
-
-
-def _growth_row(job: dict[str, Any], scale: int, mode: str, copies: int) -> dict[str, Any]:
-  """A growth row of a job's figures; `copies`: the states its peak holds (2 with
-  an asynchronous save's host copy)."""
-  state = sum(job["state"].values())
-  return {
-    "vocab_scale": scale,
-    "saves": mode,
-    "state_bytes": state,
-    "peak_rss": job["max_rss"],
-    "overhead": job["max_rss"] - copies * state,
-    "peak_over_state": job["max_rss"] / state,
-    "goal_peak_over_state": 2.6 if mode == "async" else 1.6,
-    "seconds": job["seconds"],
-    "peak_phase": max(job["phases"], key=lambda p: job["peak"][p]["VmRSS"]),
-    "phase_peaks": {p: job["peak"][p]["VmRSS"] for p in job["phases"]},
-  }
 
 
 _MEDIAN_FIGURES = ("state_bytes", "peak_rss", "overhead", "peak_over_state", "overhead_growth")

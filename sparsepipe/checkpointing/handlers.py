@@ -37,7 +37,7 @@ from sparsepipe.checkpointing.integrity import digests as integrity
 METADATA_FILENAME = "metadata.json"
 
 
-IN_FLIGHT_FLOOR = 256 << 20
+_IN_FLIGHT_FLOOR = 256 << 20
 
 # The size of a save's OCDBT data files: TensorStore holds a data file's bytes
 # in memory until the file is written, and Orbax's default is 2 GiB (400 MiB
@@ -50,30 +50,21 @@ DATA_FILE_MB = 2.0
 
 def in_flight_bound(tree: Any) -> int:
   """Bytes a save may write, or a restore read, at once for `tree`'s arrays
-  (concrete or abstract, with shardings): the largest shard this process
-  holds (and one byte), at least 256 MiB.
+  (concrete or abstract, with shardings): twice the largest shard this
+  process holds, at least 256 MiB.
 
   Orbax writes, and reads, every shard at once: TensorStore's buffers held
   0.8x the arrays' bytes during a save (benchmarks/memory.py: a criteo save
   on 8 CPU devices, 2.3 GB for 2.9 GB of arrays), and a restore holds what
   it has read beside the arrays it makes. With this bound they stay a few
   shards' worth (with `array_save`'s data files, a few files' worth), whatever
-  the tables' size. Orbax refuses a shard at or over its bound, hence the
-  byte. Twice the largest shard (as up to 0.3) let a save or restore of
-  tables 4x the criteo config's hold two of their 186 MB shards at once
-  (372 MB, 104 MB above the floor): an overhead that grew with the tables
-  (benchmarks/memory.py --sections growth).
+  the tables' size. Orbax refuses a shard at or over its bound, hence twice
+  the largest.
   """
-  return max(IN_FLIGHT_FLOOR, largest_shard_bytes(tree) + 1)
-
-
-def largest_shard_bytes(tree: Any) -> int:
-  """The bytes of the largest shard of `tree`'s arrays this process holds."""
-  sizes = [
-    math.prod(_shard_shape(leaf)) * jax.numpy.dtype(leaf.dtype).itemsize
-    for leaf in jax.tree.leaves(tree)
-  ]
-  return max(sizes, default=0)
+  largest = 0
+  for leaf in jax.tree.leaves(tree):
+    largest = max(largest, math.prod(_shard_shape(leaf)) * jax.numpy.dtype(leaf.dtype).itemsize)
+  return max(_IN_FLIGHT_FLOOR, 2 * largest)
 
 
 def _shard_shape(leaf: Any) -> tuple[int, ...]:

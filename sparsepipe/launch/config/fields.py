@@ -223,7 +223,7 @@ MEMORY_SECTION = [
   " check held a second copy of each array: its peak was 2.24x the state at 4x (overhead"
   " 3.7 GB) before both were bounded.",
   "",
-  "A save writes, and a restore reads, at most the largest shard at once (at least"
+  "A save writes, and a restore reads, at most twice the largest shard at once (at least"
   " 256 MiB; `checkpointing.in_flight_bound`); a save writes in chunks and data files of"
   " `checkpoint.data_file_mb` (2 MiB): TensorStore holds a data file in memory until it"
   " is written, and with Orbax's 2 GiB files a synchronous save added 130-140 MB at the"
