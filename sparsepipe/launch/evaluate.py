@@ -54,7 +54,7 @@ def evaluate_checkpoint(
     config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh()
-  manifest = checkpoints.training_manifest(saved, workdir)
+  manifest = dataset.training_manifest(saved, workdir)
   model = JobModel(config, manifest, mesh)
   eval_dir = (
     dataset.given_dataset("--eval_data_dir", eval_data_dir)
@@ -67,7 +67,7 @@ def evaluate_checkpoint(
   # Without `step`, the newest intact step as of now: a running job may have
   # deleted the step whose config was read (it keeps only its newest steps).
   restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
-  checkpoints.check_training_data(saved.directory, restored.checkpoint_step, manifest)
+  dataset.check_training_data(saved.directory, restored.checkpoint_step, manifest)
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)

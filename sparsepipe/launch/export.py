@@ -47,6 +47,7 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
   saved = checkpoints.saved_job(workdir, step)
@@ -55,11 +56,11 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
     saved.config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh(jax.devices("cpu")[:1])
-  manifest = checkpoints.training_manifest(saved, workdir)
+  manifest = dataset.training_manifest(saved, workdir)
   model = JobModel(saved.config, manifest, mesh)
   run = checkpointing.RunInfo.create(saved.config, mesh, data_worker_count=0)
   restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
-  checkpoints.check_training_data(saved.directory, restored.checkpoint_step, manifest)
+  dataset.check_training_data(saved.directory, restored.checkpoint_step, manifest)
   yield model, restored
 
 

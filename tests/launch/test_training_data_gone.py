@@ -113,3 +113,42 @@ def test_a_step_without_a_copy_of_the_manifest_needs_its_dataset(tmp_path, monke
     export_checkpoint(workdir, str(tmp_path / "without_data"))
   with pytest.raises(data.ManifestError, match=gone):
     evaluate_checkpoint(workdir)
+
+
+def test_a_generated_dataset_of_a_step_without_a_copy_is_not_generated_to_export(
+  tmp_path, monkeypatch
+):
+  """`launch.export` changes nothing in the workdir: it generated <workdir>/data again."""
+  to_json = checkpointing.CheckpointMetadata.to_json
+  monkeypatch.setattr(
+    checkpointing.CheckpointMetadata,
+    "to_json",
+    lambda self: {k: v for k, v in to_json(self).items() if k != "training_data"},
+  )
+  workdir = str(tmp_path / "job")
+  train_and_evaluate(launch_testing.tiny_config(num_steps=2), workdir)
+  monkeypatch.undo()
+  shutil.rmtree(os.path.join(workdir, "data"))
+  with pytest.raises(
+    data.ManifestError,
+    match=f"^no manifest.json in '{workdir}/data' \\(not a finished dataset\\): checkpoint 2"
+    " holds no copy",
+  ):
+    export_checkpoint(workdir, str(tmp_path / "export"))
+  assert not os.path.exists(os.path.join(workdir, "data"))
+
+
+def test_an_eval_set_converted_otherwise_names_the_jobs_options_when_its_data_is_gone(tmp_path):
+  workdir, train = _trained(tmp_path)
+  path = str(tmp_path / "ratings.csv")
+  other = str(tmp_path / "other_eval")
+  launch_testing.convert_ratings(path, str(tmp_path / "other"), other)  # no log1p
+  shutil.rmtree(train)
+  with pytest.raises(ValueError) as refused:
+    evaluate_checkpoint(workdir, eval_data_dir=other)
+  assert str(refused.value).endswith(
+    f"(the train data at '{train}' is gone or converted again since the job trained on it,"
+    " so --like cannot take its rules from there: convert the eval data with"
+    " --vocab_sizes=userId=64,genre=64 and the dense transforms {'age': 'log1p'}, or put the"
+    " train data back)"
+  )

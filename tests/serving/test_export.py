@@ -447,17 +447,24 @@ def test_a_delta_with_no_row_changed_says_so(chain, tmp_path):
   )
 
 
+@pytest.mark.parametrize("damaged", ["arrays", "metadata"])
 def test_a_damaged_newest_step_of_an_extended_job_falls_back_with_one_warning(
-  chain, tmp_path, caplog
+  chain, tmp_path, caplog, damaged
 ):
   """Before: export and evaluate read the config of the newest step (num_steps=8) and
   restored the newest intact one (num_steps=6), then refused the pair as "written
-  with another config": num_steps may differ between a job's steps."""
+  with another config": num_steps may differ between a job's steps. A newest step
+  whose metadata was altered stopped both: "item 'metadata' does not match its
+  sha256", where the job itself goes on from the step before."""
   _, workdir = chain
   copy = tmp_path / "job"
   shutil.copytree(workdir, copy)
-  for path in (copy / "checkpoints" / "8" / "arrays").rglob("ocdbt.process_0/d/*"):
-    path.write_bytes(b"")
+  if damaged == "arrays":
+    for path in (copy / "checkpoints" / "8" / "arrays").rglob("ocdbt.process_0/d/*"):
+      path.write_bytes(b"")
+  else:
+    path = copy / "checkpoints" / "8" / "metadata" / "metadata.json"
+    path.write_text(path.read_text().replace('"batches_consumed": ', '"batches_consumed": 1', 1))
   info = export_checkpoint(str(copy), str(tmp_path / "export"))
   assert (info.checkpoint_step, info.batches_trained) == (6, 6)
   warning = f"Skipped checkpoint at {copy / 'checkpoints'} step 8: item '"

@@ -200,10 +200,32 @@ def _like_hint(train: Manifest, evaluation: Manifest) -> str:
   )
   if not (sizes_differ or transforms_differ):
     return ""
+  if not _still_there(train):
+    sizes = ",".join(f"{f.name}={f.vocab_size}" for f in train.schema.sparse)
+    return (
+      f" (the train data at '{train.directory}' is gone or converted again since the job"
+      " trained on it, so --like cannot take its rules from there: convert the eval data"
+      f" with --vocab_sizes={sizes} and the dense transforms"
+      f" {dense_transforms(train.info, train.schema)!r}, or put the train data back)"
+    )
   return (
     f" (convert the eval data with --like={train.directory} to take the train data's"
     " vocabulary sizes and dense transforms)"
   )
+
+
+def _still_there(train: Manifest) -> bool:
+  """Whether `train`'s directory still holds that data, converted by the same rules
+  (a job's checkpoint keeps a copy of its training data's manifest: the data may be
+  gone, or converted again under the same path)."""
+  try:
+    there = read_manifest(train.directory)
+  except ValueError:  # ManifestError: gone, or no dataset
+    return False
+  rules = rule_differences(
+    (there.info, there.schema), (train.info, train.schema), there="", here=""
+  )
+  return there.schema == train.schema and not rules
 
 
 def apply_manifest(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -27,14 +27,12 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from sparsepipe import checkpointing
-from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import saved_work
 from sparsepipe.launch.config import packing
 from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
-from sparsepipe.launch.job import dataset
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
 from sparsepipe.launch.job.schedule import Position
@@ -352,40 +350,36 @@ def saved_job(workdir: str, step: int | None) -> SavedJob:
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
   for _ in range(_READ_ATTEMPTS):
     with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
-      config_step = reader.latest_step() if step is None else step
-      if config_step is None:
+      steps = [step] if step is not None else sorted(reader.all_steps(), reverse=True)
+      if not steps:
         raise ValueError(f"no checkpoint in '{directory}'")
-      try:
-        meta = reader.read_metadata(config_step)
-      except (checkpointing.StepNotKeptError, FileNotFoundError):
-        # The newest step, deleted since it was listed: the job saved newer ones.
-        if step is not None or os.path.isdir(os.path.join(directory, str(config_step))):
-          raise
-        continue
-      config = ml_collections.ConfigDict(meta.run.config)
-      return SavedJob(directory, config_step, config, meta.training_data)
+      saved = _newest_readable(reader, steps, given=step is not None)
+    if saved is not None:
+      return saved
   raise ValueError(
     f"the newest checkpoint in '{directory}' was deleted while it was read,"
     f" {_READ_ATTEMPTS} times in a row (a job saving faster than it can be read): give --step"
   )
 
 
-def training_manifest(saved: SavedJob, workdir: str) -> data.Manifest:
-  """The manifest of the data the saved job trained on: the checkpoint's copy,
-  so that export and evaluate need no training data; for steps saved by 0.3
-  and earlier, which hold none, the dataset's own (which must then be there)."""
-  if saved.training_data is not None:
-    data_dir = dataset.training_data_dir(saved.config, os.path.abspath(workdir))
-    where = f"checkpoint {saved.step} in '{saved.directory}' (its copy of the data's manifest)"
-    return data.Manifest.from_dict(saved.training_data, data_dir, where=where)
-  try:
-    data_dir = dataset.ensure_dataset(saved.config, os.path.abspath(workdir), show_progress=False)
-  except data.ManifestError as e:
-    raise data.ManifestError(
-      f"{e}: checkpoint {saved.step} holds no copy of the training data's manifest (steps"
-      " saved by sparsepipe 0.3 and earlier), so the job's dataset must be there"
-    ) from None
-  return data.read_manifest(data_dir)
+def _newest_readable(reader: Any, steps: list[int], *, given: bool) -> SavedJob | None:
+  """The SavedJob of the first of `steps` whose metadata reads; None when one was
+  deleted since it was listed (a running job saved newer ones: list them again).
+  A corrupt one is passed over as the restore passes over it (unless `given`)."""
+  for candidate in steps:
+    try:
+      meta = reader.read_metadata(candidate)
+    except (checkpointing.StepNotKeptError, FileNotFoundError):
+      if given or os.path.isdir(os.path.join(str(reader.directory), str(candidate))):
+        raise
+      return None
+    except checkpointing.CorruptCheckpointError:
+      if given or candidate == steps[-1]:
+        raise
+      continue
+    config = ml_collections.ConfigDict(meta.run.config)
+    return SavedJob(str(reader.directory), candidate, config, meta.training_data)
+  return None
 
 
 def in_flight_bytes(model: JobModel) -> int:
@@ -405,36 +399,6 @@ def restore_saved_model(
   if restored is None:
     raise ValueError(f"no checkpoint in '{directory}'")
   return restored
-
-
-def check_training_data(directory: str, step: int, manifest: data.Manifest) -> None:
-  """ValueError unless `manifest` describes the dataset checkpoint `step` was
-  trained on, by the fingerprints its data iterator saved (transforms: schema,
-  shards and counts; the conversion's rules where recorded). Export and evaluate
-  read the training data's description and rules from there: a dataset converted
-  again since, e.g. with another dense transform, gave an export that scored raw
-  rows otherwise than the model was trained, without a word (steps saved by 0.3
-  and earlier hold no copy of the manifest: the dataset's own is read)."""
-  where = os.path.join(directory, str(step))
-  if not os.path.isdir(where):  # a running job deleted it since it was read
-    return
-  (saved, *_) = checkpointing.read_iterator_states(os.path.join(where, "data_iter"), where=where)
-  data_dir = manifest.directory
-  now = {
-    "dataset": transforms.dataset_fingerprint(manifest),
-    "conversion": transforms.conversion_fingerprint(manifest),
-  }
-  changed = [
-    f"{key} {now[key]} there, {saved['metadata'][key]} in the checkpoint"
-    for key in now
-    if key in saved["metadata"] and saved["metadata"][key] != now[key]
-  ]
-  if changed:
-    raise ValueError(
-      f"the training data '{data_dir}' is not the dataset checkpoint {step} was trained on"
-      f" (fingerprints: {'; '.join(changed)}): it was converted or generated again since."
-      " Put the job's dataset back there (same inputs and options)"
-    )
 
 
 def _newest_saved_config(workdir: str) -> Any:

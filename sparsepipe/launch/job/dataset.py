@@ -1,4 +1,7 @@
-"""The dataset a job reads: the configured one, or a generated synthetic one."""
+"""The dataset a job reads: the configured one, or a generated synthetic one;
+and the one its checkpoints were trained on, whose manifest each holds a copy of
+(export and evaluate read that copy, a resume checks the data against it).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ from typing import Any, Callable
 from jax.experimental import multihost_utils
 import jax
 
+from sparsepipe import checkpointing
 from sparsepipe import data
+from sparsepipe import transforms
+from sparsepipe.data.conversion_rules import rule_differences
 from sparsepipe.launch.config import packing
 
 # The folders of a workdir that hold its generated train and eval data.
@@ -164,3 +170,105 @@ def synthetic_changes(manifest: data.Manifest, config: Any) -> list[str]:
       for key in sorted(old[name].keys() & new[name].keys()):
         compare(f"features.{name}.{key}", old[name][key], new[name][key])
   return changes
+
+
+def training_manifest(saved: Any, workdir: str) -> data.Manifest:
+  """The manifest of the data a saved job (checkpoints.SavedJob) trained on: the
+  checkpoint's copy, so that export and evaluate need no training data; for steps
+  saved by 0.3 and earlier, which hold none, the dataset's own, which must then be
+  there (it is not generated again: export and evaluate change nothing)."""
+  data_dir = training_data_dir(saved.config, os.path.abspath(workdir))
+  if saved.training_data is not None:
+    where = f"checkpoint {saved.step} in '{saved.directory}' (its copy of the data's manifest)"
+    return data.Manifest.from_dict(saved.training_data, data_dir, where=where)
+  try:
+    if saved.config.data.dir:
+      return data.read_manifest(given_dataset("config.data.dir", saved.config.data.dir))
+    return data.read_manifest(data_dir)
+  except data.ManifestError as e:
+    raise data.ManifestError(
+      f"{e}: checkpoint {saved.step} holds no copy of the training data's manifest (steps"
+      " saved by sparsepipe 0.3 and earlier), so the job's dataset must be there"
+    ) from None
+
+
+def check_training_data(directory: str, step: int, manifest: data.Manifest) -> None:
+  """ValueError unless `manifest` describes the dataset checkpoint `step` was
+  trained on, by the fingerprints its data iterator saved (transforms: schema,
+  shards and counts; the conversion's rules where recorded). For steps of 0.3 and
+  earlier, whose data export and evaluate read: a dataset converted again since,
+  e.g. with another dense transform, gave an export that scored raw rows otherwise
+  than the model was trained, without a word."""
+  where = os.path.join(directory, str(step))
+  if not os.path.isdir(where):  # a running job deleted it since it was read
+    return
+  (saved, *_) = checkpointing.read_iterator_states(os.path.join(where, "data_iter"), where=where)
+  now = {
+    "dataset": transforms.dataset_fingerprint(manifest),
+    "conversion": transforms.conversion_fingerprint(manifest),
+  }
+  changed = [
+    f"{key} {now[key]} there, {saved['metadata'][key]} in the checkpoint"
+    for key in now
+    if key in saved["metadata"] and saved["metadata"][key] != now[key]
+  ]
+  if changed:
+    raise ValueError(
+      f"the training data '{manifest.directory}' is not the dataset checkpoint {step} was"
+      f" trained on (fingerprints: {'; '.join(changed)}): it was converted or generated again"
+      " since. Put the job's dataset back there (same inputs and options)"
+    )
+
+
+def check_resumed_data(mngr: checkpointing.TrainingCheckpointManager, now: data.Manifest) -> None:
+  """IncompatibleCheckpointError naming what differs when the job's newest checkpoint
+  was trained on other data than the dataset `now` at its path (its copy of the
+  training data's manifest). The data iterator's check named two fingerprints only.
+  Steps without a copy (0.3), or whose metadata is unreadable, are left to the restore."""
+  step = mngr.latest_step()
+  try:
+    saved = None if step is None else mngr.read_metadata(step).training_data
+  except checkpointing.CorruptCheckpointError:
+    return
+  if saved is None:
+    return
+  trained = data.Manifest.from_dict(saved, now.directory, where=mngr.where(step))
+  differences = _differences(now, trained)
+  if differences:
+    raise checkpointing.IncompatibleCheckpointError(
+      f"the data at '{now.directory}' is not the dataset the job in"
+      f" {os.path.dirname(str(mngr.directory))} trained on (checkpoint {step}): it was"
+      f" converted or generated again since: {'; '.join(differences)}. Put the job's dataset"
+      " back there (same inputs and options), or train on this data in a new --workdir (the"
+      " checkpoints are left as they are)"
+    )
+
+
+def _differences(now: data.Manifest, trained: data.Manifest) -> list[str]:
+  """What differs between the data `now` and the data the job `trained` on, worded
+  "<what> <now's> there, <trained's> in the job": conversion rules, vocabulary
+  sizes, other features, counts, else the records themselves."""
+  out = rule_differences(
+    (now.info, now.schema), (trained.info, trained.schema), there="there", here="in the job"
+  )
+  vocab = [{f.name: f.vocab_size for f in m.schema.sparse} for m in (now, trained)]
+  changed = sorted(
+    n for n in vocab[0].keys() | vocab[1].keys() if vocab[0].get(n) != vocab[1].get(n)
+  )
+  out += [
+    f"vocab_size of '{n}' {vocab[0].get(n)} there, {vocab[1].get(n)} in the job"
+    for n in changed[:3]
+  ]
+  if len(changed) > 3:
+    out.append(f"the vocab sizes of {len(changed) - 3} more features")
+  if not changed and now.schema != trained.schema:
+    out.append(f"features {now.schema.to_dict()} there, {trained.schema.to_dict()} in the job")
+  counts = [(m.num_examples, len(m.shards)) for m in (now, trained)]
+  if counts[0] != counts[1]:
+    out.append(
+      f"{counts[0][0]:,} examples in {counts[0][1]} shards there, {counts[1][0]:,} in"
+      f" {counts[1][1]} in the job"
+    )
+  if not out and transforms.dataset_fingerprint(now) != transforms.dataset_fingerprint(trained):
+    out.append("other records, in the same numbers")
+  return out

@@ -174,6 +174,7 @@ class _Job:
     fails closes its input: its data workers stop now, not at exit, where
     closing them hung.
     """
+    dataset.check_resumed_data(ckpts.mngr, self.model.manifest)
     restored = ckpts.restore()
     setup = self.model.setup(self.model.base_specs) if restored is None else restored.setup
     try:
