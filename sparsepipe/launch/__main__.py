@@ -160,7 +160,7 @@ def main(argv) -> int:
 if __name__ == "__main__":
   sys.exit(
     app.run(
-      cli.reports_errors(main),
+      cli.reports_errors(main, handles_ctrl_c=False),  # stopping.py's handlers
       flags_parser=lambda argv: parse_flags_or_exit(
         argv, lambda args: cli.parse_flags(args, help_epilog=config_help)
       ),

@@ -68,6 +68,47 @@ def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["day.tsv", "site"]
 
 
+def test_a_ctrl_c_python_swallowed_is_still_one_line_and_status_130(tmp_path):
+  """Raised inside a gc callback (JAX's, in a user's run), the KeyboardInterrupt
+  was only reported ("Exception ignored in ...") and the command finished, status 0."""
+  site = tmp_path / "site"
+  site.mkdir()
+  (site / "sitecustomize.py").write_text(
+    "import gc, os, signal\n"
+    "from sparsepipe.data.criteo import convert\n"
+    "check = convert.check_text_files\n"
+    "def callback(phase, info):\n"
+    "  gc.callbacks.remove(callback)\n"
+    "  os.kill(os.getpid(), signal.SIGINT)  # its handler runs here: Python swallows it\n"
+    "def swallowed(*args, **kwargs):\n"
+    "  gc.callbacks.append(callback)\n"
+    "  gc.collect()\n"
+    "  return check(*args, **kwargs)\n"
+    "convert.check_text_files = swallowed\n"
+  )
+  path = tmp_path / "day.tsv"
+  path.write_text(LINE + "\n")
+  out = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.data.criteo", "--input", str(path)]
+    + ["--output", str(tmp_path / "out")],
+    capture_output=True,
+    text=True,
+    env={**ENV, "PYTHONPATH": os.pathsep.join((str(site), ENV["PYTHONPATH"]))},
+    check=False,
+    timeout=120,
+    cwd=ROOT,
+  )
+  assert (out.returncode, out.stderr.splitlines()[1:]) == (
+    130,
+    [
+      "stopped by Ctrl-C; its output is written whole or not at all: run the same command"
+      " again to make it"
+    ],
+  ), out.stderr
+  assert out.stderr.startswith("criteo: 1 examples ")  # the progress line, before it
+  assert os.path.isfile(tmp_path / "out" / "manifest.json")  # written whole
+
+
 def test_flag_values_and_missing_inputs_are_one_line(tmp_path):
   out = _run(
     "sparsepipe.data.criteo",

@@ -9,7 +9,9 @@ exit status 1; `--verbose` shows the traceback instead.
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -239,13 +241,44 @@ INTERRUPTED_LINE = (
 )
 
 
-def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
+class _CtrlC:
+  """SIGINT of a command: a KeyboardInterrupt, remembered. Raised inside a gc
+  callback (JAX's), Python only reports it ("Exception ignored in ...
+  _xla_gc_callback") and goes on: the command then finished, status 0."""
+
+  def __init__(self) -> None:
+    self.seen = False
+
+  def __call__(self, signum: int, frame: Any) -> None:
+    del signum, frame
+    self.seen = True
+    raise KeyboardInterrupt
+
+
+_CTRL_C = _CtrlC()
+
+
+def _drop_swallowed_ctrl_c(unraisable: Any, report: Any = sys.unraisablehook) -> None:
+  """sys.unraisablehook: a KeyboardInterrupt of _CTRL_C that Python could only
+  report is not reported (the command says it stopped once its main returns)."""
+  if not (_CTRL_C.seen and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+    report(unraisable)
+
+
+def reports_errors(
+  main: Callable[[Sequence[str]], Any], *, handles_ctrl_c: bool = True
+) -> Callable[[Sequence[str]], Any]:
   """Wraps a command's main: USER_ERRORS become one line on stderr (exit_with_error),
-  and Ctrl-C one line and status 130 (was Python's KeyboardInterrupt traceback)."""
+  and Ctrl-C one line and status 130 (was Python's KeyboardInterrupt traceback),
+  also a Ctrl-C that Python swallowed (_CtrlC). `handles_ctrl_c`: False for a
+  command with its own SIGINT handler (the launcher's)."""
 
   def wrapped(argv: Sequence[str]) -> Any:
+    if handles_ctrl_c:
+      signal.signal(signal.SIGINT, _CTRL_C)
+      sys.unraisablehook = functools.partial(_drop_swallowed_ctrl_c, report=sys.unraisablehook)
     try:
-      return main(argv)
+      result = main(argv)
     except USER_ERRORS as e:
       if flags.FLAGS.verbose:
         raise
@@ -253,10 +286,17 @@ def reports_errors(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[s
     except KeyboardInterrupt:
       if flags.FLAGS.verbose:
         raise
-      print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
-      sys.exit(INTERRUPTED_EXIT_CODE)
+      _exit_interrupted()
+    if _CTRL_C.seen:  # swallowed: its output is written whole, the status says it stopped
+      _exit_interrupted()
+    return result
 
   return wrapped
+
+
+def _exit_interrupted() -> None:
+  print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
+  sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 def exit_with_error(error: BaseException) -> None:
