@@ -127,9 +127,20 @@ def test_a_saved_checkpoint_evaluates_like_the_job_did(run_with_eval):
   assert metrics == result.last_eval
   assert sorted(os.listdir(workdir)) == before
   with pytest.raises(
-    ValueError, match=r"^no checkpoints in '/nonexistent' \(no '/nonexistent/checkpoints'\)$"
+    ValueError,
+    match=r"^'/nonexistent' does not exist \(give the --workdir the job trained in\)$",
   ):
     evaluate_checkpoint("/nonexistent")
+  with pytest.raises(
+    ValueError,
+    match=f"^'{workdir}/checkpoints' is the checkpoints folder of the job in '{workdir}': give"
+    " that as --workdir$",
+  ):
+    evaluate_checkpoint(os.path.join(workdir, "checkpoints"))
+  os.makedirs(os.path.join(workdir, "empty"))
+  with pytest.raises(ValueError, match=f"^no checkpoints in '{workdir}/empty' \\(no "):
+    evaluate_checkpoint(os.path.join(workdir, "empty"))
+  os.rmdir(os.path.join(workdir, "empty"))
 
 
 def test_evaluating_leaves_a_running_jobs_save_alone(run_with_eval, tmp_path):

@@ -347,6 +347,15 @@ def saved_job(workdir: str, step: int | None) -> SavedJob:
       )
     if os.path.isfile(workdir):
       raise ValueError(f"'{workdir}' is a file, not a job's workdir")
+    if not os.path.exists(workdir):
+      raise ValueError(f"'{workdir}' does not exist (give the --workdir the job trained in)")
+    parent = os.path.dirname(os.path.abspath(workdir))
+    if os.path.basename(os.path.abspath(workdir)) == checkpointing.CHECKPOINTS_DIRNAME and (
+      (saved_work(parent) or ("",))[0] == "workdir"
+    ):
+      raise ValueError(
+        f"'{workdir}' is the checkpoints folder of the job in '{parent}': give that as --workdir"
+      )
     raise ValueError(f"no checkpoints in '{workdir}' (no '{directory}')")
   for _ in range(_READ_ATTEMPTS):
     with checkpointing.TrainingCheckpointManager(directory, None, read_only=True) as reader:
