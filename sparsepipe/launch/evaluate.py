@@ -6,7 +6,8 @@ if their number changed) and runs one eval pass over the job's eval set (or
 `--eval_data_dir`, which must have the train set's features). Prints one
 line of metrics; `--json PATH` also writes them (a new file, or one replaced
 with `--overwrite`; never inside a workdir, dataset or export, checked
-before the eval runs). Nothing in the workdir changes.
+before the eval runs). The training data need not be there (the checkpoint
+holds a copy of its manifest). Nothing in the workdir changes.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ jax.export for the CPU and the `--platforms` asked for. Any checkpoint of
 any device count; the export reads it on one CPU device. With `--since
 E_prev` it writes a delta: only the rows updated since E_prev, which
 `python -m sparsepipe.serving.apply` (or `Predictor.load(E_prev,
-deltas=[...])`) applies. Nothing in the workdir changes.
+deltas=[...])`) applies. It reads the checkpoint only (the features and the
+converter's rules come from its copy of the training data's manifest: the
+data may be gone). Nothing in the workdir changes.
 """
 
 from __future__ import annotations
