@@ -38,19 +38,14 @@ def test_converter_error_is_one_line_and_verbose_shows_the_traceback(tmp_path):
   assert out.stderr.rstrip().endswith("line 1: column label value 'x' is not a number")
 
 
-def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
-  # Was a KeyboardInterrupt traceback (every command but the launcher).
+def _convert_criteo_interrupted(tmp_path, sitecustomize: str):
+  """The Criteo converter of one line, run with `sitecustomize` (which interrupts it)."""
   site = tmp_path / "site"
   site.mkdir()
-  (site / "sitecustomize.py").write_text(
-    "from sparsepipe.data.criteo import convert\n"
-    "def interrupted(*args, **kwargs):\n"
-    "  raise KeyboardInterrupt\n"
-    "convert.check_text_files = interrupted\n"
-  )
+  (site / "sitecustomize.py").write_text(sitecustomize)
   path = tmp_path / "day.tsv"
   path.write_text(LINE + "\n")
-  out = subprocess.run(
+  return subprocess.run(
     [sys.executable, "-m", "sparsepipe.data.criteo", "--input", str(path)]
     + ["--output", str(tmp_path / "out")],
     capture_output=True,
@@ -59,6 +54,17 @@ def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
     check=False,
     timeout=120,
     cwd=ROOT,
+  )
+
+
+def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
+  # Was a KeyboardInterrupt traceback (every command but the launcher).
+  out = _convert_criteo_interrupted(
+    tmp_path,
+    "from sparsepipe.data.criteo import convert\n"
+    "def interrupted(*args, **kwargs):\n"
+    "  raise KeyboardInterrupt\n"
+    "convert.check_text_files = interrupted\n",
   )
   assert (out.returncode, out.stderr) == (
     130,
@@ -71,9 +77,8 @@ def test_ctrl_c_is_one_line_status_130_and_leaves_no_output(tmp_path):
 def test_a_ctrl_c_python_swallowed_is_still_one_line_and_status_130(tmp_path):
   """Raised inside a gc callback (JAX's, in a user's run), the KeyboardInterrupt
   was only reported ("Exception ignored in ...") and the command finished, status 0."""
-  site = tmp_path / "site"
-  site.mkdir()
-  (site / "sitecustomize.py").write_text(
+  out = _convert_criteo_interrupted(
+    tmp_path,
     "import gc, os, signal\n"
     "from sparsepipe.data.criteo import convert\n"
     "check = convert.check_text_files\n"
@@ -84,19 +89,7 @@ def test_a_ctrl_c_python_swallowed_is_still_one_line_and_status_130(tmp_path):
     "  gc.callbacks.append(callback)\n"
     "  gc.collect()\n"
     "  return check(*args, **kwargs)\n"
-    "convert.check_text_files = swallowed\n"
-  )
-  path = tmp_path / "day.tsv"
-  path.write_text(LINE + "\n")
-  out = subprocess.run(
-    [sys.executable, "-m", "sparsepipe.data.criteo", "--input", str(path)]
-    + ["--output", str(tmp_path / "out")],
-    capture_output=True,
-    text=True,
-    env={**ENV, "PYTHONPATH": os.pathsep.join((str(site), ENV["PYTHONPATH"]))},
-    check=False,
-    timeout=120,
-    cwd=ROOT,
+    "convert.check_text_files = swallowed\n",
   )
   assert (out.returncode, out.stderr.splitlines()[1:]) == (
     130,
