@@ -276,7 +276,8 @@ def reports_errors(
   def wrapped(argv: Sequence[str]) -> Any:
     if handles_ctrl_c:
       signal.signal(signal.SIGINT, _CTRL_C)
-      sys.unraisablehook = functools.partial(_drop_swallowed_ctrl_c, report=sys.unraisablehook)
+      if getattr(sys.unraisablehook, "func", None) is not _drop_swallowed_ctrl_c:
+        sys.unraisablehook = functools.partial(_drop_swallowed_ctrl_c, report=sys.unraisablehook)
     try:
       result = main(argv)
     except USER_ERRORS as e:
