@@ -17,10 +17,18 @@ FEATURES = (data.SyntheticFeature("a", 40, 1, 3), data.SyntheticFeature("b", 24,
 _DIR_ENV = "SPARSEPIPE_TEST_WORKER_DIR"
 
 
+def _write_whole(name, text):
+  """Writes `text` to `name` in the test's folder, whole once the name exists (the
+  test waits for the name: it read an empty file once, in CI)."""
+  path = os.path.join(os.environ[_DIR_ENV], name)
+  with open(f"{path}.tmp", "w") as f:
+    f.write(text)
+  os.replace(f"{path}.tmp", path)
+
+
 def _record_worker(worker_index, worker_count):
   """Runs in each worker: writes when it started and which modules it holds."""
-  with open(os.path.join(os.environ[_DIR_ENV], f"worker{worker_index}"), "w") as f:
-    f.write(" ".join(sorted(sys.modules)))
+  _write_whole(f"worker{worker_index}", " ".join(sorted(sys.modules)))
 
 
 def _record_and_hold_worker(worker_index, worker_count):
@@ -36,8 +44,7 @@ def _record_exit(worker_index, worker_count):
   def record():
     start = time.time()
     time.sleep(3)
-    with open(os.path.join(os.environ[_DIR_ENV], f"exit{worker_index}"), "w") as f:
-      f.write(f"{start} {time.time()}")
+    _write_whole(f"exit{worker_index}", f"{start} {time.time()}")
 
   atexit.register(record)
 
