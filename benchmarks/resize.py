@@ -1,4 +1,4 @@
-"""How far a resized job drifts from an uninterrupted one (README, "Jobs, checkpoints").
+"""How far a resized job drifts from an uninterrupted one (docs/guide/jobs.md).
 
     python benchmarks/resize.py [--num_steps 2000] [--stops 200,400] [--devices 1,4,1]
         [--json out.json] [--workdir DIR]

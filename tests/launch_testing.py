@@ -229,6 +229,22 @@ def write_ratings_csv(path: str, *, seed: int) -> str:
   return path
 
 
+def write_movielens_csv(path: str, *, rows: int = 2000, seed: int = 0) -> str:
+  """Writes MovieLens-shaped rows (userId, movieId, rating, genres joined by '|') as CSV:
+  the columns the README's conversion names; returns `path`."""
+  rng = np.random.default_rng(seed)
+  genres = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi", "Thriller"]
+  with open(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["userId", "movieId", "rating", "genres"])
+    for _ in range(rows):
+      picked = rng.choice(genres, size=rng.integers(1, 4), replace=False)
+      writer.writerow(
+        [rng.integers(1, 300), rng.integers(1, 900), rng.integers(1, 6), "|".join(picked)]
+      )
+  return path
+
+
 def convert_ratings(path: str, output: str, eval_output: str, **options: Any) -> None:
   """Converts `write_ratings_csv`'s file (a quarter held out; replacing `output`):
   label rating >= 4, integer user ids, a hashed genre, a dense age."""

@@ -154,7 +154,7 @@ def array_save(tree: Any, data_file_mb: float = DATA_FILE_MB) -> ocp.args.PyTree
 
   TensorStore holds a data file's bytes in host memory until it writes the
   file, so the files' size, not the state's or a shard's, bounds what a save's
-  writes hold (benchmarks/memory.py, docs/config.md "Memory and saves").
+  writes hold (benchmarks/memory.py, docs/reference/config.md "Memory and saves").
   Chunks evenly divide a shard: where the shard's rows have no divisor near
   the target, a chunk is the smallest larger one (`chunk_byte_size`), and the
   data files are as large as the largest chunk.

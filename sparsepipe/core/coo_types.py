@@ -15,7 +15,7 @@ _EMPTY: Mapping = types.MappingProxyType({})
 
 
 class SparseDenseMatmulInput(NamedTuple):
-  """COO buffers per stack (see docs/coo_format.md for the layout)."""
+  """COO buffers per stack (see docs/reference/coo_format.md for the layout)."""
 
   lhs_row_pointers: Mapping[str, np.ndarray]
   lhs_embedding_ids: Mapping[str, np.ndarray]

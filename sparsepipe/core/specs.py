@@ -52,7 +52,7 @@ def check_combiner(combiner: Any, what: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class FeatureIdTransformation:
-  """How a feature's ids map into its stacked table (docs/coo_format.md)."""
+  """How a feature's ids map into its stacked table (docs/reference/coo_format.md)."""
 
   row_offset: int = 0  # running sum of global batch sizes in the stack
   col_offset: int = 0  # row_offset_in_shard * N

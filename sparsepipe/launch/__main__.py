@@ -33,11 +33,14 @@ stopping.stop_outside_training()
 from absl import app
 from absl import flags
 
-from sparsepipe.data.convert import cli
+# Nothing here imports JAX, Orbax or Grain (main does, seconds): --help and a bad
+# flag answer at once (command_line.py).
+from sparsepipe import command_line
 from sparsepipe.launch.config.flag import config_help
 from sparsepipe.launch.config.flag import config_name
 from sparsepipe.launch.config.flag import define_config_flag
 from sparsepipe.launch.config.flag import parse_flags_or_exit
+from sparsepipe.launch.config.flag import top_level_field_line
 
 # ml_collections applies the --config.* overrides of the default config here.
 parse_flags_or_exit(None, lambda _: define_config_flag("demo"))
@@ -95,17 +98,17 @@ def _report_the_end(error: BaseException, quiet: stopping.QuietAfterTheStopLine)
   if isinstance(error, SystemExit):  # a stop while starting said so (stopping.py)
     status = error.code if isinstance(error.code, int) else 1
     return status, stopping.stop_line() or f"exited with status {status}"
-  if isinstance(error, cli.USER_ERRORS) and not _VERBOSE.value:
-    line = cli.error_line(error)
+  if isinstance(error, command_line.USER_ERRORS) and not _VERBOSE.value:
+    line = command_line.error_line(error)
   else:
     traceback.print_exception(error)
-    line = cli.error_line(error).replace("error: ", f"error: {type(error).__name__}: ", 1)
+    line = command_line.error_line(error).replace("error: ", f"error: {type(error).__name__}: ", 1)
   print(line, file=sys.stderr, flush=True)
   return 1, line
 
 
 def main(argv) -> int:
-  cli.start_command(argv)
+  command_line.start_command(argv)
   absl_logger = std_logging.getLogger("absl")
   if not flags.FLAGS["verbosity"].present:
     absl_logger.addFilter(_ExpectedNotices())
@@ -157,12 +160,31 @@ def main(argv) -> int:
   return checkpointing.PREEMPTED_EXIT_CODE if stopped else 0
 
 
+def _import_library_flags() -> None:
+  """command_line.import_library_flags, whose native extensions a stop signal must not
+  interrupt (stopping.imports_uninterrupted)."""
+  with stopping.imports_uninterrupted():
+    command_line.import_library_flags()
+
+
+def parse_command_line(argv: list[str]) -> list[str]:
+  """app.run's flags_parser: absl's, the config's help after absl's, and one line for a
+  config field given as a flag of its own (`--num_steps=80`: --config.num_steps=80)."""
+  return parse_flags_or_exit(
+    argv,
+    lambda args: command_line.parse_flags(
+      args,
+      help_epilog=config_help,
+      unknown_flag_line=top_level_field_line,
+      load_library_flags=_import_library_flags,
+    ),
+  )
+
+
 if __name__ == "__main__":
   sys.exit(
     app.run(
-      cli.reports_errors(main, handles_ctrl_c=False),  # stopping.py's handlers
-      flags_parser=lambda argv: parse_flags_or_exit(
-        argv, lambda args: cli.parse_flags(args, help_epilog=config_help)
-      ),
+      command_line.reports_errors(main, handles_ctrl_c=False),  # stopping.py's handlers
+      flags_parser=parse_command_line,
     )
   )

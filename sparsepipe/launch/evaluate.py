@@ -19,9 +19,9 @@ from typing import Any
 from absl import app
 from absl import flags
 
-from sparsepipe.core.write_errors import written_whole
-from sparsepipe.data.convert import cli
-from sparsepipe.serving.output_paths import check_file_output
+# Nothing here imports JAX, Orbax or Grain (main does, seconds): --help and a bad
+# flag answer at once (command_line.py).
+from sparsepipe import command_line
 
 
 def _define_flags() -> None:
@@ -75,12 +75,16 @@ def evaluate_checkpoint(
 
 
 def main(argv) -> int:
-  cli.start_command(argv)
+  command_line.start_command(argv)
+  # Imported here, after the flags: each imports JAX (seconds), which --help need not wait for.
   import jax  # pylint: disable=g-import-not-at-top
+
+  from sparsepipe.core import write_errors  # pylint: disable=g-import-not-at-top
+  from sparsepipe.serving import output_paths  # pylint: disable=g-import-not-at-top
 
   f = flags.FLAGS
   if f.json:  # before the eval: nothing saved is replaced, no eval is wasted
-    check_file_output(f.json, overwrite=f.overwrite, what="metrics", flag="--json")
+    output_paths.check_file_output(f.json, overwrite=f.overwrite, what="metrics", flag="--json")
   if f.cpu_devices:
     jax.config.update("jax_num_cpu_devices", f.cpu_devices)
   step, trained, metrics = evaluate_checkpoint(
@@ -91,7 +95,7 @@ def main(argv) -> int:
   record = {"step": step, "batch": trained, **metrics.as_dict()}
   print(f"checkpoint {step} (after batch {trained}): {metrics.describe()}")
   if f.json:
-    with written_whole("the metrics", os.path.abspath(f.json)) as tmp:
+    with write_errors.written_whole("the metrics", os.path.abspath(f.json)) as tmp:
       with open(tmp, "w") as out:
         out.write(json_line(record))  # a NaN (one class only) as null
   return 0
@@ -99,4 +103,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))
+  sys.exit(app.run(command_line.reports_errors(main), flags_parser=command_line.parse_flags))

@@ -1,6 +1,6 @@
 """python -m sparsepipe.launch.export --workdir W --output E [--step N] [--since E_prev]
 
-Writes a checkpoint of a job as an export (docs/export_format.md): one
+Writes a checkpoint of a job as an export (docs/reference/export_format.md): one
 table per feature with exactly its vocabulary's rows (unstacked, unsharded,
 unpadded), the dense parameters, the model and its config, the features
 and the converters' hashing, and the predict function serialized with
@@ -23,7 +23,9 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from sparsepipe.data.convert import cli
+# Nothing here imports JAX, Orbax or Grain (the functions do, seconds): --help and a
+# bad flag answer at once (command_line.py).
+from sparsepipe import command_line
 
 
 # The platforms jax.export lowers for (it records any other name unchecked).
@@ -227,7 +229,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  cli.start_command(argv)
+  command_line.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
 
   jax.config.update("jax_platforms", "cpu")
@@ -257,4 +259,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))
+  sys.exit(app.run(command_line.reports_errors(main), flags_parser=command_line.parse_flags))

@@ -21,7 +21,7 @@ from typing import Sequence
 from absl import app
 from absl import flags
 
-from sparsepipe.data.convert import cli
+from sparsepipe import command_line
 from sparsepipe.serving.export_format import PREDICT_FILENAME
 from sparsepipe.serving.export_format import ExportInfo
 from sparsepipe.serving.export_format import read_info
@@ -59,7 +59,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  cli.start_command(argv)
+  command_line.start_command(argv)
   f = flags.FLAGS
   info = apply_deltas(f.base, f.delta, f.output, overwrite=f.overwrite)
   print(
@@ -71,4 +71,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))
+  sys.exit(app.run(command_line.reports_errors(main), flags_parser=command_line.parse_flags))

@@ -1,4 +1,5 @@
-"""The export directory: a trained model without the training topology (docs/export_format.md).
+"""The export directory: a trained model without the training topology
+(docs/reference/export_format.md).
 
     E/export.json            what the export is (ExportInfo), every file's sha256,
                              and its own ("sha256": of the canonical JSON of the rest)

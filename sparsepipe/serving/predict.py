@@ -16,7 +16,7 @@ import sys
 from absl import app
 from absl import flags
 
-from sparsepipe.data.convert import cli
+from sparsepipe import command_line
 from sparsepipe.core.write_errors import written_whole
 from sparsepipe.serving.output_paths import check_file_output
 
@@ -34,7 +34,7 @@ def _define_flags() -> None:
 
 
 def main(argv) -> int:
-  cli.start_command(argv)
+  command_line.start_command(argv)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -60,4 +60,4 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
   _define_flags()
-  sys.exit(app.run(cli.reports_errors(main), flags_parser=cli.parse_flags))
+  sys.exit(app.run(command_line.reports_errors(main), flags_parser=command_line.parse_flags))

@@ -1,4 +1,4 @@
-"""Table stacking on frozen specs (docs/coo_format.md).
+"""Table stacking on frozen specs (docs/reference/coo_format.md).
 
 Mirrors jax-tpu-embedding 0.1.0's `prepare_feature_specs_for_training`,
 `stack_tables` and `auto_stack_tables` (same names, arguments and results;

@@ -197,7 +197,7 @@ def test_launch_config_typo_is_one_line_with_the_suggestion(tmp_path):
   assert (out.returncode, out.stderr) == (
     1,
     "error: --config.checkpoint_every_steps: the config has no field 'checkpoint_every_steps' (a"
-    " field of your own goes into a config file: --config=FILE.py, README 'Models')\n",
+    " field of your own goes into a config file: --config=FILE.py, docs/guide/models.md)\n",
   )
   assert os.listdir(tmp_path) == []
 
@@ -225,6 +225,25 @@ def test_the_usage_in_help_keeps_one_flag_group_per_line(name):
     doc = ast.get_docstring(ast.parse(f.read()), clean=False)
   usage = [line for line in doc.splitlines() if line.startswith("    python -m")]
   assert len(usage) == 1 and usage[0].endswith(" \\"), doc
+
+
+@pytest.mark.parametrize("name", ["csv", "parquet"])
+def test_the_usage_in_help_names_the_readme_movielens_columns(name):
+  """The example named user_id,movie_id (and a dense column age) where the README's
+  MovieLens CSV has userId,movieId,rating,genres."""
+  with open(os.path.join(ROOT, "sparsepipe", "data", name, "__main__.py")) as f:
+    doc = ast.get_docstring(ast.parse(f.read()), clean=False)
+  words = [w.strip("[]") for w in doc.split("\n\n")[1].replace("\\\n", " ").split()]
+  given = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+  assert {flag: value for flag, value in given.items() if "label" in flag or "column" in flag} == {
+    "--label_column": "rating",
+    "--label_threshold": "4",
+    "--sparse_columns": "userId,movieId,genres",
+    "--integer_id_columns": "userId,movieId",
+    "--dense_columns": "COLUMN,...",
+    **({"--multivalent_columns": "genres"} if name == "csv" else {}),
+    **({"--weight_columns": "genres=genre_weights"} if name == "parquet" else {}),
+  }
 
 
 def test_a_held_out_file_converted_like_the_train_data_agrees_with_it(tmp_path):

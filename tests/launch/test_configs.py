@@ -115,9 +115,10 @@ def test_every_config_field_is_documented_once():
 
 
 def test_the_config_reference_is_current():
-  with open(os.path.join(paths.REPO_ROOT, "docs", "config.md"), encoding="utf-8") as f:
+  with open(os.path.join(paths.REPO_ROOT, "docs", "reference", "config.md"), encoding="utf-8") as f:
     assert f.read() == fields.render_reference(), (
-      "docs/config.md is stale: python -m sparsepipe.launch.config.fields > docs/config.md"
+      "docs/reference/config.md is stale:"
+      " python -m sparsepipe.launch.config.fields > docs/reference/config.md"
     )
 
 

@@ -34,7 +34,7 @@ def test_launcher_help_exits_0_and_names_the_config_fields_and_their_docs():
   epilog = out.stdout.split("Try --helpfull to get a list of all flags.\n\n")[1].splitlines()
   assert epilog[:2] == [
     "Config fields and this config's values (set any with --config.FIELD=VALUE;",
-    "docs/config.md lists each field's default, units and meaning):",
+    "docs/reference/config.md lists each field's default, units and meaning):",
   ]
   assert all(line.startswith("  ") and len(line) <= 80 for line in epilog[2:]), epilog
   config = criteo.get_config()
@@ -63,6 +63,106 @@ def test_every_command_help_exits_0(module):
   out = _help(module)
   assert (out.returncode, out.stderr) == (0, ""), out.stderr
   assert out.stdout.rstrip().endswith("Try --helpfull to get a list of all flags."), out.stdout
+
+
+# What the commands import after their flags: seconds (JAX's import alone was 1.5 s).
+_HEAVY = {"jax", "jaxlib", "orbax", "grain", "tensorstore", "array_record"}
+
+
+def _imports(*args):
+  """(exit status, stdout, stderr less -X importtime's lines, top-level packages imported)."""
+  out = subprocess.run(
+    [sys.executable, "-X", "importtime", "-m", *args],
+    env=harness.cpu_env(1),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  lines = out.stderr.splitlines()
+  timed = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
+  stderr = "".join(f"{line}\n" for line in lines if not line.startswith("import time:"))
+  return out.returncode, out.stdout, stderr, {name.split(".")[0] for name in timed}
+
+
+@pytest.mark.parametrize(
+  "args, status, stderr",
+  [
+    (["sparsepipe.launch", "--help"], 0, ""),
+    (["sparsepipe.launch", "--config=dataset", "--help"], 0, ""),
+    (
+      ["sparsepipe.launch", "--num_steps=80"],
+      1,
+      "error: --num_steps=80: no such flag; did you mean --config.num_steps=80?\n",
+    ),
+    (
+      ["sparsepipe.launch", "--workdri=x"],
+      1,
+      "error: Unknown command line flag 'workdri'. Did you mean: workdir ?\n",
+    ),
+    (["sparsepipe.launch.evaluate", "--help"], 0, ""),
+    (["sparsepipe.launch.evaluate", "--bogus"], 1, "error: Unknown command line flag 'bogus'\n"),
+    (["sparsepipe.launch.export", "--help"], 0, ""),
+  ],
+)
+def test_help_and_a_bad_flag_answer_before_jax_orbax_and_grain_load(args, status, stderr):
+  """They took 2-5 s: the launcher, evaluate and export imported sparsepipe.data (the
+  converters' cli module), and with it JAX, Orbax and Grain, before parsing flags."""
+  returncode, stdout, rest, imported = _imports(*args)
+  assert (returncode, rest) == (status, stderr), stdout
+  assert sorted(imported & _HEAVY) == []
+  if status == 0:
+    assert "Try --helpfull to get a list of all flags." in stdout
+
+
+def test_the_libraries_flags_are_still_the_commands_flags():
+  """Grain, ArrayRecord and Orbax define flags when imported: a command line that names
+  one, or --helpfull, imports them before parsing, as every command did."""
+  returncode, stdout, rest, imported = _imports(
+    "sparsepipe.launch", "--grain_py_debug_mode", "--help"
+  )
+  assert (returncode, rest) == (0, ""), stdout
+  assert {"jax", "grain", "orbax"} <= imported
+  full = subprocess.run(
+    [sys.executable, "-m", "sparsepipe.launch", "--helpfull"],
+    env=harness.cpu_env(1),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  ).stdout
+  for section in [
+    "array_record.python.array_record_data_source:",
+    "grain._src.core.config:",
+    "orbax.checkpoint._src.multihost.multihost:",
+  ]:
+    assert f"\n{section}\n" in full, section
+
+
+# Which flags the job's modules define beyond what the launcher defines before its
+# flags parse, and beyond what command_line.import_library_flags defines.
+_FLAGS_OF_THE_JOB = """
+from absl import flags
+from sparsepipe import command_line
+import sparsepipe.launch.config.flag
+own = set(flags.FLAGS)
+command_line.import_library_flags()
+libraries = set(flags.FLAGS) - own
+import sparsepipe.launch.job.run, sparsepipe.launch.distributed, sparsepipe.launch.peer_ends
+import sparsepipe.serving, sparsepipe.launch.evaluate, sparsepipe.launch.export
+print(sorted(set(flags.FLAGS) - own - libraries))
+print(sorted(n for n in libraries if not n.startswith(command_line.LIBRARY_FLAG_PREFIXES)))
+print(len(libraries) > 0)
+"""
+
+
+def test_the_library_flag_prefixes_name_every_flag_the_libraries_define():
+  out = subprocess.run(
+    [sys.executable, "-c", _FLAGS_OF_THE_JOB],
+    env=harness.cpu_env(1),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stdout) == (0, "[]\n[]\nTrue\n"), out.stderr
 
 
 class _Clock:

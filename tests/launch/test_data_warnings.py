@@ -38,7 +38,7 @@ def test_tables_smaller_than_the_data_say_how_to_convert_it(tmp_path):
     " vocabularies: feature 'item' has vocab_size 1,000,000 in the data,"
     " config.features.item.vocab_size = 1,460. Convert the data with the config's vocabulary"
     " sizes (the converter's --vocab_sizes flag; for --config=criteo its VOCAB_SIZES, see"
-    " docs/config.md), or train on this data with --config=dataset (its tables follow the"
+    " docs/reference/config.md), or train on this data with --config=dataset (its tables follow the"
     " data's manifest)"
   )
   config.features.item.vocab_size = 1_000_000
@@ -61,8 +61,9 @@ def test_ids_per_example_in_words(lo, hi, recorded, words):
   assert announce._ids(lo, hi, recorded) == words  # pylint: disable=protected-access
 
 
-def _job(num_steps, batch, examples, dense_warnings=()):
+def _job(num_steps, batch, examples, dense_warnings=(), num_epochs=0.0):
   return types.SimpleNamespace(
+    config=types.SimpleNamespace(num_epochs=num_epochs),
     schedule=types.SimpleNamespace(num_steps=num_steps),
     global_batch=batch,
     model=types.SimpleNamespace(epoch_examples=examples, dense_warnings=list(dense_warnings)),
@@ -78,10 +79,20 @@ def test_a_batch_larger_than_the_dataset_or_many_epochs_warn():
   ]
   assert announce.data_warnings(_job(1000, 64, 600)) == [
     "1,000 batches of 64 are 107 epochs over 600 examples (more than 100): the model will"
-    " learn these examples by heart; lower --config.num_steps or train on more data"
+    " learn these examples by heart; lower --config.num_steps (or train a number of epochs:"
+    " --config.num_epochs) or train on more data"
   ]
   assert announce.data_warnings(_job(900, 64, 600)) == []  # 96 epochs
   assert announce.data_warnings(_job(10, 64, 600, ["x"])) == ["x"]
+
+
+def test_many_epochs_by_num_epochs_say_to_lower_num_epochs():
+  """A job run by epochs takes its num_steps from them: the warning named num_steps,
+  whose lowering changed nothing."""
+  assert announce.data_warnings(_job(1000, 64, 600, num_epochs=106.7)) == [
+    "1,000 batches of 64 are 107 epochs over 600 examples (more than 100): the model will"
+    " learn these examples by heart; lower --config.num_epochs or train on more data"
+  ]
 
 
 def test_the_job_prints_the_warnings_at_its_start(tmp_path):

@@ -109,3 +109,16 @@ def test_extending_a_job_that_stopped_mid_fdo_segment_keeps_its_retune_batches(
     assert [ours[b] for b in range(7, 13)] == pytest.approx(
       [theirs[b] for b in range(7, 13)], rel=1e-3
     )
+
+
+def test_a_dataset_job_saved_with_a_num_steps_trains_on_to_them(data_dir, tmp_path, capsys):
+  """The dataset config's num_steps is unset (a new job trains 10 epochs of its data,
+  here 320 batches): a job saved with one (before: the config's 1,000) resumes to it."""
+  workdir = str(tmp_path / "job")
+  train_and_evaluate(dataset_config(data_dir, 6), workdir)
+  launch_testing.remove_checkpoints_after(workdir, 3)  # as if stopped there
+  capsys.readouterr()
+  result = train_and_evaluate(dataset_config(data_dir, None), workdir)
+  assert (result.resumed_from, result.batches_trained) == (3, 6)
+  resumed = [line for line in capsys.readouterr().out.splitlines() if "resumed" in line]
+  assert len(resumed) == 1 and resumed[0].endswith("; 3 batches to go of 6"), resumed

@@ -213,3 +213,81 @@ def test_the_dataset_config_prints_its_features_and_the_steady_state_rate(tmp_pa
     rf" {re.escape(workdir)}/metrics.jsonl",
     out.lines[-1],
   ), out.lines[-1]
+
+
+def test_a_config_field_given_as_a_flag_names_its_config_flag(tmp_path):
+  """`--num_steps=80` said only absl's "Unknown command line flag 'num_steps'"."""
+  for flags, line in [
+    (["--num_steps=80"], "--num_steps=80: no such flag; did you mean --config.num_steps=80?"),
+    (["--num_steps", "80"], "--num_steps 80: no such flag; did you mean --config.num_steps=80?"),
+    (
+      ["--eval.every_steps=5"],
+      "--eval.every_steps=5: no such flag; did you mean --config.eval.every_steps=5?",
+    ),
+    (
+      ["--features.user.vocab_size=64"],
+      "--features.user.vocab_size=64: no such flag; did you mean"
+      " --config.features.user.vocab_size=64?",
+    ),
+    (
+      ["--nodata.shuffle"],
+      "--nodata.shuffle: no such flag; did you mean --config.data.shuffle=false?",
+    ),
+    # Any other unknown flag: absl's message, on one line.
+    (["--workdri=x"], "Unknown command line flag 'workdri'. Did you mean: workdir ?"),
+    (["--nothing_of_the_config=1"], "Unknown command line flag 'nothing_of_the_config'"),
+  ]:
+    out = _run("sparsepipe.launch", f"--workdir={tmp_path}", *flags)
+    assert (out.returncode, out.lines, out.stderr) == (1, [], f"error: {line}\n"), flags
+  assert os.listdir(tmp_path) == []
+
+
+def _tiny_ratings(tmp_path, rows):
+  """A converted CSV of `rows` ratings (MovieLens' columns), its directory."""
+  csv = tmp_path / "ratings.csv"
+  lines = ["userId,movieId,rating,genres"]
+  lines += [
+    f"{i % 37},{i % 101},{1 + i % 5},{'Comedy|Drama' if i % 3 else ''}" for i in range(rows)
+  ]
+  csv.write_text("\n".join(lines) + "\n")
+  data.convert_csv(
+    [str(csv)],
+    str(tmp_path / "data"),
+    label_column="rating",
+    label_threshold=4.0,
+    sparse_columns=["userId", "movieId", "genres"],
+    multivalent_columns=["genres"],
+    integer_id_columns=["userId", "movieId"],
+    vocab_sizes=["128"],
+  )
+  return str(tmp_path / "data")
+
+
+def test_the_dataset_config_trains_epochs_of_its_data(tmp_path):
+  """--config=dataset trained 1,000 batches whatever the data (1,571 epochs of a
+  163-example CSV); it trains 10 epochs unless told num_steps or num_epochs."""
+  flags = [f"--config.data.dir={_tiny_ratings(tmp_path, 100)}", "--config.global_batch_size=50"]
+  workdir = str(tmp_path / "job")
+  out = _run("sparsepipe.launch", "--config=dataset", f"--workdir={workdir}", *flags)
+  assert out.returncode == 0, out.describe()
+  assert out.lines[0] == (
+    "sparsepipe: training 20 batches of 50 (10.00 epochs of 100 examples) on 1 device"
+    f" (1 process); workdir {workdir}"
+  )
+  assert launch_testing.events(workdir, "done") == [{"event": "done", "batch": 20}]
+  # Rerun: the job keeps its length, and names the field that sets it.
+  out = _run("sparsepipe.launch", "--config=dataset", f"--workdir={workdir}", *flags)
+  assert (out.returncode, out.lines[-1]) == (
+    0,
+    f"sparsepipe: the job in {workdir} has trained 20 batches (num_steps 20 saved, from"
+    " num_epochs 10; checkpoint 20); this run's num_steps is 20: nothing to train. To train"
+    " more, raise --config.num_epochs above 10",
+  ), out.describe()
+  workdir = str(tmp_path / "by_steps")
+  flags += ["--config.num_steps=3"]
+  out = _run("sparsepipe.launch", "--config=dataset", f"--workdir={workdir}", *flags)
+  assert out.returncode == 0, out.describe()
+  assert out.lines[0] == (
+    "sparsepipe: training 3 batches of 50 (1.50 epochs of 100 examples) on 1 device"
+    f" (1 process); workdir {workdir}"
+  )

@@ -53,7 +53,7 @@ def _said(stderr):
 
 
 def test_a_save_that_cannot_be_written_is_one_line_and_the_job_resumes_exactly(tmp_path):
-  # Sequential: an extended pipelined job differs by float rounding (README).
+  # Sequential: an extended pipelined job differs by float rounding (docs/guide/jobs.md).
   workdir, reference = str(tmp_path / "job"), str(tmp_path / "reference")
   job = functools.partial(launch_testing.launch_command, pipelining=False)
   assert _run(job(reference, num_steps=6)).returncode == 0

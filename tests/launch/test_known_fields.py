@@ -50,8 +50,8 @@ def test_a_field_the_base_config_lacks_is_named_with_the_closest(field, value, m
   with pytest.raises(ValueError) as refused:
     complete_config(config)
   assert str(refused.value) == (
-    message + " (docs/config.md lists them; a user model's own fields go under config.model,"
-    " with config.model.factory)"
+    message + " (docs/reference/config.md lists them; a user model's own fields go under"
+    " config.model, with config.model.factory)"
   )
 
 
@@ -128,8 +128,8 @@ def test_the_launcher_names_a_config_files_typo_before_anything_is_made(tmp_path
   assert (out.returncode, out.stdout) == (1, "")
   assert out.stderr == (
     f"error: --config={tmp_path / 'my_config.py'}: config.checkpoint.every_step: the config has"
-    " no such field; did you mean config.checkpoint.every_steps? (docs/config.md lists them; a"
-    " user model's own fields go under config.model, with config.model.factory)\n"
+    " no such field; did you mean config.checkpoint.every_steps? (docs/reference/config.md lists"
+    " them; a user model's own fields go under config.model, with config.model.factory)\n"
   )
   assert not os.path.exists(tmp_path / "job")
   # A field the file leaves out takes its default, and the command line may set it.
@@ -149,5 +149,5 @@ def test_the_launcher_names_a_config_files_typo_before_anything_is_made(tmp_path
   assert (out.returncode, out.stdout) == (1, "")
   assert out.stderr == (
     f"error: --config file '{tmp_path / 'my_config.py'}' defines no get_config(): a config"
-    " file's get_config() returns an ml_collections.ConfigDict (README, docs/config.md)\n"
+    " file's get_config() returns an ml_collections.ConfigDict (docs/reference/config.md)\n"
   )

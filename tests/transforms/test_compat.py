@@ -251,7 +251,7 @@ def test_table_helpers_match_reference():
     for k, t in ref_tables.items()
   }
   # Stack order = leaf order: the reference's stack_and_shard_feature_tables
-  # concatenates in proto (leaf) order (see docs/compatibility.md).
+  # concatenates in proto (leaf) order (see docs/reference/compatibility.md).
   table_stacking.stack_tables(ref_specs, ["a", "b"], 1, 2, rotation=3, stack_name="ab")
   specs = _two_table_stack(order=("a", "b"))
   tables = {k: f.table_spec for k, f in specs.items()}

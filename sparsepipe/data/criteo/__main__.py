@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from sparsepipe import command_line
 from sparsepipe.data.convert import cli
 from sparsepipe.data.criteo.convert import EMPTY_CATEGORY_MODES, convert_criteo
 
@@ -52,4 +53,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(cli.reports_errors(_main), flags_parser=cli.parse_flags)
+  app.run(command_line.reports_errors(_main), flags_parser=command_line.parse_flags)

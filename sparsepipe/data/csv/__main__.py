@@ -1,17 +1,21 @@
 r"""Command line: convert a CSV file (see convert.py for the column options).
 
     python -m sparsepipe.data.csv --input ratings.csv --output DIR \
-        --label_column rating --label_threshold 4 --dense_columns age \
-        --sparse_columns user_id,movie_id,genres --multivalent_columns genres \
-        --separator '|' --integer_id_columns user_id,movie_id \
-        --vocab_sizes 100000,user_id=6041,movie_id=3953 \
+        --label_column rating --label_threshold 4 \
+        --sparse_columns userId,movieId,genres --multivalent_columns genres \
+        --separator '|' --integer_id_columns userId,movieId \
+        [--dense_columns COLUMN,...] [--vocab_sizes N,userId=N,...] \
         [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
+
+ratings.csv here: MovieLens ratings joined with movies.csv (columns
+userId,movieId,rating,genres; genres as Comedy|Drama).
 """
 
 from __future__ import annotations
 
 from absl import flags
 
+from sparsepipe import command_line
 from sparsepipe.data.convert import cli
 from sparsepipe.data.csv.convert import convert_csv
 
@@ -45,4 +49,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(cli.reports_errors(_main), flags_parser=cli.parse_flags)
+  app.run(command_line.reports_errors(_main), flags_parser=command_line.parse_flags)

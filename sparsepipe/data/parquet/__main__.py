@@ -1,9 +1,9 @@
 r"""Command line: convert Parquet files or directories (see convert.py for the columns).
 
     python -m sparsepipe.data.parquet --input ratings.parquet --output DIR \
-        --label_column rating --label_threshold 4 --dense_columns age \
-        --sparse_columns user_id,movie_id,genres --integer_id_columns user_id,movie_id \
-        --vocab_sizes 100000,user_id=6041,movie_id=3953 \
+        --label_column rating --label_threshold 4 \
+        --sparse_columns userId,movieId,genres --integer_id_columns userId,movieId \
+        [--dense_columns COLUMN,...] [--vocab_sizes N,userId=N,...] \
         [--weight_columns genres=genre_weights] \
         [--eval_output DIR --eval_fraction 0.05 [--split_seed 0]] [--verbose]
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from sparsepipe import command_line
 from sparsepipe.data.convert import cli
 from sparsepipe.data.parquet.convert import DEFAULT_BATCH_ROWS, convert_parquet
 
@@ -47,4 +48,4 @@ if __name__ == "__main__":
   from absl import app  # pylint: disable=g-import-not-at-top
 
   _define_flags()
-  app.run(cli.reports_errors(_main), flags_parser=cli.parse_flags)
+  app.run(command_line.reports_errors(_main), flags_parser=command_line.parse_flags)

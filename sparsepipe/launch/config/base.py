@@ -4,7 +4,7 @@ Config files (configs/*.py) start from `base_config()` and change what
 their job needs; every field can be overridden on the command line
 (`--config.num_steps=100`, `--config.model.bottom_mlp_dims="(64,16)"`).
 What each field means, in its units, is in fields.py (FIELD_DOCS), from
-which docs/config.md is generated.
+which docs/reference/config.md is generated.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""What every config field means, in its units: the source of docs/config.md.
+"""What every config field means, in its units: the source of docs/reference/config.md.
 
 `FIELD_DOCS` describes each field of `base_config()` (a test checks that
 every field has exactly one entry); `render_reference()` writes the
 reference page, and `python -m sparsepipe.launch.config.fields` prints it
-(a test checks that docs/config.md is current).
+(a test checks that docs/reference/config.md is current).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ FIELD_DOCS = {
   "num_steps": "Batches to train. A finished or stopped job may raise it when rerun (it trains"
   " the added batches); a value at or below the batches trained says the job is done. A job"
   " warns at its start when a batch is larger than the dataset or the batches make more"
-  " than 100 epochs.",
+  " than 100 epochs. --config=dataset leaves it unset: a new job trains 10 epochs of its"
+  " data.",
   "num_epochs": "If > 0, passes over the train data to train instead of num_steps:"
   " num_steps becomes ceil(num_epochs * examples / global batch). May be a fraction;"
   " a job may raise it.",
@@ -45,7 +46,7 @@ FIELD_DOCS = {
   " order (records of more than one example): any two examples of one window can land in"
   " the same batch. Batches read the windows in 8 lanes (batch k: lane k mod 8), so with"
   " 1, 2, 4 or 8 data.num_workers each window is decoded once (N workers: up to"
-  " N / gcd(N, 8) times), see README. 0: whole records only.",
+  " N / gcd(N, 8) times), see docs/guide/input.md. 0: whole records only.",
   "data.skip_corrupt": "Skip and count unreadable records instead of stopping.",
   "data.allow_id_dropping": "Drop and count the ids of a batch over the COO limits"
   " instead of stopping (FDO's next retune raises the limits to fit them). A resumed job may"
@@ -68,8 +69,8 @@ FIELD_DOCS = {
   "features.NAME.zipf_exponent": "Skew of the generated ids (bounded Zipf).",
   "features.NAME.combiner": "How an example's embeddings are combined: sum, mean or sqrtn.",
   "model.name": "A built-in model: dlrm or dcn_v2.",
-  "model.factory": "'package.module:function' returning your own model (README, Bring"
-  " your own model); overrides name.",
+  "model.factory": "'package.module:function' returning your own model"
+  " (docs/guide/models.md); overrides name.",
   "model.embedding_dim": "Width of every embedding table.",
   "model.bottom_mlp_dims": "dlrm: the bottom MLP on the dense features; its last width is"
   " the interaction width.",
@@ -108,7 +109,7 @@ FIELD_DOCS = {
   "pipelining": "true: overlap the lookup of batch i and the update of batch i-2 with the"
   " dense step of batch i-1; false: all three per batch, in order; auto: a resumed job's"
   " saved mode, else true on more than one GPU or TPU device and false on CPU and on one"
-  " device (README, The train step).",
+  " device (docs/guide/train_step.md).",
   "features_from_manifest": "Take `features` from data.dir's manifest (--config=dataset).",
   "compilation_cache_dir": "Where compiled programs are kept for the next start of any job,"
   " evaluate or export (JAX's in <dir>/jax, the COO passes' in <dir>/numba-v2): auto is"
@@ -161,7 +162,7 @@ def config_fields() -> dict[str, Any]:
 
 
 def render_reference() -> str:
-  """docs/config.md: every field, its default and its meaning, sorted by name."""
+  """docs/reference/config.md: every field, its default and its meaning, sorted by name."""
   lines = [
     "# Config reference",
     "",
@@ -181,7 +182,7 @@ def render_reference() -> str:
   return "\n".join(lines + MEMORY_SECTION) + "\n"
 
 
-# docs/config.md's section on sizing a host's memory (issue 28, item 4).
+# docs/reference/config.md's section on sizing a host's memory.
 MEMORY_SECTION = [
   "",
   "## Memory and saves",

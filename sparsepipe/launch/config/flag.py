@@ -3,7 +3,9 @@
 ml_collections' config-file flag, with its own command-line overrides
 (`--config.num_steps=100`), whose parser also takes the name of a shipped
 config (`--config=criteo`) and says in one line what is wrong with a path
-that is neither. `config_name` is what names the job's default workdir.
+that is neither. `config_name` is what names the job's default workdir;
+`top_level_field_line` is the error for a field given as a flag of its own
+(`--num_steps=80`: it names --config.num_steps=80).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any
+from typing import Any, Sequence
 
 from absl import flags
 from ml_collections import config_flags
 
+from sparsepipe.launch.config.fields import config_fields
 from sparsepipe.launch.config.known_fields import complete_config
 from sparsepipe.launch.config.shipped import config_path
 from sparsepipe.launch.config.shipped import shipped_config_names
@@ -52,7 +55,7 @@ def define_config_flag(default: str = "demo") -> flags.FlagHolder:
     config_path(default),
     "ml_collections config: a shipped config's name "
     f"({', '.join(shipped_config_names())}) or a config file; fields are overridden with"
-    " --config.FIELD=VALUE (docs/config.md).",
+    " --config.FIELD=VALUE (docs/reference/config.md).",
     lock_config=True,
   )
   flag = flags.FLAGS["config"]
@@ -76,7 +79,7 @@ def config_help() -> str:
   return "\n".join(
     [
       "Config fields and this config's values (set any with --config.FIELD=VALUE;",
-      "docs/config.md lists each field's default, units and meaning):",
+      "docs/reference/config.md lists each field's default, units and meaning):",
       *textwrap.wrap(", ".join(fields), 78, initial_indent="  ", subsequent_indent="  "),
     ]
   )
@@ -98,7 +101,7 @@ def parse_flags_or_exit(argv: list[str], parse: Any) -> Any:
       file = next((a[len("--config=") :] for a in sys.argv if a.startswith("--config=")), "")
       print(
         f"error: --config file '{file.partition(':')[0]}' defines no get_config(): a config file's"
-        " get_config() returns an ml_collections.ConfigDict (README, docs/config.md)",
+        " get_config() returns an ml_collections.ConfigDict (docs/reference/config.md)",
         file=sys.stderr,
       )
     else:  # ml_collections: an override of no field
@@ -122,5 +125,42 @@ def unknown_field_message(error: BaseException) -> str:
   if match:
     hint = f"; did you mean {match.group(1)}?"
   else:  # a field of a user model's own, most often
-    hint = " (a field of your own goes into a config file: --config=FILE.py, README 'Models')"
+    hint = " (a field of your own goes into a config file: --config=FILE.py, docs/guide/models.md)"
   return f"error: {flag}: the config has no field '{key}'{hint}"
+
+
+def _pattern(name: str) -> str:
+  """`features.C1.max_ids` -> `features.NAME.max_ids` (config_fields' name for it)."""
+  parts = name.split(".")
+  if parts[0] == "features" and len(parts) == 3:
+    parts[1] = "NAME"
+  return ".".join(parts)
+
+
+def _value_after(given: str, argv: Sequence[str]) -> str | None:
+  """The argument after `given` in `argv` if it is a value (`--num_steps 80`), else None."""
+  args = list(argv[1:])
+  at = args.index(given) if given in args else len(args)
+  following = args[at + 1] if at + 1 < len(args) else None
+  return None if following is None or following.startswith("-") else following
+
+
+def top_level_field_line(error: flags.UnrecognizedFlagError, argv: Sequence[str]) -> str | None:
+  """The line for an unknown flag that names a config field: a --config.FIELD given
+  without `config.` (`--num_steps=80`: "did you mean --config.num_steps=80?"); None
+  for any other flag (absl's message names it)."""
+  shown = given = str(error.flagvalue)
+  name, _, value = given.lstrip("-").partition("=")
+  fields = config_fields()
+  if _pattern(name) not in fields and name.startswith("no") and "=" not in given:
+    name, value = name[2:], "false"  # --noFIELD of a bool field
+    if not isinstance(fields.get(_pattern(name)), bool):
+      return None
+  elif _pattern(name) not in fields:
+    return None
+  elif "=" not in given and not isinstance(fields[_pattern(name)], bool):  # --num_steps 80
+    value = _value_after(given, argv)
+    shown = given if value is None else f"{given} {value}"
+    value = value or "VALUE"
+  suggestion = f"--config.{name}" + (f"={value}" if value else "")
+  return f"error: {shown}: no such flag; did you mean {suggestion}?"

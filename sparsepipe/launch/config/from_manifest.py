@@ -136,8 +136,8 @@ def check_vocab_sizes(config: Any, manifest: Manifest) -> None:
       f"dataset '{manifest.directory}': the config's tables are smaller than the data's"
       f" vocabularies: feature {shown}. Convert the data with the config's vocabulary sizes"
       " (the converter's --vocab_sizes flag; for --config=criteo its VOCAB_SIZES, see"
-      " docs/config.md), or train on this data with --config=dataset (its tables follow the"
-      " data's manifest)"
+      " docs/reference/config.md), or train on this data with --config=dataset (its tables"
+      " follow the data's manifest)"
     )
 
 

@@ -5,10 +5,10 @@ A config file sets fields by assignment, and ml_collections checks that
 against nothing: `config.num_stepz = 3` added a field no part reads, and
 the job trained its 1000 batches with status 0. `complete_config` refuses
 every field `base_config()` lacks, naming the closest one, except under
-`model` with a `model.factory` (a user model's own fields, README "Bring
-your own model"); and a field the file left out (a config built without
+`model` with a `model.factory` (a user model's own fields,
+docs/guide/models.md); and a field the file left out (a config built without
 base_config, a feature entry without `combiner`) takes its default from
-docs/config.md, as it would have in a file that starts from base_config.
+docs/reference/config.md, as it would have in a file that starts from base_config.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _unknown_field_error(field: str, known: Mapping[str, Any]) -> ValueError:
     name = close[0].replace("NAME", field.split(".")[1]) if pattern != field else close[0]
     hint = f"; did you mean config.{name}?"
   return ValueError(
-    f"config.{field}: the config has no such field{hint} (docs/config.md lists them; a"
+    f"config.{field}: the config has no such field{hint} (docs/reference/config.md lists them; a"
     " user model's own fields go under config.model, with config.model.factory)"
   )
 

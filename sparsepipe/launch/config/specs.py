@@ -97,6 +97,26 @@ def global_batch_size(config: Any, process_count: int) -> int:
   return per_host_batch_size(config, process_count) * int(process_count)
 
 
+# A config whose num_steps is unset (None: the dataset config's) trains a new job
+# this many epochs of its data.
+NEW_JOB_EPOCHS = 10.0
+
+
+def resolve_run_length(config: Any, saved: Any) -> None:
+  """Sets an unset config.num_steps (None) to the run's length: a resumed job's saved
+  num_steps and num_epochs (as it was saved: a job saved with the dataset config's
+  former 1,000 batches trains on to them), a new job's NEW_JOB_EPOCHS epochs. A
+  num_epochs > 0 given sets num_steps as ever (num_steps_of_epochs, once the data's
+  size is known). `saved`: the newest checkpoint's config, None for a new job."""
+  if config.num_steps is not None or float(config.num_epochs) > 0:
+    return
+  if saved is None:
+    config.num_epochs = NEW_JOB_EPOCHS
+  else:
+    config.num_steps = int(saved["num_steps"])
+    config.num_epochs = float(saved.get("num_epochs", 0.0))
+
+
 def num_steps_of_epochs(config: Any, epoch_examples: int) -> int:
   """The batches of config.num_epochs epochs of `epoch_examples` (the last one may be partial)."""
   epochs = float(config.num_epochs)

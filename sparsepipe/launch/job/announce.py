@@ -90,10 +90,16 @@ def data_warnings(job: JobContext) -> list[str]:
       " per_host_batch_size) or train on more data"
     )
   elif epochs > MANY_EPOCHS:
+    # By epochs, num_steps follows from num_epochs: lowering it would change nothing.
+    lower = (
+      "--config.num_epochs"
+      if float(job.config.num_epochs) > 0
+      else "--config.num_steps (or train a number of epochs: --config.num_epochs)"
+    )
     out.append(
       f"{n:,} batches of {batch:,} are {epochs:,.0f} epochs over {examples:,} examples (more"
-      f" than {MANY_EPOCHS}): the model will learn these examples by heart; lower"
-      " --config.num_steps or train on more data"
+      f" than {MANY_EPOCHS}): the model will learn these examples by heart; lower {lower}"
+      " or train on more data"
     )
   return out
 

@@ -53,7 +53,7 @@ position has that count later: p = n - s + 1 for 2 <= p <= L (carried in:
 that hands over ends at the boundary of batch s+L-1 (its step L), and the
 next one's step 0 is no boundary. Checkpoints, evals and preemption stops
 happen at batch boundaries only, and consecutive boundaries are consecutive
-batches, over segment ends too (docs/pipeline_schedule.md). Without
+batches, over segment ends too (docs/reference/pipeline_schedule.md). Without
 pipelining (sequential mode) a segment of L batches takes L steps and every
 step is a boundary.
 """

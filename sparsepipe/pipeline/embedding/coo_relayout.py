@@ -2,7 +2,7 @@
 
 Inside a device's buffer, SparseCore s owns segment s, and its partitions
 sit at offsets that follow from the entries alone (partition p starts at
-round8 of the row pointer before it, docs/coo_format.md): the limits only
+round8 of the row pointer before it, docs/reference/coo_format.md): the limits only
 set the segment's length, C / S, and the exchange's entries per partition
 (`StackLayout.capacity`). So a buffer made for one set of limits becomes one
 for another by cutting or extending each segment's unwritten tail, with the

@@ -7,7 +7,7 @@ g - g % S .. g - g % S + S - 1, so sharding the rows over the data axis gives
 every device exactly its SCs). Row x of logical table k sits in block
 p = (x mod N + shard_rotation_k) mod N at row e = x div N +
 row_offset_in_shard_k of that block, i.e. at physical row p * V/N + e. These
-are the (p, e) that the COO preprocessing writes (docs/coo_format.md).
+are the (p, e) that the COO preprocessing writes (docs/reference/coo_format.md).
 
 `StackLayout` gathers, per stack, everything the kernels need as static
 Python values, after checking that the prepared specs are consistent.

@@ -239,7 +239,7 @@ def init_embedding_variables(
   columns are zero. "The same" is bit for bit where XLA computes the
   initializer alike in every program; XLA:CPU of jax 0.12 on AVX-512 hosts
   rounds some truncated-normal values (about 0.1%) up to 3 ulp differently
-  by how a program fuses and shards them (README, "Quick start"). Slots are
+  by how a program fuses and shards them (docs/reference/compatibility.md). Slots are
   the optimizer's slot_initializers() over the whole stacked array. With
   `track_updates`, `updated` starts at 0 (never). Tables are made a few at a
   time into their stack's array (`_init_programs`).

@@ -6,7 +6,7 @@ taken before any dropping), keeps the prefix of every partition that the
 limits and the segment allow, and writes partition (q, p) of SC q at
 q*seg + the aligned (multiple of 8) end of the partitions before it, with
 (INT_MAX, INT_MAX, NaN) in the padding and the rest of the segment
-(docs/coo_format.md). Here: the buffers, the statistics and the errors.
+(docs/reference/coo_format.md). Here: the buffers, the statistics and the errors.
 """
 
 from __future__ import annotations

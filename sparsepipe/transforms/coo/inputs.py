@@ -1,6 +1,6 @@
 """Input normalisation: every accepted feature form -> flat ids + row lengths.
 
-Accepted per feature (docs/coo_format.md "Inputs"):
+Accepted per feature (docs/reference/coo_format.md "Inputs"):
   * a dense 2-D integer array [B, k] (k ids per sample),
   * a ragged batch: a 1-D object array (or list) of 1-D integer id arrays,
     empty rows allowed, int32 or int64 ids,

@@ -1,4 +1,4 @@
-"""Sizes of the COO buffers (docs/coo_format.md "Buffer sizes"), shared with devices.
+"""Sizes of the COO buffers (docs/reference/coo_format.md "Buffer sizes"), shared with devices.
 
 The device side allocates its static shapes from these numbers, so they are
 the single source of truth for: the number of global SparseCores N, the row

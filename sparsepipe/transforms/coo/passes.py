@@ -7,7 +7,7 @@ id in a sample (float32 gains summed left to right, as the reference
 does), counts entries and distinct rows per partition (the statistics,
 before any dropping), applies max_ids/max_unique (a prefix of every
 partition stays) and writes the kept entries, the padding and the tail of
-every SC's segment in place (docs/coo_format.md "Buffer layout").
+every SC's segment in place (docs/reference/coo_format.md "Buffer layout").
 
 Both are compiled with numba on first use in a process (about a second
 each), or loaded from numba's cache on disk when the job turned it on

@@ -2,7 +2,7 @@
 
 Same signatures, outputs and statistics as jax-tpu-embedding 0.1.0's
 `preprocess_sparse_dense_matmul_input(_from_sparse_tensor)` (see
-docs/coo_format.md), computed with vectorised numpy. Where the reference
+docs/reference/coo_format.md), computed with vectorised numpy. Where the reference
 aborts or silently drops data we raise a `PreprocessingError` (a ValueError)
 that names the feature/stack, the limit and the observed value.
 """

@@ -1,4 +1,4 @@
-"""COO buffers and statistics of one stack (docs/coo_format.md): checks, then
+"""COO buffers and statistics of one stack (docs/reference/coo_format.md): checks, then
 sort (coo_sort) and layout (coo_buffers)."""
 
 from __future__ import annotations

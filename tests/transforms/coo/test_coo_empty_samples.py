@@ -1,5 +1,5 @@
 """Samples without ids at the start, inside and at the end of a SparseCore's
-samples, as exact arrays (hand-computed like docs/coo_format.md's worked
+samples, as exact arrays (hand-computed like docs/reference/coo_format.md's worked
 example).
 
 The key pass finds each id's sample from marks where samples start

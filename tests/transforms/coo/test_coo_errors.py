@@ -1,6 +1,6 @@
 """Bad input raises a ValueError subclass naming the thing and the numbers.
 
-Covers every case of docs/coo_format.md "Where we are deliberately better than the
+Covers every case of docs/reference/coo_format.md "Where we are deliberately better than the
 reference" (the reference aborts, drops or misreads there).
 """
 

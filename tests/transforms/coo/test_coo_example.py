@@ -1,4 +1,4 @@
-"""The worked example of docs/coo_format.md, as exact arrays, and small
+"""The worked example of docs/reference/coo_format.md, as exact arrays, and small
 hand-computed cases for stacking offsets, rotation, sqrtn, merging and
 dropping."""
 

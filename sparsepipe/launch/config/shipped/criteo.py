@@ -20,7 +20,7 @@ rows over all devices. The global batch is the same on any number of hosts.
 Limits start from a generous guess for 8 devices x 4 SCs (`limits.for_devices`);
 on fewer devices they grow to what those can need, at most the worst case
 of the batch, and FDO retunes them every `fdo.every_steps` batches
-(headroom 1.25). The fields are documented in docs/config.md.
+(headroom 1.25). The fields are documented in docs/reference/config.md.
 """
 
 import ml_collections

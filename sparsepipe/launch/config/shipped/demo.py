@@ -4,7 +4,7 @@
 planted click data with a held-out split, trains, evaluates AUC every 20
 batches and at the end. `python -m sparsepipe.launch --config=demo
 --config.num_steps=100` trains longer. The fields are documented in
-docs/config.md (made from sparsepipe/launch/config/fields.py).
+docs/reference/config.md (made from sparsepipe/launch/config/fields.py).
 """
 
 import ml_collections
