@@ -31,6 +31,7 @@ from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.serving.apply import apply_deltas
+from sparsepipe.serving.output_paths import check_file_output
 from sparsepipe.serving import score_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
@@ -277,6 +278,15 @@ def _command(module, *args):
   return out.returncode, out.stderr.splitlines(), out.stdout
 
 
+def _error_line(command, *args, **kwargs):
+  """The line a command prints for the user error `command(*args, **kwargs)` raises
+  (reports_errors: one of USER_ERRORS, its message on one line, exit status 1)."""
+  with pytest.raises((ValueError, OSError, FloatingPointError)) as refused:
+    command(*args, **kwargs)
+  assert "\n" not in str(refused.value)
+  return f"error: {refused.value}"
+
+
 def test_an_export_never_writes_into_or_over_saved_work(chain, tmp_path):
   root, workdir = chain
   a, b = str(root / "a"), str(root / "b")
@@ -303,13 +313,19 @@ def test_an_export_never_writes_into_or_over_saved_work(chain, tmp_path):
       " another --output",
     ),
   ]
-  # Every case with --overwrite; a workdir and its checkpoints without it, too.
-  runs = [(*case, ["--overwrite"]) for case in cases] + [(*case, []) for case in cases[:2]]
+  # Every case with --overwrite; a workdir and its checkpoints without it, too. The
+  # command's own line and status once (a subprocess), each case from export_checkpoint,
+  # what the command calls with its flags (its error is the line, status 1).
+  status, stderr, _ = _command(
+    "sparsepipe.launch.export", f"--workdir={workdir}", *cases[0][0], "--overwrite"
+  )
+  assert (status, stderr) == (1, [f"error: {cases[0][1]}"])
+  runs = [(*case, True) for case in cases] + [(*case, False) for case in cases[:2]]
   for args, line, overwrite in runs:
-    status, stderr, _ = _command(
-      "sparsepipe.launch.export", f"--workdir={workdir}", *args, *overwrite
-    )
-    assert (status, stderr) == (1, [f"error: {line}"]), (args, overwrite)
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args)
+    assert _error_line(export_checkpoint, workdir, overwrite=overwrite, **flags) == (
+      f"error: {line}"
+    ), (args, overwrite)
   # Nothing saved changed, and nothing was left beside the outputs.
   assert _snapshot(root) == before
   assert sorted(os.listdir(tmp_path)) == ["notes.txt"] and notes.read_text() == "keep me"
@@ -331,18 +347,14 @@ def test_predict_writes_no_file_over_or_into_saved_work(chain, tmp_path):
       " scores outside any workdir, dataset or export"
     ],
   )
-  status, stderr, _ = _command(*command, f"--output={workdir}/scores.npy")
-  assert (status, stderr) == (
-    1,
-    [
-      f"error: --output '{workdir}/scores.npy' is inside workdir '{workdir}' (it has job.json):"
-      " write the scores outside any workdir, dataset or export"
-    ],
+  # The command's line and status once; the other refusals from check_file_output, what
+  # it calls with --output and --overwrite before anything is read.
+  assert _error_line(check_file_output, f"{workdir}/scores.npy", overwrite=False) == (
+    f"error: --output '{workdir}/scores.npy' is inside workdir '{workdir}' (it has job.json):"
+    " write the scores outside any workdir, dataset or export"
   )
-  status, stderr, _ = _command(*command, f"--output={scores}")
-  assert (status, stderr) == (
-    1,
-    [f"error: '{scores}' exists: give --overwrite to replace it, or another --output"],
+  assert _error_line(check_file_output, str(scores), overwrite=False) == (
+    f"error: '{scores}' exists: give --overwrite to replace it, or another --output"
   )
   assert _snapshot(root) == before and scores.read_bytes() == b"earlier scores"
   # Every --delta is taken: the scores are those of the full export of the last one.
@@ -373,28 +385,24 @@ def test_every_delta_flag_is_applied_and_a_wrong_link_is_named(chain, tmp_path):
       f"error: export '{b}' is given twice (export {ids['b']}): give each once",
     ),
   ]
-  for deltas, line in cases:
-    status, stderr, _ = _command(
-      "sparsepipe.serving.apply", f"--base={a}", *deltas, f"--output={output}"
-    )
-    assert (status, stderr) == (1, [line]), deltas
-  # A delta given with a newer base than the export it was made on top of.
+  # The command's line and status once; every case from apply_deltas, what it calls
+  # with its flags.
   status, stderr, _ = _command(
-    "sparsepipe.serving.apply", f"--base={root / 'c_full'}", f"--delta={b}", f"--output={output}"
+    "sparsepipe.serving.apply", f"--base={a}", *cases[0][0], f"--output={output}"
   )
-  assert status == 1 and stderr[0].endswith(
+  assert (status, stderr) == (1, [cases[0][1]])
+  for deltas, line in cases:
+    deltas = [d.removeprefix("--delta=") for d in deltas]
+    assert _error_line(apply_deltas, a, deltas, output) == line, deltas
+  # A delta given with a newer base than the export it was made on top of.
+  line = _error_line(apply_deltas, str(root / "c_full"), [b], output)
+  assert line.endswith(
     "after batch 8): it was made on an older export: apply it to that one, or give the"
     " deltas in the order they were made"
-  ), stderr
-  status, stderr, _ = _command(
-    "sparsepipe.serving.apply", f"--base={a}", f"--delta={b}", f"--output={a}", "--overwrite"
-  )
-  assert (status, stderr) == (
-    1,
-    [
-      f"error: --output '{a}' is also the --base export: an output never replaces or writes"
-      " into the command's inputs; give another --output"
-    ],
+  ), line
+  assert _error_line(apply_deltas, a, [b], a, overwrite=True) == (
+    f"error: --output '{a}' is also the --base export: an output never replaces or writes"
+    " into the command's inputs; give another --output"
   )
   assert _snapshot(root) == before and os.listdir(tmp_path) == []
   status, stderr, stdout = _command(
