@@ -3,12 +3,13 @@
 Two datasets mean the same by the same ids only if their values were turned
 into ids (and dense floats) by the same rules: the hashing, how empty
 categories, integer ids, multivalent fields and weights were read, and the
-same dense columns in the same order with the same transform. A model
-trained on one and evaluated or served on the other gives numbers without a
-word, so serving (serving.dataset_check) and the job's eval data
-(launch.config.from_manifest) compare them with `rule_differences`. What
-only describes the data (inputs, seed, split, ids per example, label
-threshold) may differ.
+same dense columns in the same order with the same transform (and the same
+features, vocabulary sizes and weights). A model trained on one and evaluated
+or served on the other gives numbers without a word, so serving
+(serving.dataset_check), the job's eval data (launch.config.from_manifest) and
+a resume (launch.job.dataset) compare two manifests with `manifest_differences`,
+which words each difference alike. What only describes the data (inputs, seed,
+split, ids per example, label threshold) may differ.
 """
 
 from __future__ import annotations
@@ -37,21 +38,19 @@ COLUMN_CONVERTERS = frozenset({"sparsepipe.data.csv", "sparsepipe.data.parquet"}
 # rules: the same table gives the same dataset from either (data.parquet).
 _SAME_RULES_AS = {"sparsepipe.data.parquet": "sparsepipe.data.csv"}
 
+# Features named in a difference of vocab sizes (or weights); the others are counted.
+_SHOWN_PER_KEY = 3
+
 
 def maker(info: Mapping[str, Any]) -> Any:
   """The converter (or generator) that made a dataset, as its manifest info names it."""
   return info.get("converter") or info.get("generator")
 
 
-def maker_difference(
-  got: Mapping[str, Any], want: Mapping[str, Any], *, there: str, here: str
-) -> str | None:
-  """ "made by <got's maker> {there}, by <want's> {here}" when the manifest infos
-  `got` and `want` come from makers of other rules (CSV and Parquet share theirs)."""
-  got_maker, want_maker = maker(got), maker(want)
-  if _SAME_RULES_AS.get(got_maker, got_maker) == _SAME_RULES_AS.get(want_maker, want_maker):
-    return None
-  return f"made by {got_maker!r} {there}, by {want_maker!r} {here}"
+def _maker_of_rules(info: Mapping[str, Any]) -> Any:
+  """The maker whose rules a dataset was made by (CSV's for Parquet's)."""
+  made_by = maker(info)
+  return _SAME_RULES_AS.get(made_by, made_by)
 
 
 def _normalized(key: str, value: Any) -> Any:
@@ -81,38 +80,62 @@ def dense_transforms(info: Mapping[str, Any], schema: ExampleSchema) -> Any:
 def rules_of(info: Mapping[str, Any], schema: ExampleSchema) -> dict[str, Any]:
   """A dataset's rules as JSON (its maker, dense columns and transforms, RULES): equal
   for datasets whose raw values became ids and dense floats alike."""
-  made_by = maker(info)
   rules = {key: _normalized(key, info.get(key, default)) for key, default in RULES.items()}
   return {
     **rules,
-    "maker": _SAME_RULES_AS.get(made_by, made_by),
+    "maker": _maker_of_rules(info),
     "dense_columns": list(schema.dense_names),
     "dense_transform": dense_transforms(info, schema),
   }
 
 
-def rule_differences(
-  got: tuple[Mapping[str, Any], ExampleSchema],
-  want: tuple[Mapping[str, Any], ExampleSchema],
+def manifest_differences(
+  a: tuple[Mapping[str, Any], ExampleSchema],
+  b: tuple[Mapping[str, Any], ExampleSchema],
   *,
-  there: str,
-  here: str,
+  a_name: str,
+  b_name: str,
 ) -> list[str]:
-  """What differs between the rules of `got` and `want` (each: manifest info, schema),
-  worded "<rule> <got's value> {there}, <want's value> {here}"."""
-  (got_info, got_schema), (want_info, want_schema) = got, want
+  """What differs between the datasets `a` and `b` (each: manifest info, schema) in what
+  their ids and dense floats mean: the maker (CSV and Parquet are one), the features,
+  their vocab sizes and weights, the dense columns and the rules (RULES, the dense
+  transforms), each worded "<what>: <a's value> (<a_name>), <b's value> (<b_name>)"."""
+  (a_info, a_schema), (b_info, b_schema) = a, b
   out = []
-  got_names, want_names = got_schema.dense_names, want_schema.dense_names
-  if len(got_names) == len(want_names) and got_names and want_names and got_names != want_names:
-    out.append(f"dense columns {list(got_names)} {there}, {list(want_names)} {here}")
-  got_dense = dense_transforms(got_info, got_schema)
-  want_dense = dense_transforms(want_info, want_schema)
-  if got_names == want_names and got_dense != want_dense:
-    out.append(f"dense_transform {got_dense!r} {there}, {want_dense!r} {here}")
+
+  def differ(what: str, a_value: Any, b_value: Any) -> None:
+    if a_value != b_value:
+      out.append(f"{what}: {a_value!r} ({a_name}), {b_value!r} ({b_name})")
+
+  if _maker_of_rules(a_info) != _maker_of_rules(b_info):
+    differ("made by", maker(a_info), maker(b_info))
+  a_features, b_features = a_schema.feature_names, b_schema.feature_names
+  differ(
+    "features the other lacks",
+    [n for n in a_features if n not in b_features],
+    [n for n in b_features if n not in a_features],
+  )
+  common = [n for n in b_features if n in a_features]
+  for key in ("vocab_size", "weighted"):
+    values = [
+      (getattr(a_schema.feature(n), key), getattr(b_schema.feature(n), key)) for n in common
+    ]
+    changed = [(n, x, y) for n, (x, y) in zip(common, values) if x != y]
+    for name, a_value, b_value in changed[:_SHOWN_PER_KEY]:
+      differ(f"feature '{name}' {key}", a_value, b_value)
+    if len(changed) > _SHOWN_PER_KEY:
+      out.append(f"the {key} of {len(changed) - _SHOWN_PER_KEY} more features")
+  a_dense, b_dense = a_schema.dense_names, b_schema.dense_names
+  if a_schema.num_dense != b_schema.num_dense or (a_dense and b_dense and a_dense != b_dense):
+    differ(
+      "dense columns", list(a_dense) or a_schema.num_dense, list(b_dense) or b_schema.num_dense
+    )
+  if a_dense == b_dense:
+    differ(
+      "dense_transform", dense_transforms(a_info, a_schema), dense_transforms(b_info, b_schema)
+    )
   for key, default in RULES.items():
-    if key == "multivalent_columns" and not all(map(_records_list_columns, (got_info, want_info))):
+    if key == "multivalent_columns" and not all(map(_records_list_columns, (a_info, b_info))):
       continue
-    got_rule, want_rule = (_normalized(key, i.get(key, default)) for i in (got_info, want_info))
-    if got_rule != want_rule:
-      out.append(f"{key} {got_rule!r} {there}, {want_rule!r} {here}")
+    differ(key, *(_normalized(key, i.get(key, default)) for i in (a_info, b_info)))
   return out

@@ -52,7 +52,7 @@ from sparsepipe.data.codec import RecordCodec
 from sparsepipe.data.example import Example, ExampleBatch, batch_from_examples
 from sparsepipe.data.example import concat_batches, select_examples, slice_batch
 from sparsepipe.data.manifest import MANIFEST_NAME, Manifest, ShardInfo, write_manifest
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.data.split import eval_mask, split_info
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from sparsepipe.data.conversion_rules import maker_difference
-from sparsepipe.data.conversion_rules import rule_differences
+from sparsepipe.data.conversion_rules import manifest_differences
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.serving.export_format import ExportInfo
@@ -25,44 +24,12 @@ class DatasetMismatchError(ValueError):
   """A dataset converted otherwise than the export's training data; names both."""
 
 
-def _schema_differences(got: ExampleSchema, want: ExampleSchema) -> list[str]:
-  out = []
-  if got.num_dense != want.num_dense:
-    out.append(
-      f"{got.num_dense} dense columns {list(got.dense_names)} there,"
-      f" {want.num_dense} {list(want.dense_names)} in the export"
-    )
-  names, wanted = set(got.feature_names), set(want.feature_names)
-  if wanted - names:
-    out.append(f"no feature(s) {sorted(wanted - names)} there")
-  if names - wanted:
-    out.append(f"feature(s) {sorted(names - wanted)} there that the export has not")
-  for feature in want.sparse:
-    if feature.name in names:
-      other = got.feature(feature.name)
-      if other.vocab_size != feature.vocab_size:
-        out.append(
-          f"feature '{feature.name}' has vocab_size {other.vocab_size} there,"
-          f" {feature.vocab_size} in the export"
-        )
-      if other.weighted != feature.weighted:
-        out.append(
-          f"feature '{feature.name}' is {'' if other.weighted else 'not '}weighted there,"
-          f" {'' if feature.weighted else 'not '}in the export"
-        )
-  return out
-
-
 def dataset_differences(manifest: Manifest, converter: Mapping[str, Any]) -> list[str]:
   """What differs between a dataset's conversion and the export's `converter` section."""
-  info, want_info = manifest.info, converter["info"]
-  want = ExampleSchema.from_dict(converter["schema"])
-  maker = maker_difference(info, want_info, there="there", here="for the export")
-  if maker:
-    return [maker]
-  out = _schema_differences(manifest.schema, want)
-  got_rules, want_rules = (info, manifest.schema), (want_info, want)
-  return out + rule_differences(got_rules, want_rules, there="there", here="in the export")
+  want = (converter["info"], ExampleSchema.from_dict(converter["schema"]))
+  return manifest_differences(
+    (manifest.info, manifest.schema), want, a_name="dataset", b_name="export"
+  )
 
 
 def check_dataset(manifest: Manifest, info: ExportInfo, export: str) -> None:

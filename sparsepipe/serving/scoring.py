@@ -11,7 +11,7 @@ from typing import Iterator
 
 import numpy as np
 
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.manifest import read_manifest
 from sparsepipe.serving.dataset_check import check_dataset

@@ -2,7 +2,7 @@
 
 import io
 
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 
 
 class _Terminal(io.StringIO):

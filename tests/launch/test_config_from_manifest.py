@@ -90,9 +90,9 @@ def test_mismatched_manifests_list_every_difference(tmp_path):
     dataset_config.check_manifests_agree(train, evaluation)
   assert str(e.value) == (
     f"train data '{train.directory}' and eval data '{evaluation.directory}' disagree:"
-    " features ['c'] are missing from the eval data; eval features ['d'] are not in the"
-    " train data; feature 'a' is weighted=False (train), weighted=True (eval); feature 'b'"
-    " has vocab_size 20 (train), 21 (eval); num_dense is 3 (train), 2 (eval)"
+    " features the other lacks: ['d'] (eval), ['c'] (train); feature 'b' vocab_size: 21"
+    " (eval), 20 (train); feature 'a' weighted: True (eval), False (train); dense columns:"
+    " 2 (eval), 3 (train)"
   )
   dataset_config.check_manifests_agree(
     train, write(tmp_path / "same", {"c": 5, "a": 10, "b": 20}, num_dense=3)
@@ -124,7 +124,7 @@ def test_dataset_config_needs_data_dir_and_agreeing_eval(tmp_path):
   write(tmp_path / "eval", {"user": 99}, num_dense=3)
   config.data.dir = str(tmp_path / "train")
   config.eval.data_dir = str(tmp_path / "eval")
-  with pytest.raises(ValueError, match=r"feature 'user' has vocab_size 100 \(train\), 99 \(eval\)"):
+  with pytest.raises(ValueError, match=r"feature 'user' vocab_size: 99 \(eval\), 100 \(train\)"):
     dataset_config.apply_manifest(config)
 
 
@@ -176,7 +176,7 @@ def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
     dataset_config.check_manifests_agree(train, hashed)
   assert str(e.value) == (
     f"train data '{train.directory}' and eval data '{hashed.directory}' disagree:"
-    " integer_id_columns [] in the eval data, ['a'] in the train data"
+    " integer_id_columns: [] (eval), ['a'] (train)"
   )
   dataset_config.check_manifests_agree(train, write(tmp_path / "same", {"a": 10}, info=rules))
   # The Parquet converter records "no weight columns" as {}, the CSV one not at all.
@@ -185,14 +185,14 @@ def test_eval_data_converted_by_other_rules_is_refused(tmp_path):
   # A Parquet dataset of 0.3 did not record its list (multivalent) columns: not compared.
   listed = write(tmp_path / "mv", {"a": 10}, info={**rules, "multivalent_columns": ["a"]})
   dataset_config.check_manifests_agree(listed, write(tmp_path / "pq03", {"a": 10}, info=parquet))
-  with pytest.raises(ValueError, match=r"multivalent_columns \[\] in the eval data, \['a'\]"):
+  with pytest.raises(ValueError, match=r"multivalent_columns: \[\] \(eval\), \['a'\]"):
     dataset_config.check_manifests_agree(listed, train)
   # Another converter's rules, which serving refuses by name, are refused alike.
   criteo = write(tmp_path / "c", {"a": 10}, info={**rules, "converter": "sparsepipe.data.criteo"})
   with pytest.raises(ValueError) as e:
     dataset_config.check_manifests_agree(train, criteo)
   assert str(e.value) == (
-    f"train data '{train.directory}' and eval data '{criteo.directory}' disagree: made by"
-    " 'sparsepipe.data.criteo' in the eval data, by 'sparsepipe.data.csv' in the train data;"
-    " dense_transform 'none' in the eval data, {} in the train data"  # Criteo's own default
+    f"train data '{train.directory}' and eval data '{criteo.directory}' disagree: made by:"
+    " 'sparsepipe.data.criteo' (eval), 'sparsepipe.data.csv' (train); dense_transform:"
+    " 'none' (eval), {} (train)"  # Criteo's own default
   )

@@ -48,8 +48,8 @@ def test_a_dataset_converted_again_otherwise_is_refused_by_resume_and_not_read_b
   with pytest.raises(ValueError) as refused:
     evaluate_checkpoint(workdir)
   assert str(refused.value) == (
-    f"train data '{train}' and eval data '{held_out}' disagree: dense_transform"
-    " {'age': 'log1p'} in the eval data, {'age': 'none'} in the train data (the train data"
+    f"train data '{train}' and eval data '{held_out}' disagree: dense_transform:"
+    " {'age': 'log1p'} (eval), {'age': 'none'} (train) (the train data"
     f" at '{train}' is gone or converted again since the job trained on it, so --like cannot"
     " take its rules from there: convert the eval data with --vocab_sizes=userId=64,genre=64"
     " and the dense transforms {'age': 'none'}, or put the train data back)"
@@ -59,8 +59,8 @@ def test_a_dataset_converted_again_otherwise_is_refused_by_resume_and_not_read_b
     train_and_evaluate(config(8), workdir)
   assert str(refused.value) == (
     f"the data at '{train}' is not the dataset the job in {workdir} trained on (checkpoint"
-    " 4): it was converted or generated again since: dense_transform {'age': 'log1p'} there,"
-    " {'age': 'none'} in the job. Put the job's dataset back there (same inputs and"
+    " 4): it was converted or generated again since: dense_transform: {'age': 'log1p'} (now),"
+    " {'age': 'none'} (trained on). Put the job's dataset back there (same inputs and"
     " options), or train on this data in a new --workdir (the checkpoints are left as they"
     " are)"
   )

@@ -237,15 +237,15 @@ def test_a_dataset_converted_otherwise_is_refused_naming_the_differences(exporte
     score_dataset(predictor, other)
   assert str(e.value) == (
     f"dataset '{other}' was not converted as the training data of export '{root / 'export'}':"
-    " no feature(s) ['genres'] there; feature 'title' has vocab_size 2000 there, 1000 in the"
-    " export; multivalent_columns [] there, ['genres'] in the export; convert it with the same"
-    " columns and options"
+    " features the other lacks: [] (dataset), ['genres'] (export); feature 'title'"
+    " vocab_size: 2000 (dataset), 1000 (export); multivalent_columns: [] (dataset),"
+    " ['genres'] (export); convert it with the same columns and options"
   )
   hashed = _convert(tmp_path, path, "hashed", integer_id_columns=[])
   with pytest.raises(
     serving.DatasetMismatchError,
-    match=r"was not converted as the training data of export '.*': integer_id_columns \[\]"
-    r" there, \['userId'\] in the export; convert it with the same columns and options$",
+    match=r"was not converted as the training data of export '.*': integer_id_columns: \[\]"
+    r" \(dataset\), \['userId'\] \(export\); convert it with the same columns and options$",
   ):
     score_dataset(predictor, hashed)
   # An export's path for the predictor was "'str' object has no attribute 'info'".
@@ -281,7 +281,7 @@ def test_the_predict_command_names_a_dataset_of_another_dense_width(exported, tm
   assert out.returncode == 1, out.stderr
   assert out.stderr.splitlines() == [
     f"error: dataset '{wide}' was not converted as the training data of export"
-    f" '{root / 'export'}': 2 dense columns ['age', 'userId'] there, 1 ['age'] in the export;"
+    f" '{root / 'export'}': dense columns: ['age', 'userId'] (dataset), ['age'] (export);"
     " convert it with the same columns and options"
   ]
   assert not os.path.exists(tmp_path / "scores.npy")

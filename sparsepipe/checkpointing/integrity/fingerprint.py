@@ -26,7 +26,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from sparsepipe.checkpointing.errors import CorruptCheckpointError
-from sparsepipe.checkpointing.restore.targets import leaf_path
+from sparsepipe.checkpointing.leaf_paths import leaf_path
 
 MIX = 0x85EBCA6B
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsepipe.checkpointing.integrity.fingerprint import check_leaf
 from sparsepipe.checkpointing.integrity.fingerprint import MIX
-from sparsepipe.checkpointing.restore.targets import leaf_path
+from sparsepipe.checkpointing.leaf_paths import leaf_path
 
 _MASK = 0xFFFFFFFF
 _CHUNK_WORDS = 1 << 16  # words per step of the sum: temporaries stay in cache

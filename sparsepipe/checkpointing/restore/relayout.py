@@ -37,7 +37,7 @@ from sparsepipe import pipeline
 from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import RunInfo
-from sparsepipe.checkpointing.restore.targets import leaf_path
+from sparsepipe.checkpointing.leaf_paths import leaf_path
 
 
 @dataclasses.dataclass(frozen=True)

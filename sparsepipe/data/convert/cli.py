@@ -21,7 +21,7 @@ from sparsepipe.command_line import exit_with_error
 from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, maker
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.data.convert.output_path import check_dataset_output
-from sparsepipe.data.convert.progress import summarize
+from sparsepipe.data.progress import summarize
 from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE, scale_warnings
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS
 from sparsepipe.data.convert.vocab_sizing import HEADROOM, VOCAB_CAP, sizing_lines

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 import zlib
 
 
@@ -138,3 +138,25 @@ def checked_threshold(threshold: float | None) -> float | None:
 def log1p_clamped(x: float) -> float:
   """log(1 + max(x, 0)): the usual click-log dense normalisation."""
   return math.log1p(x) if x > 0 else 0.0
+
+
+def column_transforms(
+  dense_transform: str | Mapping[str, str], dense_columns: Sequence[str]
+) -> dict[str, str]:
+  """{column: "none" | "log1p"} from one transform for all or a mapping (as the manifest
+  of an `auto` conversion records it)."""
+  if isinstance(dense_transform, Mapping):
+    missing = [c for c in dense_columns if c not in dense_transform]
+    if missing:
+      raise ValueError(f"dense_transform names no transform for dense columns {missing}")
+    out = {c: dense_transform[c] for c in dense_columns}
+  else:
+    out = dict.fromkeys(dense_columns, dense_transform)
+  given = [dense_transform] if isinstance(dense_transform, str) else []
+  for value in dict.fromkeys([*out.values()] or given):
+    if value not in DENSE_TRANSFORMS:
+      raise ValueError(
+        f"dense_transform={value!r} is not one of {DENSE_TRANSFORMS}"
+        + (" ('auto' is chosen from the data by convert_csv)" if value == "auto" else "")
+      )
+  return out

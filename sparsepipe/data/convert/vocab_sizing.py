@@ -24,10 +24,11 @@ MAX_VOCAB_SIZE.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from sparsepipe.data.convert.text_input import parse_size
 from sparsepipe.data.schema import MAX_VOCAB_SIZE
 
 HEADROOM = 4
@@ -130,3 +131,48 @@ def sizing_lines(sizing: Mapping[str, Mapping[str, int | str]]) -> list[str]:
     f" of two, at most {VOCAB_CAP:,}; --vocab_sizes to choose them):",
   )
   return lines
+
+
+def parse_vocab_sizes(
+  entries: Sequence[str] | Mapping[str, int] | int | None,
+  columns: Sequence[str],
+  *,
+  allow_unsized: bool = False,
+) -> dict[str, int]:
+  """`["1000", "user_id=6041"]` (or {"user_id": 6041}, or 1000) -> {column: size} for
+  every sparse column.
+
+  With `allow_unsized`, a column without an entry (and no default N) is left
+  out: the converter sizes it from the data (data_vocab_size, integer_vocab_size).
+  """
+  if isinstance(entries, int):
+    entries = [str(entries)]
+  elif isinstance(entries, Mapping):
+    entries = [f"{name}={size}" for name, size in entries.items()]
+  default, sizes = None, {}
+  for entry in entries or ():
+    entry = str(entry).strip()
+    if "=" in entry:
+      name, value = entry.split("=", 1)
+      if name not in columns:
+        raise ValueError(
+          f"vocab size given for '{name}', which is not a sparse column {list(columns)}"
+        )
+      if name in sizes:
+        raise ValueError(f"vocab_sizes (--vocab_sizes) gives '{name}' twice: '{entry}'")
+      sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
+    elif default is not None:
+      raise ValueError(
+        f"vocab_sizes (--vocab_sizes) gives two sizes for every column ({default} and"
+        f" '{entry}'): give one N, and column=N for the others"
+      )
+    else:
+      default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
+  for name in columns:
+    if name not in sizes:
+      if default is None and allow_unsized:
+        continue
+      if default is None:
+        raise ValueError(f"no vocab size for sparse column '{name}' (give N or {name}=N)")
+      sizes[name] = default
+  return sizes

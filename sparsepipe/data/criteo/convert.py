@@ -30,13 +30,13 @@ naming the file and line.
 from __future__ import annotations
 
 import re
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.convert.input_files import check_text_files
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.convert.text_input import (
   InputFormatError,
@@ -50,6 +50,8 @@ from sparsepipe.data.convert.output import HASH_RULE
 from sparsepipe.data.writer import write_batches
 from sparsepipe.data.convert.dense_stats import DenseStats
 from sparsepipe.data.convert.vocab_sizing import DistinctCounter, data_vocab_size
+from sparsepipe.data.convert.row_values import ROWS, field_text
+from sparsepipe.data.convert.rows import RowReader, register_row_reader
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -276,3 +278,34 @@ def convert_criteo(
     eval_fraction=eval_fraction,
     split_seed=split_seed,
   )
+
+
+_ROW_COLUMNS = ("label", *DENSE_NAMES, *SPARSE_NAMES)
+_ROW_HASHED = frozenset(SPARSE_NAMES)
+
+
+def _row_columns(info: Mapping[str, Any]) -> tuple[str, ...]:
+  """The columns every Criteo conversion read: label, I1..I13, C1..C26."""
+  del info
+  return _ROW_COLUMNS
+
+
+def _row_examples(
+  info: Mapping[str, Any], schema: ExampleSchema, rows: Sequence[Mapping[str, Any]]
+) -> ExampleBatch:
+  """Raw rows ({column: value}) as the Criteo conversion of `info` and `schema` parsed
+  its lines (convert/rows.py)."""
+  parser = CriteoParser(schema, empty_category=info.get("empty_category", "drop"))
+  for i, row in enumerate(rows):
+    fields = [field_text(row.get(n), n, None, i + 1, n in _ROW_HASHED) for n in _ROW_COLUMNS]
+    fields[0] = fields[0] or "0"  # the label
+    for name, text in zip(_ROW_COLUMNS, fields):
+      if any(c in text for c in "\t\r\n"):
+        raise InputFormatError(
+          ROWS, i + 1, f"column {name} value {text!r} holds a tab or line break"
+        )
+    parser.add_line("\t".join(fields), "\t", ROWS, i + 1)
+  return parser.take()
+
+
+register_row_reader("sparsepipe.data.criteo", RowReader(_row_columns, _row_examples))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import csv as _csv
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
@@ -47,60 +47,18 @@ from sparsepipe.data.convert.text_input import (
   log1p_clamped,
   parse_float,
 )
-from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS, THRESHOLD_HINT, checked_threshold
-from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
+from sparsepipe.data.convert.text_input import THRESHOLD_HINT, checked_threshold, column_transforms
+from sparsepipe.data.convert.text_input import read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
 from sparsepipe.data.convert.dense_stats import DenseStats
+from sparsepipe.data.convert.vocab_sizing import parse_vocab_sizes
 from sparsepipe.data.convert.from_data import resolve_from_data
 from sparsepipe.data.csv.scan import scan_csv
 from sparsepipe.data.convert.output import write_converted
+from sparsepipe.data.convert.row_values import ROWS, field_text
+from sparsepipe.data.convert.rows import RowReader, register_row_reader
 
 _CHUNK = 4096
-
-
-def parse_vocab_sizes(
-  entries: Sequence[str] | Mapping[str, int] | int | None,
-  columns: Sequence[str],
-  *,
-  allow_unsized: bool = False,
-) -> dict[str, int]:
-  """`["1000", "user_id=6041"]` (or {"user_id": 6041}, or 1000) -> {column: size} for
-  every sparse column.
-
-  With `allow_unsized`, a column without an entry (and no default N) is left
-  out: the converter sizes it from the data (sparsepipe.data.convert.vocab_sizing).
-  """
-  if isinstance(entries, int):
-    entries = [str(entries)]
-  elif isinstance(entries, Mapping):
-    entries = [f"{name}={size}" for name, size in entries.items()]
-  default, sizes = None, {}
-  for entry in entries or ():
-    entry = str(entry).strip()
-    if "=" in entry:
-      name, value = entry.split("=", 1)
-      if name not in columns:
-        raise ValueError(
-          f"vocab size given for '{name}', which is not a sparse column {list(columns)}"
-        )
-      if name in sizes:
-        raise ValueError(f"vocab_sizes (--vocab_sizes) gives '{name}' twice: '{entry}'")
-      sizes[name] = parse_size(value, f"vocab_sizes (--vocab_sizes) entry '{entry}'")
-    elif default is not None:
-      raise ValueError(
-        f"vocab_sizes (--vocab_sizes) gives two sizes for every column ({default} and"
-        f" '{entry}'): give one N, and column=N for the others"
-      )
-    else:
-      default = parse_size(entry, "vocab_sizes (--vocab_sizes)")
-  for name in columns:
-    if name not in sizes:
-      if default is None and allow_unsized:
-        continue
-      if default is None:
-        raise ValueError(f"no vocab size for sparse column '{name}' (give N or {name}=N)")
-      sizes[name] = default
-  return sizes
 
 
 class CsvParser:
@@ -215,28 +173,6 @@ class CsvParser:
     self.dense_stats.add(batch.dense, self._missing)
     self._missing = [0] * len(self._missing)
     return batch
-
-
-def column_transforms(
-  dense_transform: str | Mapping[str, str], dense_columns: Sequence[str]
-) -> dict[str, str]:
-  """{column: "none" | "log1p"} from one transform for all or a mapping (as the manifest
-  of an `auto` conversion records it)."""
-  if isinstance(dense_transform, Mapping):
-    missing = [c for c in dense_columns if c not in dense_transform]
-    if missing:
-      raise ValueError(f"dense_transform names no transform for dense columns {missing}")
-    out = {c: dense_transform[c] for c in dense_columns}
-  else:
-    out = dict.fromkeys(dense_columns, dense_transform)
-  given = [dense_transform] if isinstance(dense_transform, str) else []
-  for value in dict.fromkeys([*out.values()] or given):
-    if value not in DENSE_TRANSFORMS:
-      raise ValueError(
-        f"dense_transform={value!r} is not one of {DENSE_TRANSFORMS}"
-        + (" ('auto' is chosen from the data by convert_csv)" if value == "auto" else "")
-      )
-  return out
 
 
 def read_header(paths: Sequence[str], delimiter: str) -> tuple[str, list[str]]:
@@ -408,3 +344,48 @@ def _resolve_from_data(
     )
 
   return resolve_from_data(columns, given, scan)
+
+
+# CsvParser's keyword arguments, as the CSV converter records them in its info.
+_ROW_KEYS = (
+  "label_column",
+  "dense_columns",
+  "sparse_columns",
+  "multivalent_columns",
+  "separator",
+  "vocab_sizes",
+  "integer_id_columns",
+  "dense_transform",
+  "label_threshold",
+)
+
+
+def _row_header(info: Mapping[str, Any]) -> list[str]:
+  """The columns a CSV conversion of `info` read: its label, dense and sparse columns."""
+  dense, sparse = info.get("dense_columns", ()), info.get("sparse_columns", ())
+  return [info["label_column"], *dense, *sparse]
+
+
+def _row_examples(
+  info: Mapping[str, Any], schema: ExampleSchema | None, rows: Sequence[Mapping[str, Any]]
+) -> ExampleBatch:
+  """Raw rows ({column: value}) as the CSV conversion of `info` parsed its rows
+  (convert/rows.py); `schema` is not needed: the info names every column option."""
+  del schema
+  columns = {k: info[k] for k in _ROW_KEYS if k in info}
+  header = _row_header(info)
+  parser = CsvParser(header, **columns)
+  multivalent = set(columns.get("multivalent_columns", ()))
+  separators = [columns.get("separator", "|") if c in multivalent else None for c in header]
+  hashed = set(columns.get("sparse_columns", ())) - set(columns.get("integer_id_columns", ()))
+  for i, row in enumerate(rows):
+    fields = [
+      field_text(row.get(c), c, sep, i + 1, hashed=c in hashed)
+      for c, sep in zip(header, separators)
+    ]
+    fields[0] = fields[0] or "0"  # the label
+    parser.add_row(fields, ROWS, i + 1)
+  return parser.take()
+
+
+register_row_reader("sparsepipe.data.csv", RowReader(_row_header, _row_examples))

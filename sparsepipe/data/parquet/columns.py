@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from sparsepipe.data.convert.dense_stats import DenseStats
 from sparsepipe.data.convert.text_input import THRESHOLD_HINT, checked_threshold
-from sparsepipe.data.csv.convert import column_transforms, parse_vocab_sizes
+from sparsepipe.data.convert.text_input import column_transforms
+from sparsepipe.data.convert.vocab_sizing import parse_vocab_sizes
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.parquet import arrays
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema

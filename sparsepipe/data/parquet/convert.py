@@ -57,7 +57,7 @@ from sparsepipe.data.convert.arguments import name_list
 from sparsepipe.data.convert.from_data import resolve_from_data
 from sparsepipe.data.convert.input_files import check_each_once
 from sparsepipe.data.convert.output import write_converted
-from sparsepipe.data.csv.convert import parse_vocab_sizes
+from sparsepipe.data.convert.vocab_sizing import parse_vocab_sizes
 from sparsepipe.data.parquet.scan import scan_parquet
 
 DEFAULT_BATCH_ROWS = 65_536

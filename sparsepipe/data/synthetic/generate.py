@@ -29,7 +29,7 @@ import numpy as np
 
 from sparsepipe.data.example import ExampleBatch, slice_batch
 from sparsepipe.data.manifest import Manifest
-from sparsepipe.data.convert.progress import Progress
+from sparsepipe.data.progress import Progress
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.synthetic.click_model import MODEL_VERSION, click_probabilities

@@ -37,8 +37,7 @@ from typing import Any, Mapping
 import ml_collections
 
 from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, dense_transforms
-from sparsepipe.data.conversion_rules import maker, maker_difference
-from sparsepipe.data.conversion_rules import rule_differences
+from sparsepipe.data.conversion_rules import maker, manifest_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
 from sparsepipe.launch.config.base import feature
 
@@ -144,38 +143,10 @@ def check_vocab_sizes(config: Any, manifest: Manifest) -> None:
 def check_manifests_agree(train: Manifest, evaluation: Manifest) -> None:
   """Raises ValueError listing every difference of converter (CSV and Parquet are
   one), names, vocab sizes, weights, dense width and the conversion's rules
-  (data.conversion_rules: dense columns and their order and transform, hashing,
-  integer ids, ...)."""
-  other_maker = maker_difference(
-    evaluation.info, train.info, there="in the eval data", here="in the train data"
-  )
-  problems = [other_maker] if other_maker else []
-  t_names, e_names = train.schema.feature_names, evaluation.schema.feature_names
-  missing = [n for n in t_names if n not in e_names]
-  extra = [n for n in e_names if n not in t_names]
-  if missing:
-    problems.append(f"features {missing} are missing from the eval data")
-  if extra:
-    problems.append(f"eval features {extra} are not in the train data")
-  for name in (n for n in t_names if n in e_names):
-    t, e = train.schema.feature(name), evaluation.schema.feature(name)
-    if t.vocab_size != e.vocab_size:
-      problems.append(
-        f"feature '{name}' has vocab_size {t.vocab_size} (train), {e.vocab_size} (eval)"
-      )
-    if t.weighted != e.weighted:
-      problems.append(
-        f"feature '{name}' is weighted={t.weighted} (train), weighted={e.weighted} (eval)"
-      )
-  if train.schema.num_dense != evaluation.schema.num_dense:
-    problems.append(
-      f"num_dense is {train.schema.num_dense} (train), {evaluation.schema.num_dense} (eval)"
-    )
-  problems += rule_differences(
-    (evaluation.info, evaluation.schema),
-    (train.info, train.schema),
-    there="in the eval data",
-    here="in the train data",
+  (data.conversion_rules.manifest_differences), with how to convert the eval data
+  alike where --like does."""
+  problems = manifest_differences(
+    (evaluation.info, evaluation.schema), (train.info, train.schema), a_name="eval", b_name="train"
   )
   if problems:
     raise ValueError(
@@ -222,8 +193,8 @@ def _still_there(train: Manifest) -> bool:
     there = read_manifest(train.directory)
   except ValueError:  # ManifestError: gone, or no dataset
     return False
-  rules = rule_differences(
-    (there.info, there.schema), (train.info, train.schema), there="", here=""
+  rules = manifest_differences(
+    (there.info, there.schema), (train.info, train.schema), a_name="", b_name=""
   )
   return there.schema == train.schema and not rules
 

@@ -15,7 +15,7 @@ import jax
 from sparsepipe import checkpointing
 from sparsepipe import data
 from sparsepipe import transforms
-from sparsepipe.data.conversion_rules import rule_differences
+from sparsepipe.data.conversion_rules import manifest_differences
 from sparsepipe.launch.config import packing
 
 # The folders of a workdir that hold its generated train and eval data.
@@ -245,30 +245,20 @@ def check_resumed_data(mngr: checkpointing.TrainingCheckpointManager, now: data.
 
 
 def _differences(now: data.Manifest, trained: data.Manifest) -> list[str]:
-  """What differs between the data `now` and the data the job `trained` on, worded
-  "<what> <now's> there, <trained's> in the job": conversion rules, vocabulary
-  sizes, other features, counts, else the records themselves."""
-  out = rule_differences(
-    (now.info, now.schema), (trained.info, trained.schema), there="there", here="in the job"
+  """What differs between the data `now` and the data the job `trained` on
+  (data.conversion_rules.manifest_differences; the same data, too: the schema,
+  counts, else the records themselves), worded "<what>: <now's> (now), <trained's>
+  (trained on)"."""
+  names = ("now", "trained on")
+  out = manifest_differences(
+    (now.info, now.schema), (trained.info, trained.schema), a_name=names[0], b_name=names[1]
   )
-  vocab = [{f.name: f.vocab_size for f in m.schema.sparse} for m in (now, trained)]
-  changed = sorted(
-    n for n in vocab[0].keys() | vocab[1].keys() if vocab[0].get(n) != vocab[1].get(n)
-  )
-  out += [
-    f"vocab_size of '{n}' {vocab[0].get(n)} there, {vocab[1].get(n)} in the job"
-    for n in changed[:3]
-  ]
-  if len(changed) > 3:
-    out.append(f"the vocab sizes of {len(changed) - 3} more features")
-  if not changed and now.schema != trained.schema:
-    out.append(f"features {now.schema.to_dict()} there, {trained.schema.to_dict()} in the job")
-  counts = [(m.num_examples, len(m.shards)) for m in (now, trained)]
+  if not out and now.schema != trained.schema:  # the features' order, the label's name
+    schemas = [m.schema.to_dict() for m in (now, trained)]
+    out.append(f"schema: {schemas[0]} ({names[0]}), {schemas[1]} ({names[1]})")
+  counts = [f"{m.num_examples:,} examples in {len(m.shards)} shards" for m in (now, trained)]
   if counts[0] != counts[1]:
-    out.append(
-      f"{counts[0][0]:,} examples in {counts[0][1]} shards there, {counts[1][0]:,} in"
-      f" {counts[1][1]} in the job"
-    )
+    out.append(f"counts: {counts[0]} ({names[0]}), {counts[1]} ({names[1]})")
   if not out and transforms.dataset_fingerprint(now) != transforms.dataset_fingerprint(trained):
     out.append("other records, in the same numbers")
   return out

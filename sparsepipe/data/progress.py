@@ -1,4 +1,4 @@
-"""The converters' progress line (on stderr) and their summary line."""
+"""The writers' progress line (on stderr) and the converters' summary line."""
 
 from __future__ import annotations
 
