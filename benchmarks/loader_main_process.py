@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sparsepipe import core  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config import packing  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.config import specs as config_specs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config import config_specs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo  # pylint: disable=g-import-not-at-top,wrong-import-position
 import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -90,7 +90,7 @@ from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.config.shipped import criteo  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.job import training_data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.job import model  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch.job.run import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.pipeline.embedding.variables import table_key  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -261,7 +261,7 @@ def _phase(sampler: Sampler, phase: str, after: str | None = None):
 def _instrument(sampler: Sampler, figures: dict[str, Any]) -> None:
   """Phase labels around the job's parts; the state bytes from its arrays."""
 
-  _wrap(dataset, "ensure_dataset", _phase(sampler, "dataset", _BETWEEN))
+  _wrap(training_data, "ensure_dataset", _phase(sampler, "dataset", _BETWEEN))
   _wrap(model.JobModel, "setup", _phase(sampler, "setup (trainer, input)"))
 
   def init(original, *args, **kwargs):

@@ -43,8 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sparsepipe import data  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from sparsepipe.launch import train_and_evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.config.base import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
-from sparsepipe.launch.config.base import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config.base_config import base_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from sparsepipe.launch.config.base_config import feature  # pylint: disable=g-import-not-at-top,wrong-import-position
 import outputs  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _JSON = outputs.json_flag()

@@ -46,9 +46,9 @@ from sparsepipe import data
 from sparsepipe import pipeline as P
 from sparsepipe import transforms
 from sparsepipe.data.synthetic.generate import zipf_ids
-from sparsepipe.launch.config.base import base_config
-from sparsepipe.launch.config.base import feature
-from sparsepipe.launch.job import dataset
+from sparsepipe.launch.config.base_config import base_config
+from sparsepipe.launch.config.base_config import feature
+from sparsepipe.launch.job import training_data
 from sparsepipe.launch.job import fdo
 from sparsepipe.launch.job.model import JobModel
 
@@ -297,7 +297,7 @@ def setup(rounds_steps: int, root: str) -> tuple[dict[str, Callable], Callable, 
   the rounds (host input alone, end to end), and the shape."""
   config = heavy_config(examples=_BATCH.value * (4 * _E2E.value + 64))
   mesh = core.make_mesh()
-  data_dir = dataset.ensure_dataset(config, root, show_progress=False)
+  data_dir = training_data.ensure_dataset(config, root, show_progress=False)
   job = JobModel(config, data.read_manifest(data_dir), mesh)
   specs = _tuned_specs(job, root)
   trainer, state = job.make_trainer(specs), job.fresh_train_state()

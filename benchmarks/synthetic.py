@@ -61,8 +61,8 @@ from sparsepipe import data
 from sparsepipe.data.bulk_encode import encode_records
 from sparsepipe.launch.config.shipped import criteo
 from sparsepipe.launch.config.shipped import demo
-from sparsepipe.launch.job.dataset import ensure_dataset
-from sparsepipe.launch.job.dataset import synthetic_features
+from sparsepipe.launch.job.training_data import ensure_dataset
+from sparsepipe.launch.job.training_data import synthetic_features
 import outputs
 
 _NUM_EXAMPLES = flags.DEFINE_integer("num_examples", 200_000, "Examples per part-1 measurement.")

@@ -158,15 +158,15 @@ VOCAB_SIZES = (
 # The job draws and stacks features in name order (config.features iterates sorted):
 # C1, C10, C11, .., C19, C2, C20, ..
 FEATURES = tuple(sorted((f"C{i}", v) for i, v in enumerate(VOCAB_SIZES, start=1)))
-NUM_DENSE = 13  # base.py: synthetic.num_dense
-EMBEDDING_DIM = 16  # base.py: model.embedding_dim
-IDS_PER_FEATURE = 1  # base.py feature(): min_ids = max_ids = 1
+NUM_DENSE = 13  # launch/config/base_config.py: synthetic.num_dense
+EMBEDDING_DIM = 16  # launch/config/base_config.py: model.embedding_dim
+IDS_PER_FEATURE = 1  # launch/config/base_config.py feature(): min_ids = max_ids = 1
 ZIPF_EXPONENT = 1.05  # criteo.py: feature(vocab, zipf_exponent=1.05)
 BOTTOM_MLP = (512, 256, 16)  # criteo.py: model.bottom_mlp_dims
 TOP_MLP = (1024, 1024, 512, 256)  # criteo.py: model.top_mlp_dims (+ the 1-unit logit layer)
-EMBEDDING_LR = 0.05  # base.py: embedding_optimizer adagrad, learning_rate=0.05
-INITIAL_ACCUMULATOR = 0.1  # sparsepipe/core/optimizers.py: AdagradOptimizerSpec
-DENSE_LR = 1e-3  # base.py: dense_optimizer adam, learning_rate=1e-3
+EMBEDDING_LR = 0.05  # launch/config/base_config.py: embedding_optimizer adagrad, learning_rate=0.05
+INITIAL_ACCUMULATOR = 0.1  # sparsepipe/core/optimizer_specs.py: AdagradOptimizerSpec
+DENSE_LR = 1e-3  # launch/config/base_config.py: dense_optimizer adam, learning_rate=1e-3
 TABLE_INIT_STDDEV = 0.05  # sparsepipe/core/initializers.py: TruncatedNormalInitializer
 
 # Synthetic data (sparsepipe/data/synthetic/generate.py and click_model.py).

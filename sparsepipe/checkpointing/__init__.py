@@ -1,11 +1,11 @@
 """Orbax checkpoints of the whole training state, exact resume, preemption."""
 
-from sparsepipe.checkpointing.errors import CheckpointError
-from sparsepipe.checkpointing.errors import ConfigMismatchError
-from sparsepipe.checkpointing.errors import StepNotKeptError
-from sparsepipe.checkpointing.errors import UnwritableCheckpointDirectoryError
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
-from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import ConfigMismatchError
+from sparsepipe.checkpointing.checkpoint_errors import StepNotKeptError
+from sparsepipe.checkpointing.checkpoint_errors import UnwritableCheckpointDirectoryError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.manager import DEFAULT_RELAYOUTS
 from sparsepipe.checkpointing.manager import TrainingCheckpointManager
 from sparsepipe.checkpointing.handlers import in_flight_bound
@@ -21,11 +21,11 @@ from sparsepipe.checkpointing.restore.relayout import RelayoutContext
 from sparsepipe.checkpointing.restore.relayout import embedding_relayout
 from sparsepipe.checkpointing.restore.relayout import pipeline_state_relayout
 from sparsepipe.checkpointing.restore.relayout import resize_zero_padded
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import ITEM_NAMES
-from sparsepipe.checkpointing.state import RestoredState
-from sparsepipe.checkpointing.state import RestoreTargets
-from sparsepipe.checkpointing.state import CheckpointItems
+from sparsepipe.checkpointing.step_items import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import ITEM_NAMES
+from sparsepipe.checkpointing.step_items import RestoredState
+from sparsepipe.checkpointing.step_items import RestoreTargets
+from sparsepipe.checkpointing.step_items import CheckpointItems
 from sparsepipe.checkpointing.restore.targets import abstract_of
 from sparsepipe.checkpointing.restore.targets import on_mesh
 from sparsepipe.checkpointing.restore.iterator_states import read_iterator_states

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import ARRAY_ITEMS
 
 
 def _is_empty(x: Any) -> bool:

@@ -53,9 +53,9 @@ from etils import epath
 from sparsepipe.checkpointing.integrity import corrupt
 from sparsepipe.checkpointing import empty_arrays
 from sparsepipe.checkpointing import saving
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
-from sparsepipe.checkpointing.errors import StepNotKeptError
-from sparsepipe.checkpointing.errors import UnwritableCheckpointDirectoryError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import StepNotKeptError
+from sparsepipe.checkpointing.checkpoint_errors import UnwritableCheckpointDirectoryError
 from sparsepipe.checkpointing.handlers import array_handler
 from sparsepipe.checkpointing.handlers import DATA_FILE_MB
 from sparsepipe.checkpointing.handlers import MetadataHandler
@@ -67,10 +67,10 @@ from sparsepipe.checkpointing.restore.relayout import Relayout
 from sparsepipe.checkpointing.restore.relayout import resize_zero_padded
 from sparsepipe.checkpointing.restore.reader import StepReader
 from sparsepipe.checkpointing.restore.reader import Targets
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import RestoredState
-from sparsepipe.checkpointing.state import RestoreTargets
-from sparsepipe.checkpointing.state import CheckpointItems
+from sparsepipe.checkpointing.step_items import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import RestoredState
+from sparsepipe.checkpointing.step_items import RestoreTargets
+from sparsepipe.checkpointing.step_items import CheckpointItems
 from sparsepipe.checkpointing.step_items import ARRAYS
 
 # Re-laid out by default when the device count changes (ZeRO padding only).

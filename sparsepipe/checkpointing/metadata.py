@@ -25,9 +25,9 @@ from typing import Any, Iterable, Mapping
 import jax
 import numpy as np
 
-from sparsepipe.checkpointing.errors import ConfigMismatchError
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
-from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import ConfigMismatchError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import IncompatibleCheckpointError
 
 # Version of the step layout written by this module; bump on any change that
 # an older reader would misread.

@@ -38,8 +38,8 @@ from sparsepipe.checkpointing.metadata import CHECKPOINT_FORMAT_VERSION
 from sparsepipe.checkpointing.metadata import LoopPosition
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.metadata import to_json_value
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import CheckpointItems
+from sparsepipe.checkpointing.step_items import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import CheckpointItems
 
 # integrity["fingerprints"] of a step whose fingerprints are in per-process
 # files of the metadata item (handlers.fingerprint_filename).

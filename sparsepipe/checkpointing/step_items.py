@@ -1,4 +1,8 @@
-"""Which Orbax items (directories) of a step hold the array items, by format.
+"""What a checkpoint step holds, and which Orbax items (directories) hold it, by format.
+
+A step holds the saved state (`CheckpointItems`); a restore is given its
+targets (`RestoreTargets`) and returns the step (`RestoredState`). Of the
+items, three are trees of arrays (ARRAY_ITEMS) and three JSON.
 
 Format 3 (written now) keeps the three array items in one Orbax item,
 "arrays", as {item: tree}: Orbax starts its commit threads and copies to
@@ -11,10 +15,12 @@ array items ("embeddings", ...) in every format.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
+from sparsepipe.checkpointing.metadata import CheckpointMetadata
 
+ARRAY_ITEMS = ("train_state", "embeddings", "pipeline_state")
+ITEM_NAMES = ARRAY_ITEMS + ("data_iter", "fdo", "metadata")
 ARRAYS = "arrays"  # the Orbax item of format 3
 JSON_ITEMS = ("data_iter", "fdo", "metadata")
 FIRST_ONE_ITEM_FORMAT = 3
@@ -54,3 +60,56 @@ def array_trees(out: Mapping[str, Any], items: Sequence[str], format_version: in
       return {item: None for item in items}
     return {item: arrays.get(item) for item in items}
   return {item: out[item] for item in items}
+
+
+class CheckpointItems(NamedTuple):
+  """Everything saved at a step.
+
+  Attributes:
+    train_state: pytree of arrays (dense params, ZeRO optimizer shards, step).
+    embeddings: pytree of arrays ({stack: EmbeddingVariables}).
+    pipeline_state: pytree of arrays (the PipelineState).
+    data_iter: the Grain iterator (its get_state() is saved, per process).
+    fdo: JSON object: FDO limits per stack and statistics.
+  """
+
+  train_state: Any
+  embeddings: Any
+  pipeline_state: Any
+  data_iter: Any
+  fdo: Mapping[str, Any]
+
+
+class RestoreTargets(NamedTuple):
+  """Abstract trees (ShapeDtypeStructs with the current shardings) and the
+  freshly built Grain iterator that receives the saved iterator state (None:
+  the iterator state is not read, e.g. to evaluate or export a step)."""
+
+  train_state: Any
+  embeddings: Any
+  pipeline_state: Any
+  data_iter: Any
+
+
+class RestoredState(NamedTuple):
+  """A restored step.
+
+  Attributes:
+    step: the restored step number.
+    train_state, embeddings: trees laid out like their targets.
+    pipeline_state: the restored PipelineState, or None when the device count
+      changed and the saved pipeline was drained (start a fresh one).
+    data_iter: the target iterator, now positioned after the saved batches.
+    fdo: the saved FDO JSON object.
+    metadata: the saved CheckpointMetadata (LoopPosition, feature limits, ...).
+    relaid_out: names of the items that were re-laid out.
+  """
+
+  step: int
+  train_state: Any
+  embeddings: Any
+  pipeline_state: Any
+  data_iter: Any
+  fdo: dict[str, Any]
+  metadata: CheckpointMetadata
+  relaid_out: tuple[str, ...]

@@ -11,8 +11,8 @@ not count; an unreadable one does):
 
 The names live here, below every subpackage, because every command that
 writes an output checks it against all three: the converters
-(data.convert.output_path), the launcher's --workdir
-(launch.workdir.placement) and the serving commands (serving.output_paths).
+(data.convert.outputs), the launcher's --workdir
+(launch.workdir.location) and the serving commands (serving.output_paths).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ but every spec here is a frozen dataclass: specs are static arguments of the
 jitted step, so a change of limits (FDO) must produce a *new* spec (and a
 recompile), never mutate one in place. The stacking functions in
 `stacking.py` return updated copies. Initializers and embedding optimizers
-live in initializers.py and optimizers.py.
+live in initializers.py and optimizer_specs.py.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any, Callable
 import numpy as np
 
 from sparsepipe.core.initializers import TruncatedNormalInitializer
-from sparsepipe.core.optimizers import OptimizerSpec
-from sparsepipe.core.optimizers import SGDOptimizerSpec
+from sparsepipe.core.optimizer_specs import OptimizerSpec
+from sparsepipe.core.optimizer_specs import SGDOptimizerSpec
 
 # Re-exported: these names were defined here before they got their own modules.
 from sparsepipe.core.initializers import ConstantInitializer  # noqa: F401
 from sparsepipe.core.initializers import UniformInitializer  # noqa: F401
-from sparsepipe.core.optimizers import AdagradOptimizerSpec  # noqa: F401
-from sparsepipe.core.optimizers import AdamOptimizerSpec  # noqa: F401
-from sparsepipe.core.optimizers import LearningRate  # noqa: F401
+from sparsepipe.core.optimizer_specs import AdagradOptimizerSpec  # noqa: F401
+from sparsepipe.core.optimizer_specs import AdamOptimizerSpec  # noqa: F401
+from sparsepipe.core.optimizer_specs import LearningRate  # noqa: F401
 
 
 def _as_shape(value: Any) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ same dense columns in the same order with the same transform (and the same
 features, vocabulary sizes and weights). A model trained on one and evaluated
 or served on the other gives numbers without a word, so serving
 (serving.dataset_check), the job's eval data (launch.config.from_manifest) and
-a resume (launch.job.dataset) compare two manifests with `manifest_differences`,
+a resume (launch.job.training_data) compare two manifests with `manifest_differences`,
 which words each difference alike. What only describes the data (inputs, seed,
 split, ids per example, label threshold) may differ.
 """

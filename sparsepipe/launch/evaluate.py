@@ -42,7 +42,7 @@ def evaluate_checkpoint(
   """(checkpoint step, batches trained, EvalMetrics) of a saved checkpoint."""
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import training_data  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.evaluation import JobEval  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
@@ -55,12 +55,12 @@ def evaluate_checkpoint(
     config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh()
-  manifest = dataset.training_manifest(saved, workdir)
+  manifest = training_data.training_manifest(saved, workdir)
   model = JobModel(config, manifest, mesh)
   eval_dir = (
-    dataset.given_dataset("--eval_data_dir", eval_data_dir)
+    training_data.given_dataset("--eval_data_dir", eval_data_dir)
     if eval_data_dir
-    else dataset.eval_data_dir(config, workdir)
+    else training_data.eval_data_dir(config, workdir)
   )
   if not eval_dir:
     raise ValueError(f"the job in '{workdir}' has no eval set: give --eval_data_dir")
@@ -68,7 +68,7 @@ def evaluate_checkpoint(
   # Without `step`, the newest intact step as of now: a running job may have
   # deleted the step whose config was read (it keeps only its newest steps).
   restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
-  dataset.check_training_data(saved.directory, restored.checkpoint_step, manifest)
+  training_data.check_training_data(saved.directory, restored.checkpoint_step, manifest)
   evaluation = JobEval(model, data_dir=eval_dir)
   trained = restored.position.batches_trained
   return restored.checkpoint_step, trained, evaluation.run(restored.train_state)
@@ -90,7 +90,7 @@ def main(argv) -> int:
   step, trained, metrics = evaluate_checkpoint(
     f.workdir, step=f.step, eval_data_dir=f.eval_data_dir
   )
-  from sparsepipe.launch.job.metrics import json_line  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.metrics_log import json_line  # pylint: disable=g-import-not-at-top
 
   record = {"step": step, "batch": trained, **metrics.as_dict()}
   print(f"checkpoint {step} (after batch {trained}): {metrics.describe()}")

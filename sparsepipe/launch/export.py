@@ -51,7 +51,7 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
   from sparsepipe import checkpointing  # pylint: disable=g-import-not-at-top
   from sparsepipe import core  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job import checkpoints  # pylint: disable=g-import-not-at-top
-  from sparsepipe.launch.job import dataset  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job import training_data  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.model import JobModel  # pylint: disable=g-import-not-at-top
 
   saved = checkpoints.saved_job(workdir, step)
@@ -60,11 +60,11 @@ def _checkpoint(workdir: str, step: int | None) -> Iterator[Any]:
     saved.config.get("compilation_cache_dir", core.compile_cache.AUTO), refused="warn"
   )
   mesh = core.make_mesh(jax.devices("cpu")[:1])
-  manifest = dataset.training_manifest(saved, workdir)
+  manifest = training_data.training_manifest(saved, workdir)
   model = JobModel(saved.config, manifest, mesh)
   run = checkpointing.RunInfo.create(saved.config, mesh, data_worker_count=0)
   restored = checkpoints.restore_saved_model(saved.directory, model, run, step)
-  dataset.check_training_data(saved.directory, restored.checkpoint_step, manifest)
+  training_data.check_training_data(saved.directory, restored.checkpoint_step, manifest)
   yield model, restored
 
 

@@ -11,7 +11,7 @@ from sparsepipe.serving.export_format import ExportInfo
 from sparsepipe.serving.export_format import new_export_id
 from sparsepipe.serving.export_format import read_info
 from sparsepipe.serving.export_format import write_export
-from sparsepipe.serving.lookup import combined_embeddings
+from sparsepipe.serving.host_lookup import combined_embeddings
 from sparsepipe.serving.output_paths import OutputPathError
 from sparsepipe.serving.output_paths import check_export_output
 from sparsepipe.serving.output_paths import check_file_output

@@ -19,8 +19,8 @@ import jax
 import numpy as np
 
 from sparsepipe.data.convert.arguments import name_list
-from sparsepipe.data.convert.rows import examples_from_rows
-from sparsepipe.data.convert.rows import row_columns
+from sparsepipe.data.convert.raw_rows import examples_from_rows
+from sparsepipe.data.convert.raw_rows import row_columns
 from sparsepipe.data.example import ExampleBatch
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.serving import delta as delta_lib
@@ -31,7 +31,7 @@ from sparsepipe.serving.export_format import load_array
 from sparsepipe.serving.export_format import load_params
 from sparsepipe.serving.export_format import read_info
 from sparsepipe.serving.export_format import table_filename
-from sparsepipe.serving.lookup import combined_embeddings
+from sparsepipe.serving.host_lookup import combined_embeddings
 
 
 def load_predict_function(directory: str) -> jax.export.Exported:

@@ -5,11 +5,11 @@ from sparsepipe.transforms.errors import FDOStatsError
 from sparsepipe.transforms.errors import LimitExceededError
 from sparsepipe.transforms.errors import PreprocessingError
 from sparsepipe.transforms.errors import StackingError
-from sparsepipe.transforms.coo.layout import compute_coo_buffer_size_per_device
-from sparsepipe.transforms.coo.layout import compute_coo_buffer_sizes
-from sparsepipe.transforms.coo.layout import compute_row_pointers_size_per_device
-from sparsepipe.transforms.coo.layout import compute_theoretical_max_coo_buffer_size
-from sparsepipe.transforms.coo.layout import num_global_sparsecores
+from sparsepipe.transforms.coo.buffer_sizes import compute_coo_buffer_size_per_device
+from sparsepipe.transforms.coo.buffer_sizes import compute_coo_buffer_sizes
+from sparsepipe.transforms.coo.buffer_sizes import compute_row_pointers_size_per_device
+from sparsepipe.transforms.coo.buffer_sizes import compute_theoretical_max_coo_buffer_size
+from sparsepipe.transforms.coo.buffer_sizes import num_global_sparsecores
 from sparsepipe.transforms.coo.preprocess import preprocess_sparse_dense_matmul_input
 from sparsepipe.transforms.coo.preprocess import (
   preprocess_sparse_dense_matmul_input_from_sparse_tensor,
@@ -32,8 +32,8 @@ from sparsepipe.transforms.table_export import stack_and_shard_feature_tables
 from sparsepipe.transforms.table_export import stack_and_shard_tables
 from sparsepipe.transforms.table_export import unshard_and_unstack_tables
 from sparsepipe.transforms.table_export import unstack_and_unshard_stacked_tables
-from sparsepipe.transforms.input.preprocess import PreprocessSparse
-from sparsepipe.transforms.input.preprocess import PreprocessedBatch
+from sparsepipe.transforms.input.coo_transform import PreprocessSparse
+from sparsepipe.transforms.input.coo_transform import PreprocessedBatch
 from sparsepipe.transforms.input.stats import StatsTotals
 from sparsepipe.transforms.input.input_config import InputConfig
 from sparsepipe.transforms.input.iterator import InputIterator

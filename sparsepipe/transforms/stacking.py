@@ -18,7 +18,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
 from sparsepipe.core.rounding import round_up
@@ -79,11 +79,11 @@ def _batch(feature: specs_lib.FeatureSpec) -> int:
 
 
 def _padded_dim(table: specs_lib.TableSpec) -> int:
-  return round_up(table.embedding_dim, coo_layout.ALIGNMENT)
+  return round_up(table.embedding_dim, buffer_sizes.ALIGNMENT)
 
 
 def _padded_vocab(table: specs_lib.TableSpec, num_sc: int) -> int:
-  return round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_sc)
+  return round_up(table.vocabulary_size, buffer_sizes.ALIGNMENT * num_sc)
 
 
 def _check_columns_fit_int32(
@@ -97,11 +97,11 @@ def _check_columns_fit_int32(
   read as padding, so such a stack is refused.
   """
   last = col_offset + round_up(table.vocabulary_size, num_sc) - 1
-  if last > coo_layout.INT_MAX or last // num_sc >= coo_layout.INT_MAX:
+  if last > buffer_sizes.INT_MAX or last // num_sc >= buffer_sizes.INT_MAX:
     raise errors.StackingError(
       f"stack '{stack_name}': table '{table.name}' reaches column {last}"
       f" (col_offset {col_offset} + {table.vocabulary_size} rows); COO columns"
-      f" are int32 and must stay below INT_MAX={coo_layout.INT_MAX}: stack"
+      f" are int32 and must stay below INT_MAX={buffer_sizes.INT_MAX}: stack"
       " fewer or smaller tables"
     )
 
@@ -121,7 +121,7 @@ def prepare_feature_specs_for_training(
   row_offsets are running sums of global batch sizes in feature-name order.
   Already stacked tables are returned unchanged.
   """
-  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  num_sc = buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   leaves = _leaves(feature_specs)
   _tables(leaves)
   by_table: dict[str, list[specs_lib.FeatureSpec]] = collections.defaultdict(list)
@@ -264,7 +264,7 @@ def stack_tables(
   `fail_on_excess_padding=True` (the reference's flag). Each feature still
   gets activations of its own dim.
   """
-  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  num_sc = buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   table_names = list(table_names)
   if not table_names:
     raise errors.StackingError("stack_tables needs at least one table name")
@@ -450,7 +450,7 @@ def auto_stack_tables(
   within `activation_mem_bytes_limit`. Every group becomes one stack named
   by `stack_name_for`. Tables must not be stacked yet.
   """
-  num_sc = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  num_sc = buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   leaves = _leaves(feature_specs)
   tables = _tables(leaves)
   groups = _stack_groups(leaves, tables, num_sc, activation_mem_bytes_limit)

@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsepipe.core import specs as specs_lib
 from sparsepipe.core.rounding import round_up
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms import stacking
 
 Nested = Any
@@ -50,9 +50,9 @@ def round_up_dim_and_vocab_size(
   tables: Mapping[str, specs_lib.TableSpec], num_sc: int
 ) -> tuple[dict[str, int], dict[str, int]]:
   """({table: dim rounded to 8}, {table: vocabulary rounded to 8 * num_sc})."""
-  dims = {n: round_up(t.embedding_dim, coo_layout.ALIGNMENT) for n, t in tables.items()}
+  dims = {n: round_up(t.embedding_dim, buffer_sizes.ALIGNMENT) for n, t in tables.items()}
   vocabs = {
-    n: round_up(t.vocabulary_size, coo_layout.ALIGNMENT * num_sc) for n, t in tables.items()
+    n: round_up(t.vocabulary_size, buffer_sizes.ALIGNMENT * num_sc) for n, t in tables.items()
   }
   return dims, vocabs
 
@@ -122,8 +122,8 @@ def _stacked_spec(table: specs_lib.TableSpec, num_shards: int) -> specs_lib.Stac
     return table.stacked_table_spec
   return specs_lib.StackedTableSpec(
     stack_name=table.name,
-    stack_vocab_size=round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards),
-    stack_embedding_dim=round_up(table.embedding_dim, coo_layout.ALIGNMENT),
+    stack_vocab_size=round_up(table.vocabulary_size, buffer_sizes.ALIGNMENT * num_shards),
+    stack_embedding_dim=round_up(table.embedding_dim, buffer_sizes.ALIGNMENT),
     optimizer=table.optimizer,
     combiner=table.combiner,
     total_sample_count=0,
@@ -196,7 +196,7 @@ def stack_and_shard_tables(
           leaf.delete()
           leaf = host
         leaf = np.asarray(leaf, np.float32)
-        padded_vocab = round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards)
+        padded_vocab = round_up(table.vocabulary_size, buffer_sizes.ALIGNMENT * num_shards)
         padded = np.pad(
           leaf,
           ((0, padded_vocab - leaf.shape[0]), (0, dim - leaf.shape[1])),
@@ -216,7 +216,7 @@ def unshard_and_unstack_tables(
 
   def unstack(table: specs_lib.TableSpec) -> Nested:
     setting = _setting(table)
-    rows = round_up(table.vocabulary_size, coo_layout.ALIGNMENT * num_shards) // num_shards
+    rows = round_up(table.vocabulary_size, buffer_sizes.ALIGNMENT * num_shards) // num_shards
     stack_name = _stacked_spec(table, num_shards).stack_name
 
     def leaf(stacked):
@@ -269,7 +269,7 @@ def describe_stacked_tables(
   feature_specs: Nested, global_device_count: int, num_sc_per_device: int
 ) -> EmbeddingSpecDescription:
   """What `create_proto_from_feature_specs` records, for the functions below."""
-  n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  n = buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   stacks = stacking.get_stacked_table_specs(feature_specs)
   tables: dict[str, dict[str, TableDescription]] = {}
   for f in jax.tree.leaves(feature_specs):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sparsepipe.data.convert.output_path import check_dataset_output
+from sparsepipe.data.convert.outputs import check_dataset_output
 from sparsepipe.core import saved_work
 from sparsepipe.data import convert_csv
 

@@ -18,7 +18,7 @@ from sparsepipe.data import convert_parquet
 from sparsepipe.data import decode_batch
 from sparsepipe.data import manifest_source
 from sparsepipe.data import scale_warnings
-from sparsepipe.data.convert.rows import examples_from_rows
+from sparsepipe.data.convert.raw_rows import examples_from_rows
 
 ENV = {**os.environ, "PYTHONPATH": paths.REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 

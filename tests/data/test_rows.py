@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sparsepipe import data
-from sparsepipe.data.convert.rows import examples_from_rows
+from sparsepipe.data.convert.raw_rows import examples_from_rows
 from sparsepipe.data.criteo import convert as criteo
 
 CSV_INFO = {

@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.checks import check_config
 from sparsepipe.launch.config.shipped import demo
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sparsepipe import data
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config import from_manifest as dataset_config
 
 from sparsepipe.launch.config.shipped import config_path

@@ -11,7 +11,7 @@ import jax
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import fields
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.shipped import config_path
 
 CHECKOUT_CONFIGS = os.path.join(paths.REPO_ROOT, "configs")

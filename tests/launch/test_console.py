@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sparsepipe.launch.config.shipped import criteo
-from sparsepipe.launch.job import metrics
+from sparsepipe.launch.job import metrics_log
 from sparsepipe.launch.job.hooks import ProgressHook
-from sparsepipe.launch.job.metrics import ProgressLine
+from sparsepipe.launch.job.metrics_log import ProgressLine
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order
@@ -176,7 +176,7 @@ class _Clock:
 def _progress_hook(monkeypatch):
   """(clock, stream, ProgressHook): 8 batches of 100, a line every 2, started."""
   clock = _Clock()
-  monkeypatch.setattr(metrics.time, "perf_counter", clock)
+  monkeypatch.setattr(metrics_log.time, "perf_counter", clock)
   stream = io.StringIO()
   line = ProgressLine(8, stream=stream)
   job = types.SimpleNamespace(

@@ -8,7 +8,7 @@ import ml_collections
 import pytest
 
 from sparsepipe import data
-from sparsepipe.launch.config.base import feature
+from sparsepipe.launch.config.base_config import feature
 from sparsepipe.launch.config.from_manifest import check_vocab_sizes
 from sparsepipe.launch.job import announce
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.job.training_data import ensure_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import subprocess_harness as harness  # pylint: disable=g-bad-import-order

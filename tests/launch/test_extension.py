@@ -8,7 +8,7 @@ order (an M-batch job's sequence), FDO off (the dataset config) or on.
 import pytest
 
 from sparsepipe.launch import train_and_evaluate
-from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.job.training_data import ensure_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 

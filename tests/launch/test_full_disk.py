@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from sparsepipe.launch.job.metrics import MetricsLog
+from sparsepipe.launch.job.metrics_log import MetricsLog
 from sparsepipe.launch.workdir import lock
 
 import launch_testing  # pylint: disable=g-bad-import-order

@@ -8,7 +8,7 @@ import pytest
 import launch_testing
 from sparsepipe.data import convert_csv
 from sparsepipe.data import read_manifest
-from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.job.training_data import ensure_dataset
 
 
 @pytest.fixture()

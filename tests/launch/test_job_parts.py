@@ -13,8 +13,8 @@ from sparsepipe import transforms
 from sparsepipe.launch import distributed
 from sparsepipe.launch.job import fdo as fdo_retune
 from sparsepipe.launch.job.hooks import CheckpointHook
-from sparsepipe.launch.job.metrics import MetricsLog
-from sparsepipe.launch.job.metrics import ProgressLine
+from sparsepipe.launch.job.metrics_log import MetricsLog
+from sparsepipe.launch.job.metrics_log import ProgressLine
 
 
 def test_truncate_drops_later_batches_and_cut_lines(tmp_path):

@@ -95,13 +95,13 @@ def test_fields_a_config_leaves_out_take_their_defaults():
     (
       {"num_steps": 3},
       "config.features names no feature: give each one's vocab_size (config.features.NAME ="
-      " sparsepipe.launch.config.base.feature(vocab_size)), or take them from a dataset with"
+      " sparsepipe.launch.config.base_config.feature(vocab_size)), or take them from a dataset with"
       " features_from_manifest=True (--config=dataset)",
     ),
     (
       [("num_steps", 3)],
       "the config is a list, not an ml_collections.ConfigDict: a config file's get_config()"
-      " returns one (start from sparsepipe.launch.config.base.base_config)",
+      " returns one (start from sparsepipe.launch.config.base_config.base_config)",
     ),
   ],
 )

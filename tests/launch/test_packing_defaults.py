@@ -12,7 +12,7 @@ from sparsepipe import core
 from sparsepipe import data
 from sparsepipe.launch import train_and_evaluate
 from sparsepipe.launch.config import packing
-from sparsepipe.launch.job import dataset
+from sparsepipe.launch.job import training_data
 
 import launch_testing  # pylint: disable=g-bad-import-order
 
@@ -54,16 +54,16 @@ def test_a_job_saved_before_the_window_resumes_without_one():
 
 def test_generated_data_is_packed_unless_the_workdir_has_data_of_another_packing(tmp_path):
   config = launch_testing.tiny_config()
-  directory = dataset.ensure_dataset(config, str(tmp_path / "new"), show_progress=False)
+  directory = training_data.ensure_dataset(config, str(tmp_path / "new"), show_progress=False)
   assert data.read_manifest(directory).examples_per_record == 128
   assert config.synthetic.examples_per_record == 128
   # Data generated with records of one example (as before this default) is kept.
   older = str(tmp_path / "older")
-  dataset.ensure_dataset(
+  training_data.ensure_dataset(
     launch_testing.tiny_config(synthetic__examples_per_record=1), older, show_progress=False
   )
   config = launch_testing.tiny_config()
-  directory = dataset.ensure_dataset(config, older, show_progress=False)
+  directory = training_data.ensure_dataset(config, older, show_progress=False)
   assert data.read_manifest(directory).examples_per_record == 1
   assert config.synthetic.examples_per_record == 1
 

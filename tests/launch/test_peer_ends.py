@@ -233,7 +233,7 @@ def test_a_process_late_to_look_for_checkpoints_opens_them_with_the_others(tmp_p
   """Each process looked for the job's checkpoints itself: process 1, later, found the
   folder process 0 had made for its manager and opened a reader of them, while process 0
   opened the job's manager: "sync_global_devices name mismatch" (seen in CI)."""
-  from sparsepipe.launch.job.dataset import ensure_dataset  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.training_data import ensure_dataset  # pylint: disable=g-import-not-at-top
 
   # A given dataset: generating one is a barrier after the look (process 0 writes it).
   data_dir = ensure_dataset(

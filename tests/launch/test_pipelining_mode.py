@@ -9,10 +9,10 @@ import pytest
 from sparsepipe import checkpointing
 from sparsepipe import pipeline
 from sparsepipe.launch import train_and_evaluate
-from sparsepipe.launch.config.base import base_config
+from sparsepipe.launch.config.base_config import base_config
 from sparsepipe.launch.config.pipelining import resolve_pipelining
 from sparsepipe.launch.job.checkpoints import saved_job
-from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.job.training_data import ensure_dataset
 
 import launch_testing  # pylint: disable=g-bad-import-order
 

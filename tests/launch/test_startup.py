@@ -95,7 +95,7 @@ def test_the_startup_line_names_every_phase(tmp_path, capsys):
 
 
 def test_a_named_phase_is_a_metrics_line_and_a_tensorboard_point(tmp_path):
-  from sparsepipe.launch.job.output import JobOutput  # pylint: disable=g-import-not-at-top
+  from sparsepipe.launch.job.job_output import JobOutput  # pylint: disable=g-import-not-at-top
   from sparsepipe.launch.job.startup import record_phase  # pylint: disable=g-import-not-at-top
 
   output = JobOutput(str(tmp_path), total_batches=10, enabled=True)

@@ -20,7 +20,7 @@ import pytest
 
 from sparsepipe import checkpointing
 from sparsepipe.launch import stopping
-from sparsepipe.launch.job.dataset import ensure_dataset
+from sparsepipe.launch.job.training_data import ensure_dataset
 from sparsepipe.launch.workdir.lock import LOCK_FILENAME
 
 import launch_testing  # pylint: disable=g-bad-import-order

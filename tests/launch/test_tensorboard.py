@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from sparsepipe.launch.job.output import JobOutput
+from sparsepipe.launch.job.job_output import JobOutput
 from sparsepipe.launch.job.tensorboard import TensorBoardWriter
 
 import launch_testing  # pylint: disable=g-bad-import-order

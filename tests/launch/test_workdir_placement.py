@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from sparsepipe import launch
-from sparsepipe.launch.workdir.placement import check_workdir
+from sparsepipe.launch.workdir.location import check_workdir
 
 import launch_testing  # pylint: disable=g-bad-import-order
 import saved_work_trees  # pylint: disable=g-bad-import-order

@@ -14,7 +14,7 @@ from sparsepipe.core import FeatureSpec
 from sparsepipe.core import TableSpec
 from sparsepipe.core import TruncatedNormalInitializer
 from sparsepipe.core import UniformInitializer
-from sparsepipe.launch.job import dataset
+from sparsepipe.launch.job import training_data
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.startup import CompileCounter
 from sparsepipe.pipeline.embedding import variables
@@ -122,7 +122,7 @@ def test_init_equals_each_tables_own_initializer_in_few_programs():
 
 def test_fresh_state_makes_the_dense_params_in_one_program(tmp_path):
   config = launch_testing.tiny_config(seed=5)
-  data_dir = dataset.ensure_dataset(config, str(tmp_path), show_progress=False)
+  data_dir = training_data.ensure_dataset(config, str(tmp_path), show_progress=False)
   model = JobModel(config, data.read_manifest(data_dir), _mesh(1))
   variables._init_programs.cache_clear()
   counter = CompileCounter()

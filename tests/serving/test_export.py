@@ -26,7 +26,7 @@ from sparsepipe import serving
 from sparsepipe.launch import train_and_evaluate
 from sparsepipe.launch.evaluate import evaluate_checkpoint
 from sparsepipe.launch.export import export_checkpoint
-from sparsepipe.launch.job import dataset
+from sparsepipe.launch.job import training_data
 from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.model import JobModel
@@ -77,14 +77,14 @@ def eval_step_scores(workdir, step):
     .run.config
   )
   mesh = core.make_mesh()
-  data_dir = dataset.ensure_dataset(config, workdir, show_progress=False)
+  data_dir = training_data.ensure_dataset(config, workdir, show_progress=False)
   model = JobModel(config, data.read_manifest(data_dir), mesh)
   run = checkpointing.RunInfo.create(config, mesh, data_worker_count=0)
   with checkpointing.TrainingCheckpointManager(
     os.path.join(workdir, "checkpoints"), run, read_only=True
   ) as mngr:
     restored = JobCheckpoints(mngr, model).restore_model(step)
-  evaluation = JobEval(model, data_dir=dataset.eval_data_dir(config, workdir))
+  evaluation = JobEval(model, data_dir=training_data.eval_data_dir(config, workdir))
   scores = []
   for batch in evaluation.dataset:
     out = np.asarray(jax.device_get(evaluation.step(restored.train_state, batch)))
@@ -102,7 +102,7 @@ def test_exported_scores_equal_the_eval_step_for_every_model(tmp_path, name):
     MODELS[name].get("model__factory") or MODELS[name].get("model__name", "dlrm")
   )
   predictor = serving.Predictor.load(str(tmp_path / "export"))
-  eval_dir = dataset.eval_data_dir(_config(), workdir)
+  eval_dir = training_data.eval_data_dir(_config(), workdir)
   scores, labels = score_dataset(predictor, eval_dir, batch_size=37)
   np.testing.assert_allclose(scores, eval_step_scores(workdir, 4), atol=1e-5, rtol=0)
   assert pipeline.compute_metrics(labels, scores).auc == pytest.approx(
@@ -334,7 +334,7 @@ def test_an_export_never_writes_into_or_over_saved_work(chain, tmp_path):
 def test_predict_writes_no_file_over_or_into_saved_work(chain, tmp_path):
   root, workdir = chain
   a, b, c = (str(root / n) for n in "abc")
-  data_dir = dataset.eval_data_dir(_config(), workdir)
+  data_dir = training_data.eval_data_dir(_config(), workdir)
   scores = tmp_path / "scores.npy"
   scores.write_bytes(b"earlier scores")
   before = _snapshot(root)

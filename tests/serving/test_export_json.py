@@ -18,7 +18,7 @@ from sparsepipe.checkpointing.integrity.digests import digest
 from sparsepipe.data import ExampleBatch
 from sparsepipe.data import RaggedBatch
 from sparsepipe.launch import train_and_evaluate
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.transforms.coo.gains import id_gains
 
 import launch_testing  # pylint: disable=g-bad-import-order

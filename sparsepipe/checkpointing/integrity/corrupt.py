@@ -24,7 +24,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
 
 CORRUPT_SUFFIX = ".corrupt"
 # Orbax's code in a path: a coroutine's file, a log record's, a task's repr.

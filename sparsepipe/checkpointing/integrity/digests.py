@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, Mapping
 
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
 
 DIGEST_KEY = "sha256"
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
 from sparsepipe.checkpointing.leaf_paths import leaf_path
 
 MIX = 0x85EBCA6B

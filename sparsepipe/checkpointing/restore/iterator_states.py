@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from sparsepipe import transforms
 from sparsepipe.checkpointing.integrity import digests as integrity
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
 
 # Grain's iterator state file of one process (grain.checkpoint.CheckpointHandler):
 # the one place that knows its name.

@@ -26,10 +26,10 @@ from sparsepipe.checkpointing.integrity import digests as integrity
 from sparsepipe.checkpointing import step_items
 from sparsepipe.checkpointing.integrity.corrupt import first_line
 from sparsepipe.checkpointing.integrity.corrupt import quiet_reads
-from sparsepipe.checkpointing.errors import CorruptCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import CorruptCheckpointError
 from sparsepipe.checkpointing.restore.iterator_states import data_iter_filename
 from sparsepipe.checkpointing.restore.iterator_states import restore_resized_iterator
-from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.handlers import array_restore
 from sparsepipe.checkpointing.handlers import fingerprint_filename
 from sparsepipe.checkpointing.handlers import MetadataRestore
@@ -39,9 +39,9 @@ from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.restore.relayout import Relayout
 from sparsepipe.checkpointing.restore.relayout import RelayoutContext
 from sparsepipe.checkpointing.saving import PARTIAL_SUMS
-from sparsepipe.checkpointing.state import ARRAY_ITEMS
-from sparsepipe.checkpointing.state import RestoredState
-from sparsepipe.checkpointing.state import RestoreTargets
+from sparsepipe.checkpointing.step_items import ARRAY_ITEMS
+from sparsepipe.checkpointing.step_items import RestoredState
+from sparsepipe.checkpointing.step_items import RestoreTargets
 from sparsepipe.checkpointing.restore.targets import check_against_saved
 from sparsepipe.checkpointing.restore.targets import check_restored
 from sparsepipe.checkpointing.restore.targets import require_shardings

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from sparsepipe import pipeline
-from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.metadata import CheckpointMetadata
 from sparsepipe.checkpointing.metadata import RunInfo
 from sparsepipe.checkpointing.leaf_paths import leaf_path

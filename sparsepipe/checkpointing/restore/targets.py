@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.checkpointing.errors import IncompatibleCheckpointError
+from sparsepipe.checkpointing.checkpoint_errors import IncompatibleCheckpointError
 from sparsepipe.checkpointing.leaf_paths import leaf_path, leaves_by_path
 
 

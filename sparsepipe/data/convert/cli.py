@@ -20,7 +20,7 @@ from sparsepipe.command_line import USER_ERRORS
 from sparsepipe.command_line import exit_with_error
 from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, maker
 from sparsepipe.data.manifest import Manifest, read_manifest
-from sparsepipe.data.convert.output_path import check_dataset_output
+from sparsepipe.data.convert.outputs import check_dataset_output
 from sparsepipe.data.progress import summarize
 from sparsepipe.data.convert.dense_stats import SWAMP_MAGNITUDE, scale_warnings
 from sparsepipe.data.convert.text_input import DENSE_TRANSFORMS

@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from sparsepipe.data.example import ExampleBatch, ExampleBatchBuilder
 from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
-from sparsepipe.data.convert.input_files import check_text_files
+from sparsepipe.data.convert.arguments import check_text_files
 from sparsepipe.data.progress import Progress
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.convert.text_input import (
@@ -46,12 +46,12 @@ from sparsepipe.data.convert.text_input import (
 )
 from sparsepipe.data.convert.text_input import parse_size, read_lines, resolve_delimiter
 from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECORDS_PER_SHARD
-from sparsepipe.data.convert.output import HASH_RULE
+from sparsepipe.data.convert.outputs import HASH_RULE
 from sparsepipe.data.writer import write_batches
 from sparsepipe.data.convert.dense_stats import DenseStats
 from sparsepipe.data.convert.vocab_sizing import DistinctCounter, data_vocab_size
 from sparsepipe.data.convert.row_values import ROWS, field_text
-from sparsepipe.data.convert.rows import RowReader, register_row_reader
+from sparsepipe.data.convert.raw_rows import RowReader, register_row_reader
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -294,7 +294,7 @@ def _row_examples(
   info: Mapping[str, Any], schema: ExampleSchema, rows: Sequence[Mapping[str, Any]]
 ) -> ExampleBatch:
   """Raw rows ({column: value}) as the Criteo conversion of `info` and `schema` parsed
-  its lines (convert/rows.py)."""
+  its lines (convert/raw_rows.py)."""
   parser = CriteoParser(schema, empty_category=info.get("empty_category", "drop"))
   for i, row in enumerate(rows):
     fields = [field_text(row.get(n), n, None, i + 1, n in _ROW_HASHED) for n in _ROW_COLUMNS]

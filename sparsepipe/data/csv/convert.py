@@ -40,7 +40,7 @@ from sparsepipe.data.hashing import CategoryHasher
 from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.schema import ExampleSchema, SparseFeatureSchema
 from sparsepipe.data.convert.arguments import checked_columns
-from sparsepipe.data.convert.input_files import check_text_files
+from sparsepipe.data.convert.arguments import check_text_files
 from sparsepipe.data.convert.text_input import (
   InputFormatError,
   check_label,
@@ -54,9 +54,9 @@ from sparsepipe.data.convert.dense_stats import DenseStats
 from sparsepipe.data.convert.vocab_sizing import parse_vocab_sizes
 from sparsepipe.data.convert.from_data import resolve_from_data
 from sparsepipe.data.csv.scan import scan_csv
-from sparsepipe.data.convert.output import write_converted
+from sparsepipe.data.convert.outputs import write_converted
 from sparsepipe.data.convert.row_values import ROWS, field_text
-from sparsepipe.data.convert.rows import RowReader, register_row_reader
+from sparsepipe.data.convert.raw_rows import RowReader, register_row_reader
 
 _CHUNK = 4096
 
@@ -370,7 +370,7 @@ def _row_examples(
   info: Mapping[str, Any], schema: ExampleSchema | None, rows: Sequence[Mapping[str, Any]]
 ) -> ExampleBatch:
   """Raw rows ({column: value}) as the CSV conversion of `info` parsed its rows
-  (convert/rows.py); `schema` is not needed: the info names every column option."""
+  (convert/raw_rows.py); `schema` is not needed: the info names every column option."""
   del schema
   columns = {k: info[k] for k in _ROW_KEYS if k in info}
   header = _row_header(info)

@@ -55,8 +55,8 @@ from sparsepipe.data.writer import DEFAULT_EXAMPLES_PER_RECORD, DEFAULT_MAX_RECO
 from sparsepipe.data.convert.arguments import checked_columns
 from sparsepipe.data.convert.arguments import name_list
 from sparsepipe.data.convert.from_data import resolve_from_data
-from sparsepipe.data.convert.input_files import check_each_once
-from sparsepipe.data.convert.output import write_converted
+from sparsepipe.data.convert.arguments import check_each_once
+from sparsepipe.data.convert.outputs import write_converted
 from sparsepipe.data.convert.vocab_sizing import parse_vocab_sizes
 from sparsepipe.data.parquet.scan import scan_parquet
 

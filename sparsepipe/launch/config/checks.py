@@ -20,7 +20,7 @@ import jax
 from jax.sharding import Mesh
 
 from sparsepipe import pipeline
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 
 
 def _number(config: Any, field: str) -> float | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparsepipe.launch.config.base import base_config
-from sparsepipe.launch.config.base import feature
+from sparsepipe.launch.config.base_config import base_config
+from sparsepipe.launch.config.base_config import feature
 
 # Dotted field -> meaning. `features.NAME.*` stands for every feature's entry.
 FIELD_DOCS = {
@@ -21,7 +21,7 @@ FIELD_DOCS = {
   " the added batches); a value at or below the batches trained says the job is done. A job"
   " warns at its start when a batch is larger than the dataset or the batches make more"
   " than 100 epochs. --config=dataset leaves it unset: a new job trains 10 epochs of its"
-  " data.",
+  " data, in whole batches.",
   "num_epochs": "If > 0, passes over the train data to train instead of num_steps:"
   " num_steps becomes ceil(num_epochs * examples / global batch). May be a fraction;"
   " a job may raise it.",

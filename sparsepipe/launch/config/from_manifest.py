@@ -39,7 +39,7 @@ import ml_collections
 from sparsepipe.data.conversion_rules import COLUMN_CONVERTERS, dense_transforms
 from sparsepipe.data.conversion_rules import maker, manifest_differences
 from sparsepipe.data.manifest import Manifest, read_manifest
-from sparsepipe.launch.config.base import feature
+from sparsepipe.launch.config.base_config import feature
 
 # ids per example assumed for a multivalent feature without recorded statistics.
 MULTIVALENT_MAX_IDS = 16

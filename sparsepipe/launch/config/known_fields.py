@@ -80,7 +80,8 @@ def complete_config(config: Any, overrides_to_come: bool = False) -> ml_collecti
   if not isinstance(config, ml_collections.ConfigDict):
     raise ValueError(
       f"the config is a {type(config).__name__}, not an ml_collections.ConfigDict: a config"
-      " file's get_config() returns one (start from sparsepipe.launch.config.base.base_config)"
+      " file's get_config() returns one"
+      " (start from sparsepipe.launch.config.base_config.base_config)"
     )
   known = config_fields()
   user_model = overrides_to_come or bool(config.get("model", {}).get("factory", ""))
@@ -93,8 +94,8 @@ def complete_config(config: Any, overrides_to_come: bool = False) -> ml_collecti
   if not (features or manifest or overrides_to_come):  # the command line may set it
     raise ValueError(
       "config.features names no feature: give each one's vocab_size"
-      " (config.features.NAME = sparsepipe.launch.config.base.feature(vocab_size)), or take them"
-      " from a dataset with features_from_manifest=True (--config=dataset)"
+      " (config.features.NAME = sparsepipe.launch.config.base_config.feature(vocab_size)),"
+      " or take them from a dataset with features_from_manifest=True (--config=dataset)"
     )
   with config.unlocked():
     for pattern, default in known.items():

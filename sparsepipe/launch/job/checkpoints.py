@@ -32,7 +32,7 @@ from sparsepipe import transforms
 from sparsepipe.core.saved_work import a_kind
 from sparsepipe.core.saved_work import saved_work
 from sparsepipe.launch.config import packing
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.pipelining import pipelining_choice, resolve_pipelining
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
@@ -436,7 +436,7 @@ def resolve_job_defaults(config: Any, workdir: str, mesh: Any) -> None:
   """Sets the fields whose default is "as the job was saved" to what the job runs
   with, recorded so in its checkpoints: config.pipelining (a bool),
   data.shuffle_window and synthetic.examples_per_record (config/packing.py), and
-  an unset num_steps (config/specs.py, resolve_run_length).
+  an unset num_steps (config/config_specs.py, resolve_run_length).
 
   "auto" pipelining keeps the mode of the job's newest checkpoint, so a job
   resumes with the step (and the checkpoint layout) it was saved with; a

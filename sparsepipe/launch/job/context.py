@@ -17,7 +17,7 @@ from sparsepipe.launch.job.checkpoints import JobCheckpoints
 from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
-from sparsepipe.launch.job.output import JobOutput
+from sparsepipe.launch.job.job_output import JobOutput
 from sparsepipe.launch.job.schedule import Position
 from sparsepipe.launch.job.schedule import Schedule
 

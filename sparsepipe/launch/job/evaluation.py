@@ -29,7 +29,7 @@ from typing import Any
 
 from sparsepipe import data
 from sparsepipe import pipeline
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.from_manifest import check_manifests_agree
 from sparsepipe.launch.config.from_manifest import with_recorded_max_ids
 from sparsepipe.launch.job.model import JobModel

@@ -5,7 +5,7 @@ with the StepResult and may stop the loop by returning True; the job also
 calls `start()` once before training, `segment_end()` after each segment's
 last step and `end()` when the job is done (not when preempted). Every hook
 reads and writes the job through its JobContext (context.py), the first
-hook, and reports through the one writer (output.py). Adding a concern is
+hook, and reports through the one writer (job_output.py). Adding a concern is
 adding one class to `make_hooks`.
 
 Order matters: losses are recorded before a checkpoint saves them; a
@@ -26,8 +26,8 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe.launch.job.fdo import AheadCompiles
 from sparsepipe.launch.job.context import JobContext
-from sparsepipe.launch.job.metrics import IntervalMeter
-from sparsepipe.launch.job.metrics import SteadyRate
+from sparsepipe.launch.job.metrics_log import IntervalMeter
+from sparsepipe.launch.job.metrics_log import SteadyRate
 from sparsepipe.launch.job.startup import CompileCounter
 from sparsepipe.launch.job.startup import record_phase
 
@@ -327,7 +327,7 @@ class CheckpointHook(JobHook):
   def save(self) -> None:
     """Flushes the losses and the outputs (metrics.jsonl and TensorBoard's event file
     cover the checkpoint: a resume from it replays only its own step's points,
-    output.py) and saves.
+    job_output.py) and saves.
 
     What the save's writing freed goes back to the kernel once it is
     written (core.release_freed_heap): glibc kept it, 0.8x the state's

@@ -15,7 +15,7 @@ import jax
 from sparsepipe import data
 from sparsepipe import pipeline
 from sparsepipe import transforms
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.pipelining import resolve_pipelining
 from sparsepipe.launch.config.from_manifest import check_max_ids, check_vocab_sizes
 

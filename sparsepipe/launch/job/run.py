@@ -23,12 +23,12 @@ from sparsepipe import core
 from sparsepipe import pipeline
 from sparsepipe import transforms
 from sparsepipe.launch.config import from_manifest
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.launch.config.checks import check_config
 from sparsepipe.launch.config.known_fields import complete_config
 from sparsepipe.launch.config.same_config import check_same_config
 from sparsepipe.launch.job import announce
-from sparsepipe.launch.job import dataset
+from sparsepipe.launch.job import training_data
 from sparsepipe.launch.job import fdo
 from sparsepipe.launch.job.checkpoints import BATCH_STEPS_FORMAT
 from sparsepipe.launch.job.checkpoints import CONFIG_RULES
@@ -41,14 +41,14 @@ from sparsepipe.launch.job.evaluation import JobEval
 from sparsepipe.launch.job.hooks import make_hooks
 from sparsepipe.launch.job.model import JobModel
 from sparsepipe.launch.job.model import Setup
-from sparsepipe.launch.job.output import JobOutput
+from sparsepipe.launch.job.job_output import JobOutput
 from sparsepipe.launch.job.schedule import Schedule
 from sparsepipe.launch.job.startup import StartupTimer
 from sparsepipe.launch import stopping
 from sparsepipe.launch.workdir import owner
 from sparsepipe.launch.workdir.lock import exclusive_workdir
 from sparsepipe.launch.workdir.lock import WorkdirLease
-from sparsepipe.launch.workdir.placement import check_workdir
+from sparsepipe.launch.workdir.location import check_workdir
 
 # What to do when a batch exceeds the COO limits: the first limits (config.limits),
 # or FDO's, tuned on the batches before it. A rerun that drops such ids resumes the
@@ -91,8 +91,8 @@ class _Job:
     if not by_epochs:  # a bad num_steps is named before any data is made
       self.schedule = Schedule.from_config(config)
     is_chief = jax.process_index() == 0
-    eval_dir = dataset.eval_data_dir(config, self.workdir)  # a bad eval.data_dir: before data
-    data_dir = dataset.ensure_dataset(
+    eval_dir = training_data.eval_data_dir(config, self.workdir)  # a bad eval.data_dir: before data
+    data_dir = training_data.ensure_dataset(
       config,
       self.workdir,
       show_progress=is_chief,
@@ -174,7 +174,7 @@ class _Job:
     fails closes its input: its data workers stop now, not at exit, where
     closing them hung.
     """
-    dataset.check_resumed_data(ckpts.mngr, self.model.manifest)
+    training_data.check_resumed_data(ckpts.mngr, self.model.manifest)
     restored = ckpts.restore()
     setup = self.model.setup(self.model.base_specs) if restored is None else restored.setup
     try:
@@ -380,12 +380,12 @@ def train_and_evaluate(config: Any, workdir: str, *, config_name: str = "") -> J
   Raises:
     WorkdirInUseError: another job is running in `workdir` (launch/workdir/lock.py).
     OutputPathError: `workdir` is a dataset or an export, or inside saved work
-      (launch/workdir/placement.py).
+      (launch/workdir/location.py).
   """
   config = complete_config(config)  # a misspelt field is named before anything is made
   check_same_config(config, workdir)
-  check_workdir(workdir, dataset.GENERATED_DIRNAMES)
-  with exclusive_workdir(os.path.abspath(workdir), dataset.GENERATED_DIRNAMES) as lease:
+  check_workdir(workdir, training_data.GENERATED_DIRNAMES)
+  with exclusive_workdir(os.path.abspath(workdir), training_data.GENERATED_DIRNAMES) as lease:
     core.compile_cache.enable(
       config.get("compilation_cache_dir", core.compile_cache.AUTO), workdir=workdir
     )

@@ -5,7 +5,7 @@ A thin tensorboardX event-file writer: `scalars(step, {"eval/auc": 0.79,
 come, into the file's buffer, and `flush()` puts every one so far into the
 file: tensorboardX's `SummaryWriter` hands them to a thread through a queue,
 and its `flush()` left the queued ones out (a kill then lost them for good;
-output.py). Only process 0 writes (every process computes the same merged
+job_output.py). Only process 0 writes (every process computes the same merged
 eval metrics); elsewhere the writer does nothing, so the job can call it
 unconditionally. Point TensorBoard at `<workdir>/tensorboard`.
 """

@@ -27,13 +27,13 @@ from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.pipeline.embedding.exchange import COO_FIELDS
 from sparsepipe.pipeline.embedding.exchange import check_sparse_input
 from sparsepipe.pipeline.embedding.exchange import partition_extents
-from sparsepipe.pipeline.embedding.layout import stack_layouts
+from sparsepipe.pipeline.embedding.table_layout import stack_layouts
 from sparsepipe.pipeline.embedding.variables import num_sparsecores
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 
 _FILL = {
-  "lhs_embedding_ids": coo_layout.INT_MAX,
-  "lhs_sample_ids": coo_layout.INT_MAX,
+  "lhs_embedding_ids": buffer_sizes.INT_MAX,
+  "lhs_sample_ids": buffer_sizes.INT_MAX,
   "lhs_gains": np.float32(np.nan),
 }
 
@@ -92,11 +92,11 @@ def relayout_coo_buffers(
   g = int(mesh.shape[DATA_AXIS])
   layouts = stack_layouts(feature_specs, num_sparsecores(mesh, num_sc_per_device))
   segments = {
-    name: coo_layout.compute_coo_buffer_size_per_device(layout.spec, num_sc_per_device, g)
+    name: buffer_sizes.compute_coo_buffer_size_per_device(layout.spec, num_sc_per_device, g)
     // num_sc_per_device
     for name, layout in layouts.items()
   }
-  pointers = coo_layout.compute_row_pointers_size_per_device(g, num_sc_per_device)
+  pointers = buffer_sizes.compute_row_pointers_size_per_device(g, num_sc_per_device)
   buffers = {name: tuple(getattr(sparse_input, f)[name] for f in COO_FIELDS) for name in layouts}
   for name, (rp, ids, _, _) in buffers.items():
     if rp.shape != (g * pointers,) or ids.shape[0] % (g * num_sc_per_device):

@@ -26,10 +26,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding.layout import StackLayout
+from sparsepipe.pipeline.embedding.table_layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.table_layout import StackLayout
 from sparsepipe.core.mesh import DATA_AXIS
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 COO_FIELDS = ("lhs_row_pointers", "lhs_embedding_ids", "lhs_sample_ids", "lhs_gains")
@@ -43,7 +43,7 @@ def check_sparse_input(
 ) -> dict[str, tuple[Any, Any, Any, Any]]:
   """Checks shapes against the specs: {stack: (rp, ids, sids, gains)}."""
   out = {}
-  pointers = coo_layout.compute_row_pointers_size_per_device(num_devices, num_sc_per_device)
+  pointers = buffer_sizes.compute_row_pointers_size_per_device(num_devices, num_sc_per_device)
   for name, layout in layouts.items():
     arrays = []
     for field in COO_FIELDS:
@@ -51,7 +51,7 @@ def check_sparse_input(
       if name not in mapping:
         raise EmbeddingLayoutError(f"sparse input {field} has no stack '{name}'")
       arrays.append(mapping[name])
-    size = coo_layout.compute_coo_buffer_size_per_device(
+    size = buffer_sizes.compute_coo_buffer_size_per_device(
       layout.spec, num_sc_per_device, num_devices
     )
     for field, array in zip(COO_FIELDS, arrays):

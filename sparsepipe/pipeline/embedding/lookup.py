@@ -21,9 +21,9 @@ from sparsepipe.pipeline.embedding.exchange import from_owners
 from sparsepipe.pipeline.embedding.exchange import local_rows
 from sparsepipe.pipeline.embedding.exchange import send_buffers
 from sparsepipe.pipeline.embedding.exchange import to_owners
-from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding.layout import StackLayout
-from sparsepipe.pipeline.embedding.layout import stack_layouts
+from sparsepipe.pipeline.embedding.table_layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.table_layout import StackLayout
+from sparsepipe.pipeline.embedding.table_layout import stack_layouts
 from sparsepipe.pipeline.embedding.variables import EmbeddingVariables
 from sparsepipe.pipeline.embedding.variables import num_sparsecores
 from sparsepipe.core.mesh import DATA_AXIS

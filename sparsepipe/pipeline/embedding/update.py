@@ -8,6 +8,14 @@ exchange slots) and a segment_sum, and the stack's optimizer updates the
 touched rows and their slots in place (`.at[rows].set`). Memory and time
 grow with the exchange size, never with the table size; with the state
 donated, XLA updates the tables in place.
+
+The row update is the optimizer spec's own (`update_rows`,
+sparsepipe.core.optimizer_specs): it takes the touched rows of a table, their
+slots and their combined gradient, and returns the new rows and slots. Rows
+that no sample touched are never read nor written, so Adam is "lazy": its
+moments decay only on the steps a row is used. The scalars that depend on the
+step (learning-rate schedules, bias corrections) are computed once per step by
+`step_hyperparameters`, outside shard_map.
 """
 
 from __future__ import annotations
@@ -22,15 +30,44 @@ from sparsepipe.pipeline.embedding.exchange import check_sparse_input
 from sparsepipe.pipeline.embedding.exchange import local_rows
 from sparsepipe.pipeline.embedding.exchange import send_buffers
 from sparsepipe.pipeline.embedding.exchange import to_owners
-from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding.layout import StackLayout
-from sparsepipe.pipeline.embedding.layout import stack_layouts
-from sparsepipe.pipeline.embedding.optimizers import apply_rows
-from sparsepipe.pipeline.embedding.optimizers import step_hyperparameters
+from sparsepipe.pipeline.embedding.table_layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.table_layout import StackLayout
+from sparsepipe.pipeline.embedding.table_layout import stack_layouts
 from sparsepipe.pipeline.embedding.variables import EmbeddingVariables
 from sparsepipe.pipeline.embedding.variables import num_sparsecores
 from sparsepipe.core.mesh import DATA_AXIS
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
+from sparsepipe.core.optimizer_specs import OptimizerSpec
+
+
+class UnsupportedOptimizerError(ValueError):
+  """An optimizer spec the embedding update does not implement."""
+
+
+def _checked(optimizer: Any) -> OptimizerSpec:
+  if not isinstance(optimizer, OptimizerSpec):
+    raise UnsupportedOptimizerError(
+      f"embedding optimizer {type(optimizer).__name__} is not supported:"
+      " embedding optimizers derive from sparsepipe.core.OptimizerSpec"
+    )
+  return optimizer
+
+
+def step_hyperparameters(optimizer: Any, step: jax.Array) -> tuple[jax.Array, ...]:
+  """The optimizer's per-step scalars at `step` (updates applied before)."""
+  return tuple(_checked(optimizer).update_hyperparameters(step))
+
+
+def apply_rows(
+  optimizer: Any,
+  hyper: tuple[jax.Array, ...],
+  rows: jax.Array,
+  slots: tuple[jax.Array, ...],
+  grads: jax.Array,
+) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+  """New (rows, slots) for touched rows [n, D] given their gradients [n, D]."""
+  rows, slots = _checked(optimizer).update_rows(hyper, rows, slots, grads)
+  return rows, tuple(slots)
 
 
 def _stack_gradients(

@@ -2,7 +2,7 @@
 
 State is `{stack name: EmbeddingVariables(table, slots, updated)}`; table
 and slots are [stack_vocab_size, stack_embedding_dim] float32 in the
-physical MOD layout of embedding_layout.py, sharded by rows over the data
+physical MOD layout of table_layout.py, sharded by rows over the data
 axis. Slots follow the stack optimizer's slot_names().
 
 `updated` (optional, made with `track_updates=True`) is an int32 array of
@@ -11,6 +11,14 @@ batch whose embedding update wrote that row (0: never). The update kernel
 sets it for exactly the rows it writes, so the rows that changed between two
 checkpoints are known (incremental exports), exactly across resume and
 re-layout (it moves with its rows).
+
+Re-layout (`relayout_embedding_variables`): the MOD layout places logical
+row r of a stack on SparseCore r mod N, and the stacking offsets and
+rotations depend on N, so a change of the device count moves rows. The
+variables are brought back to logical per-table rows with the layout they
+were made for, then stacked again for the new mesh (through host memory:
+every process holds the logical tables of all stacks once). Checkpoint
+restores use it when the device count changed.
 """
 
 from __future__ import annotations
@@ -25,11 +33,11 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sparsepipe.pipeline.embedding.layout import EmbeddingLayoutError
-from sparsepipe.pipeline.embedding.layout import StackLayout
-from sparsepipe.pipeline.embedding.layout import logical_to_physical
-from sparsepipe.pipeline.embedding.layout import physical_to_logical
-from sparsepipe.pipeline.embedding.layout import stack_layouts
+from sparsepipe.pipeline.embedding.table_layout import EmbeddingLayoutError
+from sparsepipe.pipeline.embedding.table_layout import StackLayout
+from sparsepipe.pipeline.embedding.table_layout import logical_to_physical
+from sparsepipe.pipeline.embedding.table_layout import physical_to_logical
+from sparsepipe.pipeline.embedding.table_layout import stack_layouts
 from sparsepipe.core.specs import TableSpec
 from sparsepipe.transforms.table_export import mod_shard
 from sparsepipe.core.mesh import DATA_AXIS
@@ -458,3 +466,39 @@ def stack_embedding_tables(
     )
     out[name] = jax.jit(place, out_shardings=sharding)(tables)
   return out
+
+
+def relayout_embedding_variables(
+  variables: Mapping[str, EmbeddingVariables],
+  *,
+  from_feature_specs: Any,
+  from_device_count: int,
+  feature_specs: Any,
+  mesh: Mesh,
+  num_sc_per_device: int,
+) -> dict[str, EmbeddingVariables]:
+  """{stack: EmbeddingVariables} laid out for `from_device_count` -> for `mesh`.
+
+  Args:
+    variables: stacked tables and slots in the old layout (any sharding).
+    from_feature_specs: the feature specs prepared for `from_device_count`
+      devices (the old stacking offsets and rotations; FDO limits do not
+      affect the layout).
+    from_device_count: the global device count the layout was made for.
+    feature_specs: the feature specs prepared for `mesh`.
+    mesh: the mesh to lay the variables out on.
+    num_sc_per_device: SparseCores per device (the same before and after).
+
+  Raises:
+    EmbeddingLayoutError (a ValueError): the variables do not fit the old
+      layout (another stacking, slot count or shape).
+  """
+  logical = unstack_embedding_variables(
+    variables,
+    from_feature_specs,
+    num_sc_per_device=num_sc_per_device,
+    global_device_count=from_device_count,
+  )
+  return stack_embedding_variables(
+    logical, feature_specs, mesh, num_sc_per_device=num_sc_per_device
+  )

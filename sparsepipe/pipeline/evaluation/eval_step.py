@@ -32,7 +32,7 @@ from sparsepipe.pipeline.evaluation.metrics import EvalMetrics
 from sparsepipe.pipeline.evaluation.metrics import compute_metrics
 from sparsepipe.pipeline.evaluation.metrics import gather_examples_across_processes
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_fwd_function
-from sparsepipe.pipeline.pipelining.state import ScFwdStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import ScFwdStageFun
 from sparsepipe.pipeline.training.train_state import TrainState
 
 # (params, dense [B, num_dense], activations pytree) -> [B] probabilities.

@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 
 from sparsepipe import transforms
 from sparsepipe.pipeline.input.device_buffer import PackForDevices
-from sparsepipe.pipeline.input.placement import make_placement
+from sparsepipe.pipeline.input.device_placement import make_placement
 
 # Batches placed ahead of the step: one in flight while the step runs.
 PREFETCH_BATCHES = 1

@@ -1,1 +1,1 @@
-"""Models: their math only, `init` and `apply` (see sparsepipe.pipeline and base.py)."""
+"""Models: their math only, `init` and `apply` (see sparsepipe.pipeline and model_protocol.py)."""

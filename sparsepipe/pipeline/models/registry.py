@@ -4,7 +4,7 @@
 a built-in by name ("dlrm", "dcn_v2"), or, when `factory` is set, what
 `package.module:function` returns when called with `model_config` itself
 (so a user's model reads its own fields). Anything with `init` and `apply`
-(models/base.py) is a model; nothing in sparsepipe needs to change for it.
+(models/model_protocol.py) is a model; nothing in sparsepipe needs to change for it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from sparsepipe.pipeline.models.base import Model
+from sparsepipe.pipeline.models.model_protocol import Model
 from sparsepipe.pipeline.models.dcn_v2 import DCNv2
 from sparsepipe.pipeline.models.dlrm import DLRM
 

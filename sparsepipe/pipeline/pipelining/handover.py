@@ -22,7 +22,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.pipeline.pipelining.state import PipelineState
+from sparsepipe.pipeline.pipelining.pipeline_state import PipelineState
 
 
 def hand_over(

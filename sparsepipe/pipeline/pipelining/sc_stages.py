@@ -23,8 +23,8 @@ from jax.sharding import Mesh
 
 from sparsepipe.pipeline.embedding.lookup import sparse_dense_matmul
 from sparsepipe.pipeline.embedding.update import sparse_dense_matmul_grad
-from sparsepipe.pipeline.pipelining.state import ScBwdStageFun
-from sparsepipe.pipeline.pipelining.state import ScFwdStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import ScBwdStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import ScFwdStageFun
 from sparsepipe.core.coo_types import SparseDenseMatmulInput
 
 DefaultSparseInputs = SparseDenseMatmulInput

@@ -29,13 +29,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from sparsepipe.pipeline.pipelining.state import CurrentStepInput
-from sparsepipe.pipeline.pipelining.state import LastStepInput
-from sparsepipe.pipeline.pipelining.state import PipelineState
-from sparsepipe.pipeline.pipelining.state import ScBwdStageFun
-from sparsepipe.pipeline.pipelining.state import ScFwdStageFun
-from sparsepipe.pipeline.pipelining.state import StepBeforeLastStepInput
-from sparsepipe.pipeline.pipelining.state import TcStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import CurrentStepInput
+from sparsepipe.pipeline.pipelining.pipeline_state import LastStepInput
+from sparsepipe.pipeline.pipelining.pipeline_state import PipelineState
+from sparsepipe.pipeline.pipelining.pipeline_state import ScBwdStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import ScFwdStageFun
+from sparsepipe.pipeline.pipelining.pipeline_state import StepBeforeLastStepInput
+from sparsepipe.pipeline.pipelining.pipeline_state import TcStageFun
 
 
 def _aval(x: Any) -> tuple[tuple[int, ...], Any, bool]:

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import jax
 import numpy as np
 
-from sparsepipe.pipeline.pipelining import state as ps
+from sparsepipe.pipeline.pipelining import pipeline_state as ps
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.pipeline.training.trainer import Trainer
 

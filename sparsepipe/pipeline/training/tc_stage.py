@@ -7,7 +7,7 @@
          param and activation gradients
       -> dense optimizer update (replicated params), step + 1
 
-A model contributes its math only (models/base.py); this stage is the same
+A model contributes its math only (models/model_protocol.py); this stage is the same
 for every model. Parameter gradients are computed per device and reduced
 twice in the program: summed (all-reduce, what a plain optax optimizer
 takes) and reduce-scattered onto the ZeRO shards, offered to a
@@ -31,9 +31,9 @@ import optax
 from jax.sharding import Mesh, PartitionSpec
 
 from sparsepipe.core.mesh import DATA_AXIS
-from sparsepipe.pipeline.models.base import Model
-from sparsepipe.pipeline.models.base import embeddings_by_name
-from sparsepipe.pipeline.pipelining.state import TcStageFun
+from sparsepipe.pipeline.models.model_protocol import Model
+from sparsepipe.pipeline.models.model_protocol import embeddings_by_name
+from sparsepipe.pipeline.pipelining.pipeline_state import TcStageFun
 from sparsepipe.pipeline.training.train_state import TrainState
 from sparsepipe.pipeline.zero.optimizer import offer_scattered_gradients
 from sparsepipe.pipeline.zero.optimizer import scatter_gradients
@@ -77,7 +77,7 @@ def make_tc_stage(
   """The TC stage of `model` trained with the dense `optimizer`.
 
   Args:
-    model: an object with init/apply (models/base.py).
+    model: an object with init/apply (models/model_protocol.py).
     optimizer: any optax optimizer; `zero_sharded(...)` (alone, first in a
       chain, or around one) gets reduce-scattered gradients.
     mesh: the device mesh (data axis).

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from sparsepipe.pipeline.embedding import coo_relayout
 from sparsepipe.pipeline.input import device_buffer
 from sparsepipe.pipeline.pipelining import handover
-from sparsepipe.pipeline.pipelining import state as ps
+from sparsepipe.pipeline.pipelining import pipeline_state as ps
 from sparsepipe.pipeline.training.tc_stage import DenseInputs
 from sparsepipe.pipeline.pipelining.step import step as pipeline_step_fn
 from sparsepipe.pipeline.pipelining.sc_stages import get_default_sc_bwd_function

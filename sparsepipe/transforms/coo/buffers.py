@@ -15,13 +15,13 @@ import dataclasses
 
 import numpy as np
 
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.coo import passes as coo_pass
 from sparsepipe.transforms.coo import sort as coo_sort
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
 
-_INT_MAX = coo_layout.INT_MAX
+_INT_MAX = buffer_sizes.INT_MAX
 
 
 @dataclasses.dataclass
@@ -44,7 +44,7 @@ def layout(
   stacked_spec: specs_lib.StackedTableSpec,
   limits: tuple[int, int],
   coo_size: int,
-  geo: coo_layout.Geometry,
+  geo: buffer_sizes.Geometry,
   allow_id_dropping: bool,
 ) -> StackResult:
   """Statistics, limits and the buffer layout of a stack's sorted ids."""
@@ -101,7 +101,7 @@ def layout(
   return result
 
 
-def empty_result(geo: coo_layout.Geometry, coo_size: int) -> StackResult:
+def empty_result(geo: buffer_sizes.Geometry, coo_size: int) -> StackResult:
   total = geo.local_devices * coo_size
   return StackResult(
     row_pointers=np.zeros(geo.local_sc * geo.row_pointer_stride, np.int32),
@@ -115,7 +115,7 @@ def empty_result(geo: coo_layout.Geometry, coo_size: int) -> StackResult:
   )
 
 
-def _where(group: int, geo: coo_layout.Geometry) -> str:
+def _where(group: int, geo: buffer_sizes.Geometry) -> str:
   q, p = divmod(group, geo.num_sc)
   d, s = divmod(q, geo.sc_per_device)
   return f"partition {p} of device {d} SC {s}"
@@ -127,7 +127,7 @@ def _raise_partition_limit(
   uniques: np.ndarray,
   max_ids: int,
   max_unique: int,
-  geo: coo_layout.Geometry,
+  geo: buffer_sizes.Geometry,
 ) -> None:
   if int(counts.max()) > max_ids:
     group = int(np.argmax(counts))
@@ -146,7 +146,7 @@ def _raise_overflow(
   needed: np.ndarray,
   seg: int,
   stacked_spec: specs_lib.StackedTableSpec,
-  geo: coo_layout.Geometry,
+  geo: buffer_sizes.Geometry,
 ) -> None:
   q = int(np.argmax(needed))
   d, s = divmod(q, geo.sc_per_device)

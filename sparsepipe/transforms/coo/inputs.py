@@ -9,7 +9,7 @@ Accepted per feature (docs/reference/coo_format.md "Inputs"):
 Weights have the same structure (float32 or float64, converted to float32);
 None means all weights 1.0.
 
-Ragged object arrays are read in compiled code (coo_rows); other row
+Ragged object arrays are read in compiled code (ragged_flatten.py); other row
 containers take three C-level passes over the rows (bytes join, len, dtype)
 or, for odd rows, a checked Python loop.
 """
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sparsepipe.data import ragged as ragged_lib
-from sparsepipe.transforms.coo import rows as coo_rows
+from sparsepipe.transforms.coo import ragged_flatten
 from sparsepipe.transforms import errors
 
 _GET_DTYPE = operator.attrgetter("dtype")
@@ -162,8 +162,8 @@ def _rows_to_flat(
 
 def _rows_compiled(rows: Any, kinds: str, dtype) -> tuple[np.ndarray, np.ndarray] | None:
   """An object array of contiguous 1-D rows of one dtype, read in compiled
-  code (coo_rows); else None."""
-  flat = coo_rows.flatten(rows)
+  code (ragged_flatten.py); else None."""
+  flat = ragged_flatten.flatten(rows)
   if flat is None or flat[0].dtype.kind not in kinds:
     return None
   values, lengths = flat

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparsepipe.core import compile_cache
-from sparsepipe.transforms.coo.layout import INT_MAX
+from sparsepipe.transforms.coo.buffer_sizes import INT_MAX
 
 _u = np.uint64
 

@@ -15,7 +15,7 @@ from absl import logging
 import jax
 
 from sparsepipe.transforms.coo import inputs as coo_inputs
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.coo import stack as coo_stack
 from sparsepipe.core import coo_types
 from sparsepipe.transforms import errors
@@ -61,18 +61,18 @@ def _geometry(
   global_device_count: int,
   num_sc_per_device: int,
   sharding_strategy: str,
-) -> coo_layout.Geometry:
+) -> buffer_sizes.Geometry:
   if str(sharding_strategy).upper() != "MOD":
     raise errors.PreprocessingError(
       f"sharding_strategy {sharding_strategy!r} is not supported; only MOD"
     )
-  coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   local, total = int(local_device_count), int(global_device_count)
   if local < 1 or total % local:
     raise errors.PreprocessingError(
       f"local_device_count={local} must be positive and divide global_device_count={total}"
     )
-  return coo_layout.Geometry(local, total, int(num_sc_per_device))
+  return buffer_sizes.Geometry(local, total, int(num_sc_per_device))
 
 
 def _group_by_stack(
@@ -99,7 +99,7 @@ def _group_by_stack(
 def _run(
   specs: Sequence[specs_lib.FeatureSpec],
   inputs: Sequence[coo_inputs.FeatureInput],
-  geo: coo_layout.Geometry,
+  geo: buffer_sizes.Geometry,
   has_leading_dimension: bool,
   allow_id_dropping: bool,
   batch_number: int,

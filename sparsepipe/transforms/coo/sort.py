@@ -30,7 +30,7 @@ import numpy as np
 
 from sparsepipe.transforms.coo import gains as coo_gains
 from sparsepipe.transforms.coo import inputs as coo_inputs
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.coo import passes as coo_pass
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
@@ -148,7 +148,7 @@ _NO_SAMPLES = np.zeros(0, np.int32)
 
 
 def sort_by_sample(
-  feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
+  feats: Sequence[StackFeature], combiner: str, geo: buffer_sizes.Geometry, who: str
 ) -> SortedIds:
   """Unweighted: key = p | e | sid; gains looked up per (q, sid)."""
   log_n = geo.num_sc.bit_length() - 1
@@ -167,7 +167,7 @@ def sort_by_sample(
 
 
 def sort_by_position(
-  feats: Sequence[StackFeature], combiner: str, geo: coo_layout.Geometry, who: str
+  feats: Sequence[StackFeature], combiner: str, geo: buffer_sizes.Geometry, who: str
 ) -> SortedIds:
   """Weighted: key = p | e | i; sample id and gain by position i."""
   log_n = geo.num_sc.bit_length() - 1

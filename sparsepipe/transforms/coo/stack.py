@@ -10,12 +10,12 @@ import numpy as np
 
 from sparsepipe.transforms.coo import buffers as coo_buffers
 from sparsepipe.transforms.coo import inputs as coo_inputs
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.coo import sort as coo_sort
 from sparsepipe.transforms import errors
 from sparsepipe.core import specs as specs_lib
 
-Geometry = coo_layout.Geometry
+Geometry = buffer_sizes.Geometry
 StackResult = coo_buffers.StackResult
 
 
@@ -114,7 +114,7 @@ def preprocess_stack(
       f"{who}: max_ids_per_partition={limits[0]} and"
       f" max_unique_ids_per_partition={limits[1]} must be positive"
     )
-  coo_size = coo_layout.compute_coo_buffer_size_per_device(
+  coo_size = buffer_sizes.compute_coo_buffer_size_per_device(
     stacked_spec, geo.sc_per_device, geo.global_devices
   )
   nonempty = [f for f in feats if f.x.values.size]

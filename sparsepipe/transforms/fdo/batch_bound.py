@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparsepipe.core.rounding import round_up
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.fdo import carry
 from sparsepipe.transforms.fdo import limits as limits_lib
 
@@ -33,14 +33,14 @@ def _most_ids(
   feature_specs: Any, num_sc_per_device: int, global_device_count: int
 ) -> tuple[int, dict[str, int]]:
   """(N global SparseCores, {stack: the most ids one SC's samples hold})."""
-  n = coo_layout.num_global_sparsecores(global_device_count, num_sc_per_device)
+  n = buffer_sizes.num_global_sparsecores(global_device_count, num_sc_per_device)
   return n, carry.most_ids_per_sparsecore(feature_specs, n)
 
 
 def _entries(per_sc: dict[str, int], n: int, num_sc_per_device: int) -> dict[str, int]:
-  pad = (coo_layout.ALIGNMENT - 1) * n
+  pad = (buffer_sizes.ALIGNMENT - 1) * n
   return {
-    stack: round_up(ids + pad, coo_layout.ALIGNMENT) * int(num_sc_per_device)
+    stack: round_up(ids + pad, buffer_sizes.ALIGNMENT) * int(num_sc_per_device)
     for stack, ids in per_sc.items()
   }
 
@@ -65,7 +65,7 @@ def bound_coo_buffers_by_the_batch(
   for stack, values in stack_limits.items():
     for name in ("max_ids_per_partition", "max_unique_ids_per_partition"):
       values[name] = min(int(values[name]), most_ids[stack])
-    theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(
+    theoretical = buffer_sizes.compute_theoretical_max_coo_buffer_size(
       values["max_ids_per_partition"], global_device_count, num_sc_per_device
     )
     current = values["suggested_coo_buffer_size_per_device"]

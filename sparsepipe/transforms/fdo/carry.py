@@ -33,7 +33,7 @@ from typing import Any
 import jax
 
 from sparsepipe.core.rounding import round_up
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.transforms.fdo import limits as limits_lib
 
 
@@ -63,7 +63,7 @@ def _sc_buffer(per_sc: int, n_old: int, n_new: int) -> int:
   """One SC's required buffer carried from N=n_old to n_new SCs (not aligned)."""
   if n_new <= n_old:
     return per_sc * (n_old // n_new)
-  return per_sc + coo_layout.ALIGNMENT * (n_new - n_old)
+  return per_sc + buffer_sizes.ALIGNMENT * (n_new - n_old)
 
 
 def _carry_one(
@@ -78,8 +78,8 @@ def _carry_one(
   new_q = None
   if q is not None:
     per_sc = _sc_buffer(-(-int(q) // s_per), n_old, n_new)
-    theoretical = coo_layout.compute_theoretical_max_coo_buffer_size(new_m, n_new // s_per, s_per)
-    new_q = min(round_up(per_sc, coo_layout.ALIGNMENT) * s_per, theoretical)
+    theoretical = buffer_sizes.compute_theoretical_max_coo_buffer_size(new_m, n_new // s_per, s_per)
+    new_q = min(round_up(per_sc, buffer_sizes.ALIGNMENT) * s_per, theoretical)
   return {
     "max_ids_per_partition": new_m,
     "max_unique_ids_per_partition": new_u,
@@ -108,8 +108,8 @@ def carry_stats_maximum(
       layouts, as for carry_stack_limits.
   """
   s_per = int(num_sc_per_device)
-  n_old = coo_layout.num_global_sparsecores(saved_global_device_count, s_per)
-  n_new = coo_layout.num_global_sparsecores(global_device_count, s_per)
+  n_old = buffer_sizes.num_global_sparsecores(saved_global_device_count, s_per)
+  n_new = buffer_sizes.num_global_sparsecores(global_device_count, s_per)
   if n_old == n_new or value <= 0:
     return int(value)
   if field == "required_buffer_size_per_sc":
@@ -144,8 +144,8 @@ def carry_stack_limits(
     ValueError: the stacks differ, or a device count is not positive.
   """
   s_per = int(num_sc_per_device)
-  n_old = coo_layout.num_global_sparsecores(saved_global_device_count, s_per)
-  n_new = coo_layout.num_global_sparsecores(global_device_count, s_per)
+  n_old = buffer_sizes.num_global_sparsecores(saved_global_device_count, s_per)
+  n_new = buffer_sizes.num_global_sparsecores(global_device_count, s_per)
   bounds = most_ids_per_sparsecore(feature_specs, n_new)
   if set(bounds) != set(saved_limits):
     raise ValueError(

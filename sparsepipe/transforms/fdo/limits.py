@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from sparsepipe.transforms.coo import layout as coo_layout
+from sparsepipe.transforms.coo import buffer_sizes
 from sparsepipe.core import coo_types
 from sparsepipe.core import specs as specs_lib
 from sparsepipe.transforms import stacking
@@ -130,13 +130,14 @@ def update_preprocessing_parameters(
     if m is not None:
       new_m = m or MIN_MAX_IDS_PER_PARTITION
       if r is not None:
-        new_q = max(r, coo_layout.ALIGNMENT) * s_per
+        new_q = max(r, buffer_sizes.ALIGNMENT) * s_per
     new_u = stacked.max_unique_ids_per_partition
     if u is not None:
       new_u = u or MIN_MAX_UNIQUE_IDS_PER_PARTITION
     if new_q is not None and global_device_count is not None:
       new_q = min(
-        new_q, coo_layout.compute_theoretical_max_coo_buffer_size(new_m, global_device_count, s_per)
+        new_q,
+        buffer_sizes.compute_theoretical_max_coo_buffer_size(new_m, global_device_count, s_per),
       )
     updated[name] = {
       "max_ids_per_partition": int(new_m),

@@ -30,7 +30,7 @@ from sparsepipe.data.manifest import Manifest
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.data.schema import ExampleSchema
 from sparsepipe.transforms.input.example_order import ExampleOrder
-from sparsepipe.transforms.input.preprocess import PreprocessSparse
+from sparsepipe.transforms.input.coo_transform import PreprocessSparse
 from sparsepipe.transforms.input.read_examples import ExampleReader
 
 

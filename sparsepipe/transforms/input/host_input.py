@@ -45,8 +45,8 @@ from sparsepipe.transforms.input.iterator import STATE_VERSION
 from sparsepipe.transforms.input.iterator import InputIterator
 from sparsepipe.transforms.input.limits_board import LimitsBoard
 from sparsepipe.transforms.input.limits_board import PreprocessByLimits
-from sparsepipe.transforms.input.preprocess import PreprocessSparse
-from sparsepipe.transforms.input.preprocess import PreprocessedBatch
+from sparsepipe.transforms.input.coo_transform import PreprocessSparse
+from sparsepipe.transforms.input.coo_transform import PreprocessedBatch
 from sparsepipe.transforms.input.read_examples import ExampleReader
 from sparsepipe.transforms.input.stats import stats_sizes
 from sparsepipe.transforms.input.train_batches import ReadTrainBatch

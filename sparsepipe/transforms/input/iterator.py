@@ -31,7 +31,7 @@ import grain
 import numpy as np
 
 from sparsepipe.transforms.input.limits_board import LimitsBoard
-from sparsepipe.transforms.input.preprocess import PreprocessedBatch
+from sparsepipe.transforms.input.coo_transform import PreprocessedBatch
 from sparsepipe.transforms.input.stats import StatsSizes
 from sparsepipe.transforms.input.stats import StatsTotals
 

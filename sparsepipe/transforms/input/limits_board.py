@@ -37,7 +37,7 @@ import grain
 from sparsepipe.transforms.errors import LimitExceededError
 from sparsepipe.transforms.fdo.limits import apply_stack_limits
 from sparsepipe.transforms.fdo.limits import get_stack_limits
-from sparsepipe.transforms.input.preprocess import PreprocessSparse
+from sparsepipe.transforms.input.coo_transform import PreprocessSparse
 
 POLL_SECONDS = 0.002
 _CLOSED = "closed"

@@ -21,7 +21,7 @@ from reference import reference_module
 from sparsepipe import core
 from sparsepipe.core import data_sharding
 from sparsepipe.core import make_mesh
-from sparsepipe.launch.config import specs as config_specs
+from sparsepipe.launch.config import config_specs
 from sparsepipe.pipeline import UnsupportedOptimizerError
 from sparsepipe.pipeline import init_embedding_variables
 from sparsepipe.pipeline import sparse_dense_matmul_grad
@@ -265,12 +265,12 @@ def test_adam_hyperparameters_are_the_reference_float32_values():
   schedule = core.AdamOptimizerSpec(lambda step: 0.5 / (1 + step))
   assert schedule.get_hyperparameters()[0].item() == f32(0.15811282)  # no step: step 0
   # The update keeps the exact formula: 1 - beta^t without float32 cancellation.
-  from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+  from sparsepipe.pipeline.embedding import update as embedding_update  # pylint: disable=g-import-not-at-top
 
   # Within 1 float32 ulp of the exact values: XLA's float32 expm1 moved by an ulp between
   # jaxlib releases (alpha_0 0.31622776 on 0.10.2, 0.31622773 on 0.12.0.1); the reference's
   # float32 cancellation (0.31622565 above) is 71 ulps away.
-  update = [x.item() for x in optimizers.step_hyperparameters(spec, jnp.int32(0))]
+  update = [x.item() for x in embedding_update.step_hyperparameters(spec, jnp.int32(0))]
   exact = [math.sqrt(0.001) / 0.1, 0.9, 0.999, 1e-8 * math.sqrt(0.001)]
   np.testing.assert_array_max_ulp(np.float32(update), np.float32(exact), maxulp=1)
   embedding_spec = reference_module("nn.embedding_spec")
@@ -328,14 +328,14 @@ def test_launcher_names_and_unsupported_optimizer():
       {"embedding_optimizer": {"name": name, "learning_rate": 0.5}}
     )
     assert config_specs.embedding_optimizer_spec(config) == cls(0.5)
-  from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+  from sparsepipe.pipeline.embedding import update as embedding_update  # pylint: disable=g-import-not-at-top
 
   with pytest.raises(
     UnsupportedOptimizerError,
     match="embedding optimizer str is not supported: embedding optimizers"
     " derive from sparsepipe.core.OptimizerSpec",
   ):
-    optimizers.step_hyperparameters("sgd", 0)
+    embedding_update.step_hyperparameters("sgd", 0)
 
 
 def test_hyperparameters_match_the_reference():
@@ -371,11 +371,11 @@ def test_hyperparameters_match_the_reference():
 
 def test_a_zero_beta_updates_as_its_power_gives():
   # Adam with beta_1=0 (no momentum) failed every step with "math domain error" (log 0).
-  from sparsepipe.pipeline.embedding import optimizers  # pylint: disable=g-import-not-at-top
+  from sparsepipe.pipeline.embedding import update as embedding_update  # pylint: disable=g-import-not-at-top
 
   spec = core.AdamOptimizerSpec(1.0, beta_1=0.0)
   for step in (0, 1, 999):
-    update = [x.item() for x in optimizers.step_hyperparameters(spec, jnp.int32(step))]
+    update = [x.item() for x in embedding_update.step_hyperparameters(spec, jnp.int32(step))]
     c2 = math.sqrt(1 - 0.999 ** (step + 1))
     exact = [c2, 0.0, 0.999, 1e-8 * c2]
     np.testing.assert_array_max_ulp(np.float32(update), np.float32(exact), maxulp=2)

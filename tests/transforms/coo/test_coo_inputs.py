@@ -7,7 +7,7 @@ from sparsepipe import core
 from sparsepipe import transforms as T
 from sparsepipe.data.ragged import RaggedBatch
 from sparsepipe.transforms.coo import inputs as coo_inputs
-from sparsepipe.transforms.coo import rows as coo_rows
+from sparsepipe.transforms.coo import ragged_flatten
 
 IDS = [[0, 5, 5, 9], [], [3], [7, 1], [2, 2, 2], [11], [], [4, 8, 15]]
 WEIGHTS = [
@@ -202,14 +202,14 @@ def test_empty_batch_features_give_empty_buffers():
 
 def test_compiled_row_reader_reads_object_arrays_of_one_dtype():
   for dtype in (np.int32, np.int64, np.uint16, np.float32):
-    values, lengths = coo_rows.flatten(_object_rows(IDS, dtype))
+    values, lengths = ragged_flatten.flatten(_object_rows(IDS, dtype))
     assert values.dtype == dtype and lengths.dtype == np.int64
     np.testing.assert_array_equal(values, _flat(IDS, dtype))
     np.testing.assert_array_equal(lengths, LENGTHS)
-  values, lengths = coo_rows.flatten(_object_rows([[], []], np.int32))
+  values, lengths = ragged_flatten.flatten(_object_rows([[], []], np.int32))
   assert values.shape == (0,) and lengths.tolist() == [0, 0]
   # Rows of Python ints (object dtype) are the Python path's to convert.
-  assert coo_rows.flatten(_object_rows(IDS, object)) is None
+  assert ragged_flatten.flatten(_object_rows(IDS, object)) is None
 
 
 @pytest.mark.parametrize(
@@ -228,8 +228,8 @@ def test_compiled_row_reader_reads_object_arrays_of_one_dtype():
 def test_compiled_row_reader_leaves_every_other_row_to_the_python_path(row):
   rows = _object_rows(IDS, np.int32)
   rows[3] = row
-  assert coo_rows.flatten(rows) is None
-  assert coo_rows.flatten(_object_rows(IDS, np.int32)[::2]) is None  # a strided object array
+  assert ragged_flatten.flatten(rows) is None
+  assert ragged_flatten.flatten(_object_rows(IDS, np.int32)[::2]) is None  # a strided object array
   if row is not None:  # the Python path reads the same ids (or names the bad row)
     expect = coo_inputs.normalize_feature("f", _object_rows(IDS, np.int64))
     got = coo_inputs.normalize_feature("f", rows)
@@ -240,4 +240,4 @@ def test_compiled_row_reader_leaves_every_other_row_to_the_python_path(row):
 def test_compiled_row_reader_is_used_on_this_build():
   """The struct offsets match here (CI's CPython 3.11 / numpy 2), so
   object arrays do not silently take the slow path."""
-  assert coo_rows._layout_matches()  # pylint: disable=protected-access
+  assert ragged_flatten._layout_matches()  # pylint: disable=protected-access

@@ -5,8 +5,8 @@ import pytest
 
 from sparsepipe import data
 from sparsepipe import transforms
-from sparsepipe.launch.config import specs as config_specs
-from sparsepipe.launch.job import dataset as launch_dataset
+from sparsepipe.launch.config import config_specs
+from sparsepipe.launch.job import training_data
 from sparsepipe.launch.job import fdo as fdo_retune
 from sparsepipe.launch.config.shipped import demo
 
@@ -23,7 +23,7 @@ def demo_data(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("demo") / "data")
   data.write_synthetic(
     path,
-    launch_dataset.synthetic_features(demo.get_config()),
+    training_data.synthetic_features(demo.get_config()),
     num_examples=GLOBAL_BATCH * (TUNED_BATCHES + LATER_BATCHES),
     num_dense=4,
     seed=0,

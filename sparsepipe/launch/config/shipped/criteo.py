@@ -25,8 +25,8 @@ of the batch, and FDO retunes them every `fdo.every_steps` batches
 
 import ml_collections
 
-from sparsepipe.launch.config.base import base_config
-from sparsepipe.launch.config.base import feature
+from sparsepipe.launch.config.base_config import base_config
+from sparsepipe.launch.config.base_config import feature
 
 # Per-feature cardinalities of the Criteo Kaggle display-advertising data,
 # capped at 2**20: ids are hashed into these vocabularies by the converter.

@@ -11,7 +11,7 @@ the base config (docs/reference/config.md) plus the command line,
 e.g. `--config.model.embedding_dim=32 --config.global_batch_size=1024`.
 
 The run's length comes from the data: num_steps is unset (None), so a new
-job trains 10 epochs of its train set (config/specs.py, NEW_JOB_EPOCHS) and
+job trains 10 epochs of its train set (config/config_specs.py, NEW_JOB_EPOCHS) and
 a resumed one the length it was saved with (a job of an earlier version:
 its num_steps); `--config.num_epochs=E` or `--config.num_steps=N` sets it.
 """
@@ -19,7 +19,7 @@ its num_steps); `--config.num_epochs=E` or `--config.num_steps=N` sets it.
 import ml_collections
 from ml_collections import config_dict
 
-from sparsepipe.launch.config.base import base_config
+from sparsepipe.launch.config.base_config import base_config
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -9,8 +9,8 @@ docs/reference/config.md (made from sparsepipe/launch/config/fields.py).
 
 import ml_collections
 
-from sparsepipe.launch.config.base import base_config
-from sparsepipe.launch.config.base import feature
+from sparsepipe.launch.config.base_config import base_config
+from sparsepipe.launch.config.base_config import feature
 
 
 def get_config() -> ml_collections.ConfigDict:

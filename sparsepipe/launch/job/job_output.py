@@ -26,8 +26,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from sparsepipe.launch.job.metrics import MetricsLog
-from sparsepipe.launch.job.metrics import ProgressLine
+from sparsepipe.launch.job.metrics_log import MetricsLog
+from sparsepipe.launch.job.metrics_log import ProgressLine
 from sparsepipe.launch.job.tensorboard import TensorBoardWriter
 
 METRICS_FILENAME = "metrics.jsonl"

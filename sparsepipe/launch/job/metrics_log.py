@@ -8,7 +8,7 @@ resume after batch n it is rewritten without the records of later batches,
 so the file of a resumed job equals that of an uninterrupted one, its
 resume and preemption lines aside. A non-finite value (the AUC of an eval
 over one label) is written as null: the file stays JSON. Only process 0
-writes (output.py).
+writes (job_output.py).
 """
 
 from __future__ import annotations
