@@ -171,27 +171,12 @@ def test_a_config_path_outside_a_checkout_names_the_shipped_configs(tmp_path):
 
 
 def test_the_dataset_config_prints_its_features_and_the_steady_state_rate(tmp_path):
-  csv = tmp_path / "ratings.csv"
-  lines = ["user,movie,genres,rating"]
-  lines += [
-    f"{i % 37},{i % 101},{'Comedy|Drama' if i % 3 else ''},{1 + i % 5}" for i in range(1024)
-  ]
-  csv.write_text("\n".join(lines) + "\n")
-  data.convert_csv(
-    [str(csv)],
-    str(tmp_path / "data"),
-    label_column="rating",
-    label_threshold=4.0,
-    sparse_columns=["user", "movie", "genres"],
-    multivalent_columns=["genres"],
-    integer_id_columns=["user", "movie"],
-    vocab_sizes=["128"],
-  )
+  dataset = _tiny_ratings(tmp_path, 1024, ids=("user", "movie"))
   workdir = str(tmp_path / "job")
   out = _run(
     "sparsepipe.launch",
     "--config=dataset",
-    f"--config.data.dir={tmp_path / 'data'}",
+    f"--config.data.dir={dataset}",
     f"--workdir={workdir}",
     "--config.num_steps=12",
     "--config.global_batch_size=64",
@@ -242,10 +227,11 @@ def test_a_config_field_given_as_a_flag_names_its_config_flag(tmp_path):
   assert os.listdir(tmp_path) == []
 
 
-def _tiny_ratings(tmp_path, rows):
-  """A converted CSV of `rows` ratings (MovieLens' columns), its directory."""
+def _tiny_ratings(tmp_path, rows, ids=("userId", "movieId")):
+  """A converted CSV of `rows` ratings (MovieLens' columns, the id columns named `ids`),
+  its directory."""
   csv = tmp_path / "ratings.csv"
-  lines = ["userId,movieId,rating,genres"]
+  lines = [f"{ids[0]},{ids[1]},rating,genres"]
   lines += [
     f"{i % 37},{i % 101},{1 + i % 5},{'Comedy|Drama' if i % 3 else ''}" for i in range(rows)
   ]
@@ -255,9 +241,9 @@ def _tiny_ratings(tmp_path, rows):
     str(tmp_path / "data"),
     label_column="rating",
     label_threshold=4.0,
-    sparse_columns=["userId", "movieId", "genres"],
+    sparse_columns=[*ids, "genres"],
     multivalent_columns=["genres"],
-    integer_id_columns=["userId", "movieId"],
+    integer_id_columns=list(ids),
     vocab_sizes=["128"],
   )
   return str(tmp_path / "data")

@@ -39,6 +39,7 @@ class _Launch:
   def __init__(self, workdir, *flags: str, site_dir=None):
     """`site_dir`: a folder whose sitecustomize.py the launch runs first."""
     env = harness.cpu_env(8)
+    env["PYTHONFAULTHANDLER"] = "1"  # a launch that hangs shows its threads (finish)
     if site_dir is not None:
       env["PYTHONPATH"] = os.pathsep.join((str(site_dir), env["PYTHONPATH"]))
     self.proc = subprocess.Popen(
@@ -77,6 +78,16 @@ class _Launch:
   def finish(self) -> int:
     try:
       self.proc.wait(timeout=_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+      os.kill(self.proc.pid, signal.SIGABRT)  # faulthandler: every thread's stack on stderr
+      self.proc.wait(timeout=60)
+      if harness.group_alive(self.proc.pid):  # its data workers hold the pipes open
+        os.killpg(self.proc.pid, signal.SIGKILL)
+      for reader in self._readers:
+        reader.join()
+      raise AssertionError(
+        f"no exit in {_TIMEOUT_S} s; stdout: {self.out[-5:]}\nstderr:\n" + "\n".join(self.err)
+      ) from None
     finally:
       if self.proc.poll() is None:
         os.killpg(self.proc.pid, signal.SIGKILL)
